@@ -1,0 +1,211 @@
+// actors/providerSession.ts — one provider WebSocket:
+//   handshaking{awaitingHello → awaitingAuth → admitting} → admitted{ready, busy, asleep, draining} → closed
+// The session's own view of the provider (warm models, slots, reported state) lives here; job frames
+// bypass the machine and go straight to the request they belong to.
+import { assign, fromPromise, setup } from "xstate";
+import type { HelloFrame, ModelEntry, ProviderState } from "../src/wire/frames.ts";
+
+export type Tier = "pinned" | "provisional";
+
+export type AdmissionVerdict =
+  | { admitted: true; tier: Tier }
+  | { admitted: false; closeCode: number; reason: string };
+
+export interface AdmissionInput {
+  sessionId: string;
+  nonce: Uint8Array;
+  hello: HelloFrame;
+  signature: Uint8Array;
+}
+
+export interface ProviderSessionInput {
+  sessionId: string;
+  nonce: Uint8Array;
+  heartbeatIntervalMs: number;
+}
+
+export interface ProviderSessionContext extends ProviderSessionInput {
+  hello: HelloFrame | null;
+  signature: Uint8Array | null;
+  tier: Tier | null;
+  models: ModelEntry[];
+  reportedState: ProviderState;
+  reportedCapacity: number;
+  inFlight: number;
+  drainRequested: boolean;
+  closeCode: number | null;
+  closeReason: string | null;
+}
+
+export type ProviderSessionEvent =
+  | { type: "provider.hello"; frame: HelloFrame }
+  | { type: "provider.auth"; signature: Uint8Array }
+  | { type: "provider.heartbeat"; state: ProviderState; slotsFree: number; models: ModelEntry[] }
+  | { type: "provider.outOfTurn"; frameType: string }
+  | { type: "attempt.started" }
+  | { type: "attempt.finished" }
+  | { type: "gateway.drain" }
+  | { type: "gateway.replaced" }
+  | { type: "socket.closed"; code: number };
+
+/**
+ * Free slots by the gateway's own in-flight count (authoritative), with capacity capped by
+ * max_concurrency and by what the provider last reported (slots_free plus what we had in flight then),
+ * so a provider can shrink its capacity without a stale report blocking finished slots.
+ */
+export const freeSlots = (c: ProviderSessionContext): number =>
+  Math.max(0, Math.min(c.hello?.max_concurrency ?? 0, c.reportedCapacity) - c.inFlight);
+
+export const providerSessionMachine = setup({
+  types: {
+    context: {} as ProviderSessionContext,
+    events: {} as ProviderSessionEvent,
+    input: {} as ProviderSessionInput,
+  },
+  actors: {
+    // Verifies the handshake signature, bans, key binding and provisional limits, in that order.
+    admitProvider: fromPromise<AdmissionVerdict, AdmissionInput>(async () => {
+      throw new Error("provide admitProvider");
+    }),
+  },
+  guards: {
+    wasAdmitted: ({ event }) => (event as unknown as { output: AdmissionVerdict }).output.admitted,
+    draining: ({ context }) => context.drainRequested || context.reportedState === "draining",
+    asleep: ({ context }) => context.reportedState === "asleep",
+    noFreeSlot: ({ context }) => freeSlots(context) === 0,
+  },
+  actions: {
+    // Effects, provided at the edge.
+    sendChallenge: () => {},
+    sendWelcome: () => {},
+    sendDrain: () => {},
+    closeSocket: (_, _params: { code: number; reason: string }) => {},
+    registerAdmitted: () => {},
+    unregister: () => {},
+
+    recordHello: assign(({ event }) => {
+      if (event.type !== "provider.hello") return {};
+      const hello = event.frame;
+      return { hello, models: hello.models, reportedCapacity: hello.max_concurrency };
+    }),
+    recordAuth: assign(({ event }) => (event.type === "provider.auth" ? { signature: event.signature } : {})),
+    recordVerdict: assign(({ event }) => {
+      const verdict = (event as unknown as { output: AdmissionVerdict }).output;
+      return verdict.admitted ? { tier: verdict.tier } : { closeCode: verdict.closeCode, closeReason: verdict.reason };
+    }),
+    recordHeartbeat: assign(({ context, event }) =>
+      event.type === "provider.heartbeat"
+        ? { reportedState: event.state, reportedCapacity: event.slotsFree + context.inFlight, models: event.models }
+        : {},
+    ),
+    countStarted: assign({ inFlight: ({ context }) => context.inFlight + 1 }),
+    countFinished: assign({ inFlight: ({ context }) => Math.max(0, context.inFlight - 1) }),
+    markDrainRequested: assign({ drainRequested: true }),
+    recordClose: assign((_, params: { code: number; reason: string }) => ({ closeCode: params.code, closeReason: params.reason })),
+  },
+  delays: {
+    handshakeTimeout: 10_000,
+    // Eviction after 3 missed heartbeat intervals.
+    heartbeatTimeout: ({ context }) => 3 * context.heartbeatIntervalMs,
+  },
+}).createMachine({
+  id: "providerSession",
+  context: ({ input }) => ({
+    ...input,
+    hello: null,
+    signature: null,
+    tier: null,
+    models: [],
+    reportedState: "ready",
+    reportedCapacity: 0,
+    inFlight: 0,
+    drainRequested: false,
+    closeCode: null,
+    closeReason: null,
+  }),
+  initial: "handshaking",
+  on: {
+    "socket.closed": ".closed",
+  },
+  states: {
+    handshaking: {
+      initial: "awaitingHello",
+      after: {
+        handshakeTimeout: {
+          target: "closing",
+          actions: { type: "recordClose", params: { code: 4002, reason: "handshake_timeout" } },
+        },
+      },
+      on: {
+        "provider.outOfTurn": { target: "closing", actions: { type: "recordClose", params: { code: 1008, reason: "out_of_turn" } } },
+      },
+      states: {
+        awaitingHello: {
+          on: { "provider.hello": { target: "awaitingAuth", actions: ["recordHello", "sendChallenge"] } },
+        },
+        awaitingAuth: {
+          on: { "provider.auth": { target: "admitting", actions: "recordAuth" } },
+        },
+        admitting: {
+          invoke: {
+            src: "admitProvider",
+            input: ({ context }) => ({
+              sessionId: context.sessionId,
+              nonce: context.nonce,
+              hello: context.hello!,
+              signature: context.signature!,
+            }),
+            onDone: [
+              { guard: "wasAdmitted", target: "#providerSession.admitted", actions: ["recordVerdict", "registerAdmitted", "sendWelcome"] },
+              { target: "#providerSession.closing", actions: "recordVerdict" },
+            ],
+            onError: {
+              target: "#providerSession.closing",
+              actions: { type: "recordClose", params: { code: 1011, reason: "internal_error" } },
+            },
+          },
+        },
+      },
+    },
+    admitted: {
+      initial: "sorting",
+      after: {
+        heartbeatTimeout: {
+          target: "closing",
+          actions: { type: "recordClose", params: { code: 4012, reason: "heartbeat_timeout" } },
+        },
+      },
+      on: {
+        // Re-entering restarts the heartbeat timer.
+        "provider.heartbeat": { target: "admitted", reenter: true, actions: "recordHeartbeat" },
+        "provider.outOfTurn": { target: "closing", actions: { type: "recordClose", params: { code: 1008, reason: "out_of_turn" } } },
+        "attempt.started": { target: ".sorting", actions: "countStarted" },
+        "attempt.finished": { target: ".sorting", actions: "countFinished" },
+        "gateway.drain": { target: ".sorting", actions: ["markDrainRequested", "sendDrain"] },
+        "gateway.replaced": { target: "closing", actions: { type: "recordClose", params: { code: 4011, reason: "replaced" } } },
+      },
+      states: {
+        // Transient: picks the sub-state that matches the latest facts.
+        sorting: {
+          always: [
+            { guard: "draining", target: "draining" },
+            { guard: "asleep", target: "asleep" },
+            { guard: "noFreeSlot", target: "busy" },
+            { target: "ready" },
+          ],
+        },
+        ready: {},
+        busy: {},
+        asleep: {},
+        draining: {},
+      },
+    },
+    closing: {
+      entry: { type: "closeSocket", params: ({ context }) => ({ code: context.closeCode ?? 1000, reason: context.closeReason ?? "" }) },
+      always: "closed",
+    },
+    closed: { type: "final", entry: "unregister" },
+  },
+});
+
+export type ProviderSessionMachine = typeof providerSessionMachine;

@@ -1,0 +1,270 @@
+// Operator subcommands `gateway accounts|keys|providers …` (DESIGN §2). Each returns an exit code:
+// 0 done, 1 the operation failed (unknown id, store error), 64 usage error (EX_USAGE).
+// JSON goes to stdout where a program reads it; messages and usage go to stderr.
+
+import type { ProviderBinding, Store, Tier } from "../store/index.ts";
+import { parseFlags, type FlagSpec, type ParseResult } from "./flags.ts";
+
+export interface OperatorContext {
+  store: Store;
+  stdout: (line: string) => void;
+  stderr: (line: string) => void;
+}
+
+export const EXIT_OK = 0;
+export const EXIT_FAILURE = 1;
+export const EXIT_USAGE = 64;
+
+/** DESIGN §3: provider ids on the wire and on the command line. */
+const PROVIDER_ID = /^[A-Za-z0-9._-]{1,64}$/;
+
+const ACCOUNTS_USAGE = [
+  "usage: gateway accounts create [--tier free|paid] [--name N]",
+  "       gateway accounts list [--json]",
+];
+const KEYS_USAGE = [
+  "usage: gateway keys create --account ID [--label L]",
+  "       gateway keys revoke KEY_ID",
+  "       gateway keys list [--account ID] [--json]",
+];
+const PROVIDERS_USAGE = [
+  "usage: gateway providers pin ID --public-key B64",
+  "       gateway providers unpin ID",
+  "       gateway providers ban ID",
+  "       gateway providers list [--json]",
+];
+
+type Subcommand = (argv: readonly string[], ctx: OperatorContext, usage: readonly string[]) => number;
+
+/** Runs `gateway accounts …`; `argv` starts after the word `accounts`. */
+export function runAccountsCommand(argv: readonly string[], ctx: OperatorContext): Promise<number> {
+  return dispatch(argv, ctx, ACCOUNTS_USAGE, { create: accountsCreate, list: accountsList });
+}
+
+/** Runs `gateway keys …`; `argv` starts after the word `keys`. */
+export function runKeysCommand(argv: readonly string[], ctx: OperatorContext): Promise<number> {
+  return dispatch(argv, ctx, KEYS_USAGE, { create: keysCreate, revoke: keysRevoke, list: keysList });
+}
+
+/** Runs `gateway providers …`; `argv` starts after the word `providers`. */
+export function runProvidersCommand(argv: readonly string[], ctx: OperatorContext): Promise<number> {
+  return dispatch(argv, ctx, PROVIDERS_USAGE, {
+    pin: providersPin,
+    unpin: providersUnpin,
+    ban: providersBan,
+    list: providersList,
+  });
+}
+
+async function dispatch(
+  argv: readonly string[],
+  ctx: OperatorContext,
+  usage: readonly string[],
+  subcommands: Record<string, Subcommand>,
+): Promise<number> {
+  const [word, ...rest] = argv;
+  if (word === "help" || word === "--help" || word === "-h") {
+    usage.forEach((line) => ctx.stdout(line));
+    return EXIT_OK;
+  }
+  const run = word !== undefined && Object.hasOwn(subcommands, word) ? subcommands[word] : undefined;
+  if (run === undefined) {
+    return usageError(ctx, usage, word === undefined ? "missing subcommand" : `unknown subcommand ${word}`);
+  }
+  try {
+    return run(rest, ctx, usage);
+  } catch (error) {
+    // A store failure (e.g. the database stayed locked past busy_timeout) is reported, not thrown.
+    ctx.stderr(`error: ${error instanceof Error ? error.message : String(error)}`);
+    return EXIT_FAILURE;
+  }
+}
+
+function usageError(ctx: OperatorContext, usage: readonly string[], message: string): number {
+  ctx.stderr(`error: ${message}`);
+  usage.forEach((line) => ctx.stderr(line));
+  return EXIT_USAGE;
+}
+
+function failure(ctx: OperatorContext, message: string): number {
+  ctx.stderr(`error: ${message}`);
+  return EXIT_FAILURE;
+}
+
+/** Parses flags and checks the positional count; on failure prints usage and gives the exit code. */
+function parse<const S extends FlagSpec>(
+  argv: readonly string[],
+  spec: S,
+  positionalNames: readonly string[],
+  ctx: OperatorContext,
+  usage: readonly string[],
+): Extract<ParseResult<S>, { ok: true }> | number {
+  const parsed = parseFlags(argv, spec);
+  if (!parsed.ok) return usageError(ctx, usage, parsed.message);
+  if (parsed.positionals.length > positionalNames.length) {
+    return usageError(ctx, usage, `unexpected argument ${parsed.positionals[positionalNames.length]}`);
+  }
+  if (parsed.positionals.length < positionalNames.length) {
+    return usageError(ctx, usage, `missing ${positionalNames[parsed.positionals.length]}`);
+  }
+  return parsed;
+}
+
+const json = (value: unknown) => JSON.stringify(value);
+
+// ── accounts ──────────────────────────────────────────────────────────────────────────────────────
+
+const accountsCreate: Subcommand = (argv, ctx, usage) => {
+  const p = parse(argv, { tier: { kind: "string" }, name: { kind: "string" } }, [], ctx, usage);
+  if (typeof p === "number") return p;
+  const tier = p.flags.tier ?? "free";
+  if (tier !== "free" && tier !== "paid") return usageError(ctx, usage, `--tier must be free or paid, got ${tier}`);
+  const { account_id } = ctx.store.createAccount({ tier: tier satisfies Tier, name: p.flags.name });
+  // A new account gets its first key at once, so the operator can hand it over in one step.
+  const { api_key } = ctx.store.createApiKey({ account_id });
+  ctx.stdout(json({ account_id, api_key }));
+  return EXIT_OK;
+};
+
+const accountsList: Subcommand = (argv, ctx, usage) => {
+  const p = parse(argv, { json: { kind: "boolean" } }, [], ctx, usage);
+  if (typeof p === "number") return p;
+  const rows = ctx.store.listAccounts();
+  if (p.flags.json) rows.forEach((row) => ctx.stdout(json(row)));
+  else {
+    const cells = rows.map((r) => [r.account_id, r.tier, iso(r.created_at_ms), r.name ?? ""]);
+    table(ctx, ["ACCOUNT_ID", "TIER", "CREATED", "NAME"], cells);
+  }
+  return EXIT_OK;
+};
+
+// ── keys ──────────────────────────────────────────────────────────────────────────────────────────
+
+const keysCreate: Subcommand = (argv, ctx, usage) => {
+  const p = parse(argv, { account: { kind: "string" }, label: { kind: "string" } }, [], ctx, usage);
+  if (typeof p === "number") return p;
+  const account_id = p.flags.account;
+  if (account_id === undefined) return usageError(ctx, usage, "--account is required");
+  if (ctx.store.getAccount(account_id) === null) return failure(ctx, `unknown account ${account_id}`);
+  ctx.stdout(json(ctx.store.createApiKey({ account_id, label: p.flags.label })));
+  return EXIT_OK;
+};
+
+const keysRevoke: Subcommand = (argv, ctx, usage) => {
+  const p = parse(argv, {}, ["KEY_ID"], ctx, usage);
+  if (typeof p === "number") return p;
+  const key_id = p.positionals[0]!;
+  if (!ctx.store.revokeApiKey(key_id)) return failure(ctx, `unknown key ${key_id}`);
+  ctx.stdout(json({ key_id, revoked: true }));
+  return EXIT_OK;
+};
+
+const keysList: Subcommand = (argv, ctx, usage) => {
+  const p = parse(argv, { account: { kind: "string" }, json: { kind: "boolean" } }, [], ctx, usage);
+  if (typeof p === "number") return p;
+  const account_id = p.flags.account;
+  if (account_id !== undefined && ctx.store.getAccount(account_id) === null) {
+    return failure(ctx, `unknown account ${account_id}`);
+  }
+  // Rows carry the display prefix only: the store never returns hashes or keys.
+  const rows = ctx.store.listApiKeys(account_id);
+  if (p.flags.json) rows.forEach((row) => ctx.stdout(json(row)));
+  else {
+    table(
+      ctx,
+      ["KEY_ID", "ACCOUNT_ID", "PREFIX", "STATUS", "LAST_USED", "LABEL"],
+      rows.map((r) => [
+        r.key_id,
+        r.account_id,
+        r.display_prefix,
+        r.revoked_at_ms === null ? "active" : "revoked",
+        r.last_used_at_ms === null ? "never" : iso(r.last_used_at_ms),
+        r.label ?? "",
+      ]),
+    );
+  }
+  return EXIT_OK;
+};
+
+// ── providers ─────────────────────────────────────────────────────────────────────────────────────
+
+/** Standard base64 (padding optional) of exactly 32 bytes, or null. */
+export function decodeEd25519PublicKey(b64: string): Uint8Array | null {
+  if (!/^[A-Za-z0-9+/]{43}=?$/.test(b64)) return null;
+  const bytes = Buffer.from(b64, "base64");
+  // The round trip rejects a last character whose unused low bits are set (a non-canonical form).
+  if (bytes.length !== 32 || bytes.toString("base64") !== b64.padEnd(44, "=")) return null;
+  return new Uint8Array(bytes);
+}
+
+function providerJson(b: ProviderBinding) {
+  return {
+    provider_id: b.provider_id,
+    public_key: b.public_key === null ? null : Buffer.from(b.public_key).toString("base64"),
+    pinned: b.pinned,
+    banned: b.banned,
+    first_admitted_at_ms: b.first_admitted_at_ms,
+    updated_at_ms: b.updated_at_ms,
+  };
+}
+
+function providerIdArg(argv: readonly string[], ctx: OperatorContext, usage: readonly string[], spec: FlagSpec = {}) {
+  const p = parse(argv, spec, ["ID"], ctx, usage);
+  if (typeof p === "number") return p;
+  const id = p.positionals[0]!;
+  if (!PROVIDER_ID.test(id)) return usageError(ctx, usage, `provider id must match ${PROVIDER_ID.source}`);
+  return { id, flags: p.flags };
+}
+
+const providersPin: Subcommand = (argv, ctx, usage) => {
+  const p = providerIdArg(argv, ctx, usage, { "public-key": { kind: "string" } });
+  if (typeof p === "number") return p;
+  const b64 = p.flags["public-key"];
+  if (typeof b64 !== "string") return usageError(ctx, usage, "--public-key is required");
+  const key = decodeEd25519PublicKey(b64);
+  if (key === null) return usageError(ctx, usage, "--public-key must be standard base64 of a 32-byte Ed25519 key");
+  ctx.stdout(json(providerJson(ctx.store.pinProvider(p.id, key))));
+  return EXIT_OK;
+};
+
+const providersUnpin: Subcommand = (argv, ctx, usage) => {
+  const p = providerIdArg(argv, ctx, usage);
+  if (typeof p === "number") return p;
+  const binding = ctx.store.unpinProvider(p.id);
+  if (binding === null) return failure(ctx, `unknown provider ${p.id}`);
+  ctx.stdout(json(providerJson(binding)));
+  return EXIT_OK;
+};
+
+const providersBan: Subcommand = (argv, ctx, usage) => {
+  const p = providerIdArg(argv, ctx, usage);
+  if (typeof p === "number") return p;
+  ctx.stdout(json(providerJson(ctx.store.banProvider(p.id))));
+  return EXIT_OK;
+};
+
+const providersList: Subcommand = (argv, ctx, usage) => {
+  const p = parse(argv, { json: { kind: "boolean" } }, [], ctx, usage);
+  if (typeof p === "number") return p;
+  const rows = ctx.store.listProviders().map(providerJson);
+  if (p.flags.json) rows.forEach((row) => ctx.stdout(json(row)));
+  else {
+    table(
+      ctx,
+      ["PROVIDER_ID", "TIER", "BANNED", "PUBLIC_KEY"],
+      rows.map((r) => [r.provider_id, r.pinned ? "pinned" : "provisional", r.banned ? "yes" : "no", r.public_key ?? "-"]),
+    );
+  }
+  return EXIT_OK;
+};
+
+// ── human output ──────────────────────────────────────────────────────────────────────────────────
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+function table(ctx: OperatorContext, header: string[], rows: string[][]): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  for (const row of [header, ...rows]) {
+    ctx.stdout(row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i]!))).join("  ").trimEnd());
+  }
+}

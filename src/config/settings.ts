@@ -1,0 +1,81 @@
+// Every gateway setting, once: its config-file key, flag, env name, kind and default (DESIGN §2).
+// docs/configuration.md is the reference for operators; a test checks it lists every row here.
+
+export type SettingKind = "string" | "integer" | "boolean" | "enum";
+
+export interface SettingSpec {
+  key: string;
+  flag: string;
+  env: string;
+  kind: SettingKind;
+  default: string | number | boolean | undefined;
+  values?: readonly string[];
+  min?: number;
+  help: string;
+}
+
+const s = (
+  key: string,
+  kind: SettingKind,
+  def: SettingSpec["default"],
+  help: string,
+  extra: Partial<SettingSpec> = {},
+): SettingSpec => ({
+  key,
+  flag: "--" + key.replace(/[A-Z]/g, (c) => "-" + c.toLowerCase()),
+  env: "GATEWAY_" + key.replace(/[A-Z]/g, (c) => "_" + c).toUpperCase(),
+  kind,
+  default: def,
+  help,
+  ...extra,
+});
+
+export const settingSpecs = [
+  s("port", "integer", 8080, "TCP port of the buyer API and the provider WebSocket endpoint (0 = any free port).", { min: 0 }),
+  s("host", "string", "127.0.0.1", "Address to listen on."),
+  s("dataDir", "string", "./data", "Folder holding the SQLite file, generated keys and the catalog."),
+  s("demo", "boolean", false, "Start built-in demo providers in-process and print a ready dev API key."),
+  s("demoProviders", "integer", 2, "How many demo providers --demo starts.", { min: 1 }),
+  s("messagesFacade", "boolean", false, "Mount POST /v1/messages."),
+  s("responsesFacade", "boolean", false, "Mount POST /v1/responses."),
+  s("settlementMode", "enum", "enforce", "Settlement mode.", { values: ["observe", "enforce"] }),
+  s("keyPrefix", "string", "gw", "Service prefix of API keys (keys look like <prefix>_...)."),
+  s("maxBodyBytes", "integer", 512 * 1024, "Largest accepted buyer request body in bytes.", { min: 1024 }),
+  s("requestTokenCap", "integer", 4096, "Largest max_tokens one request may ask for.", { min: 1 }),
+  s("maxAttempts", "integer", 3, "Provider attempts per request before giving up (failover before the first byte).", { min: 1 }),
+  s("firstByteTimeoutMs", "integer", 30_000, "How long an attempt may take to its first content delta before failover.", { min: 1 }),
+  s("requestDeadlineMs", "integer", 300_000, "Longest a whole request may run; sent to providers as deadline_ms.", { min: 1 }),
+  s("heartbeatIntervalMs", "integer", 10_000, "Heartbeat interval given to providers; 3 missed intervals evict.", { min: 10 }),
+  s("handshakeTimeoutMs", "integer", 10_000, "Time a provider has to complete the handshake.", { min: 10 }),
+  s("provisionalAdmissionsPerHour", "integer", 10, "First admissions of never-seen provider ids per hour.", { min: 0 }),
+  s("provisionalMaxSessions", "integer", 100, "Provisional provider sessions connected at once.", { min: 0 }),
+  s("drainGraceMs", "integer", 30_000, "On SIGTERM, how long in-flight streams may run before the process exits.", { min: 0 }),
+  s("inspect", "string", undefined, "Attach the XState inspector at this WebSocket URL (flag without value: ws://127.0.0.1:8090)."),
+  s("logLevel", "enum", "info", "Least severe log level written.", { values: ["debug", "info", "warn", "error"] }),
+] as const satisfies readonly SettingSpec[];
+
+export interface GatewayConfig {
+  port: number;
+  host: string;
+  dataDir: string;
+  demo: boolean;
+  demoProviders: number;
+  messagesFacade: boolean;
+  responsesFacade: boolean;
+  settlementMode: "observe" | "enforce";
+  keyPrefix: string;
+  maxBodyBytes: number;
+  requestTokenCap: number;
+  maxAttempts: number;
+  firstByteTimeoutMs: number;
+  requestDeadlineMs: number;
+  heartbeatIntervalMs: number;
+  handshakeTimeoutMs: number;
+  provisionalAdmissionsPerHour: number;
+  provisionalMaxSessions: number;
+  drainGraceMs: number;
+  inspect: string | undefined;
+  logLevel: "debug" | "info" | "warn" | "error";
+}
+
+export const DEFAULT_INSPECT_URL = "ws://127.0.0.1:8090";

@@ -1,0 +1,176 @@
+// The provider WebSocket endpoint (/v1/provider/connect): decodes frames, feeds the session actor the
+// handshake and heartbeats, and hands job frames straight to the request actor that owns the attempt.
+import type { ServerWebSocket, WebSocketHandler } from "bun";
+import { createActor, fromPromise, type InspectionEvent, type Observer } from "xstate";
+import { providerSessionMachine, type AdmissionInput, type AdmissionVerdict } from "../../actors/providerSession.ts";
+import { decodeProviderFrame, encodeFrame } from "../wire/codec.ts";
+import { MAX_FRAME_BYTES, type ProviderFrame } from "../wire/frames.ts";
+import { attemptKey, type Registry, type SessionHandle } from "./registry.ts";
+import type { Log } from "../log.ts";
+
+export interface SocketData {
+  session?: SessionHandle;
+}
+
+export interface ProviderEndpointDeps {
+  registry: Registry;
+  admit: (input: AdmissionInput) => AdmissionVerdict;
+  newSessionId: () => string;
+  randomBytes: (n: number) => Uint8Array;
+  heartbeatIntervalMs: number;
+  handshakeTimeoutMs: number;
+  catalogId: () => string;
+  onAdmitted: (session: SessionHandle) => void;
+  onClosed: (session: SessionHandle, wasAdmitted: boolean) => void;
+  inspect?: Observer<InspectionEvent> | ((event: InspectionEvent) => void);
+  log: Log;
+}
+
+/** Builds the Bun WebSocket handler for provider connections. */
+export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketHandler<SocketData> {
+  const { registry, log } = deps;
+
+  const machine = providerSessionMachine.provide({
+    actors: {
+      admitProvider: fromPromise<AdmissionVerdict, AdmissionInput>(async ({ input }) => deps.admit(input)),
+    },
+    delays: { handshakeTimeout: deps.handshakeTimeoutMs },
+  });
+
+  function openSession(ws: ServerWebSocket<SocketData>): SessionHandle {
+    const sessionId = deps.newSessionId();
+    const nonce = deps.randomBytes(32);
+    let wasAdmitted = false;
+    const session: SessionHandle = {
+      sessionId,
+      attempts: new Set(),
+      send: (frame) => void ws.send(frame, false),
+      close: (code, reason) => ws.close(code, reason),
+      actor: undefined as unknown as SessionHandle["actor"],
+    };
+    session.actor = createActor(
+      machine.provide({
+        actions: {
+          sendChallenge: () => session.send(encodeFrame({ type: "challenge", session_id: sessionId, nonce })),
+          sendWelcome: ({ context }) =>
+            session.send(
+              encodeFrame({
+                type: "welcome",
+                session_id: sessionId,
+                tier: context.tier!,
+                heartbeat_interval_ms: deps.heartbeatIntervalMs,
+                catalog_id: deps.catalogId(),
+              }),
+            ),
+          sendDrain: () => session.send(encodeFrame({ type: "drain" })),
+          closeSocket: (_, params) => session.close(params.code, params.reason),
+          registerAdmitted: ({ context }) => {
+            const providerId = context.hello!.provider_id;
+            const previous = registry.admittedByProvider.get(providerId);
+            registry.admittedByProvider.set(providerId, session);
+            wasAdmitted = true;
+            // The same id and key connecting again replaces the old socket (e.g. after a half-open link).
+            if (previous && previous !== session) previous.actor.send({ type: "gateway.replaced" });
+            log.info("provider_admitted", { session_id: sessionId, provider_id: providerId, tier: context.tier });
+            deps.onAdmitted(session);
+          },
+          unregister: ({ context }) => {
+            registry.sessions.delete(sessionId);
+            const providerId = context.hello?.provider_id;
+            if (providerId && registry.admittedByProvider.get(providerId) === session) registry.admittedByProvider.delete(providerId);
+            loseAttempts(session);
+            if (context.closeCode !== null) {
+              log.info("provider_session_closed", { session_id: sessionId, provider_id: providerId ?? null, code: context.closeCode, reason: context.closeReason });
+            }
+            deps.onClosed(session, wasAdmitted);
+          },
+        },
+        delays: { heartbeatTimeout: ({ context }) => 3 * context.heartbeatIntervalMs },
+      }),
+      { input: { sessionId, nonce, heartbeatIntervalMs: deps.heartbeatIntervalMs }, inspect: deps.inspect },
+    );
+    registry.sessions.set(sessionId, session);
+    session.actor.start();
+    return session;
+  }
+
+  /** Every attempt in flight on a lost session fails as a lost socket. */
+  function loseAttempts(session: SessionHandle): void {
+    for (const key of [...session.attempts]) {
+      const attempt = registry.attempts.get(key);
+      registry.releaseAttempt(key);
+      attempt?.request.send({ type: "provider.lost" });
+    }
+  }
+
+  function onFrame(session: SessionHandle, frame: ProviderFrame): void {
+    const snapshot = session.actor.getSnapshot();
+    const admitted = snapshot.matches("admitted");
+    switch (frame.type) {
+      case "hello":
+        if (!snapshot.matches({ handshaking: "awaitingHello" })) break;
+        return session.actor.send({ type: "provider.hello", frame });
+      case "auth":
+        if (!snapshot.matches({ handshaking: "awaitingAuth" })) break;
+        return session.actor.send({ type: "provider.auth", signature: frame.signature });
+      case "heartbeat":
+        if (!admitted) break;
+        return session.actor.send({ type: "provider.heartbeat", state: frame.state, slotsFree: frame.slots_free, models: frame.models });
+      case "receipt":
+        if (!admitted) break;
+        // Settlement of late receipts arrives with the settlement actors; until then they are counted.
+        registry.ignoredFrames++;
+        return;
+      default: {
+        if (!admitted) break;
+        const attempt = registry.attempts.get(attemptKey(frame.request_id, frame.attempt_n));
+        if (!attempt || attempt.session !== session) {
+          registry.ignoredFrames++;
+          return;
+        }
+        switch (frame.type) {
+          case "chunk":
+            return attempt.request.send({ type: "provider.chunk", frame });
+          case "accepted":
+            return attempt.request.send({ type: "provider.accepted", modelHash: frame.model_hash });
+          case "declined":
+            return attempt.request.send({ type: "provider.declined", code: frame.code });
+          case "end":
+            return attempt.request.send({ type: "provider.ended", frame });
+        }
+      }
+    }
+    session.actor.send({ type: "provider.outOfTurn", frameType: frame.type });
+  }
+
+  return {
+    maxPayloadLength: MAX_FRAME_BYTES,
+    // Heartbeats are the protocol's liveness check; Bun's idle timeout would only duplicate it.
+    idleTimeout: 0,
+    sendPings: true,
+    open(ws) {
+      ws.data.session = openSession(ws);
+    },
+    message(ws, data) {
+      const session = ws.data.session;
+      if (!session) return;
+      const decoded = decodeProviderFrame(typeof data === "string" ? data : (data as Uint8Array));
+      if (!decoded.ok) {
+        log.warn("provider_frame_rejected", { session_id: session.sessionId, reason: decoded.reason, code: decoded.closeCode });
+        ws.close(decoded.closeCode, decoded.reason);
+        return;
+      }
+      try {
+        onFrame(session, decoded.frame);
+      } catch (e) {
+        // A bug in handling one frame closes that socket, never the process.
+        log.error("provider_frame_failed", { session_id: session.sessionId, error: String(e) });
+        ws.close(1011, "internal_error");
+      }
+    },
+    close(ws, code) {
+      ws.data.session?.actor.send({ type: "socket.closed", code });
+    },
+  };
+}
+

@@ -1,0 +1,76 @@
+// The live registry: provider sessions (by session and by provider id) and in-flight attempts
+// (by request id + attempt number), so frames reach the request actor that owns them.
+import type { ActorRefFrom } from "xstate";
+import type { ProviderSessionMachine } from "../../actors/providerSession.ts";
+import { freeSlots } from "../../actors/providerSession.ts";
+import type { RequestMachine } from "../../actors/request.ts";
+import type { ProviderView } from "./routing.ts";
+
+export interface SessionHandle {
+  sessionId: string;
+  actor: ActorRefFrom<ProviderSessionMachine>;
+  send(frame: Uint8Array): void;
+  close(code: number, reason: string): void;
+  /** Keys of attempts in flight on this session. */
+  attempts: Set<string>;
+}
+
+export interface AttemptHandle {
+  key: string;
+  requestId: string;
+  attemptN: number;
+  request: ActorRefFrom<RequestMachine>;
+  session: SessionHandle;
+}
+
+export const attemptKey = (requestId: string, attemptN: number): string => `${requestId}#${attemptN}`;
+
+export class Registry {
+  readonly sessions = new Map<string, SessionHandle>();
+  readonly admittedByProvider = new Map<string, SessionHandle>();
+  readonly attempts = new Map<string, AttemptHandle>();
+  /** Frames about jobs a session does not hold: ignored, and counted (DESIGN §3). */
+  ignoredFrames = 0;
+
+  /** Routing views of admitted sessions. */
+  *providerViews(): Generator<ProviderView> {
+    for (const session of this.admittedByProvider.values()) {
+      const snapshot = session.actor.getSnapshot();
+      const c = snapshot.context;
+      if (!c.hello || !c.tier || snapshot.status !== "active") continue;
+      const value = snapshot.value;
+      const sub = typeof value === "object" && "admitted" in value ? (value.admitted as ProviderView["state"]) : undefined;
+      if (!sub) continue;
+      yield {
+        sessionId: session.sessionId,
+        providerId: c.hello.provider_id,
+        tier: c.tier,
+        state: sub,
+        warmModels: c.models.map((m) => m.model_id),
+        freeSlots: freeSlots(c),
+        inFlight: c.inFlight,
+      };
+    }
+  }
+
+  provisionalSessionCount(): number {
+    let n = 0;
+    for (const s of this.admittedByProvider.values()) if (s.actor.getSnapshot().context.tier === "provisional") n++;
+    return n;
+  }
+
+  addAttempt(handle: AttemptHandle): void {
+    this.attempts.set(handle.key, handle);
+    handle.session.attempts.add(handle.key);
+    handle.session.actor.send({ type: "attempt.started" });
+  }
+
+  /** Forgets an attempt and frees its slot; a no-op when already released. */
+  releaseAttempt(key: string): void {
+    const handle = this.attempts.get(key);
+    if (!handle) return;
+    this.attempts.delete(key);
+    handle.session.attempts.delete(key);
+    if (handle.session.actor.getSnapshot().status === "active") handle.session.actor.send({ type: "attempt.finished" });
+  }
+}

@@ -1,0 +1,199 @@
+// Writing a chat completion to the buyer, as SSE or as one JSON body. Nothing — not even the status
+// line — is produced before the first delta (streaming) or the whole result (JSON), so failover before
+// that point is invisible (DESIGN §7).
+import { errorResponse, inBandErrorFrame, type GatewayError } from "../errors.ts";
+import type { ChunkFrame, ToolCallDelta } from "../../wire/frames.ts";
+
+export interface ChatUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+}
+
+export interface ChatOutcome {
+  finishReason: string;
+  usage: ChatUsage;
+}
+
+export interface ChatResponder {
+  /** Resolves once the buyer-visible response can start (or has failed before its first byte). */
+  readonly response: Promise<Response>;
+  relay(frame: ChunkFrame): void;
+  /** Forgets buffered output of a failed attempt (JSON responses only buffer). */
+  discard(): void;
+  succeed(outcome: ChatOutcome): void;
+  fail(error: GatewayError): void;
+  failMidStream(error: GatewayError): void;
+}
+
+export interface ResponderOptions {
+  completionId: string;
+  model: string;
+  created: number;
+  includeUsage: boolean;
+  headers: Record<string, string>;
+  /** Called when the buyer goes away before the response ended. */
+  onBuyerGone: () => void;
+  requestId: string;
+}
+
+const encoder = new TextEncoder();
+
+const usageObject = (u: ChatUsage) => ({
+  prompt_tokens: u.prompt_tokens,
+  completion_tokens: u.completion_tokens,
+  total_tokens: u.prompt_tokens + u.completion_tokens,
+});
+
+const toolCallDeltas = (calls: ToolCallDelta[]) =>
+  calls.map((c) => {
+    const out: Record<string, unknown> = { index: c.index };
+    if (c.id !== undefined) out.id = c.id;
+    if (c.id !== undefined || c.name !== undefined) out.type = "function";
+    const fn: Record<string, string> = {};
+    if (c.name !== undefined) fn.name = c.name;
+    if (c.arguments !== undefined) fn.arguments = c.arguments;
+    out.function = fn;
+    return out;
+  });
+
+/** SSE: `data: {chunk}` per delta, a finish chunk, an optional usage chunk, then `[DONE]`. */
+export function streamingResponder(o: ResponderOptions): ChatResponder {
+  let resolve!: (r: Response) => void;
+  const response = new Promise<Response>((r) => (resolve = r));
+  let controller: ReadableStreamDefaultController<Uint8Array> | null = null;
+  let started = false;
+  let ended = false;
+  let sentRole = false;
+  // Everything but the choices is the same on every chunk: built once.
+  const head = `data: {"id":${JSON.stringify(o.completionId)},"object":"chat.completion.chunk","created":${o.created},"model":${JSON.stringify(o.model)},"choices":`;
+
+  const write = (text: string) => {
+    if (ended || !controller) return;
+    try {
+      controller.enqueue(encoder.encode(text));
+    } catch {
+      ended = true; // The buyer is gone; the abort path handles the rest.
+    }
+  };
+  const end = () => {
+    if (ended) return;
+    ended = true;
+    try {
+      controller?.close();
+    } catch {}
+  };
+  const start = () => {
+    if (started) return;
+    started = true;
+    const stream = new ReadableStream<Uint8Array>({
+      start: (c) => {
+        controller = c;
+      },
+      cancel: () => {
+        if (!ended) {
+          ended = true;
+          o.onBuyerGone();
+        }
+      },
+    });
+    resolve(
+      new Response(stream, {
+        status: 200,
+        headers: { ...o.headers, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-accel-buffering": "no" },
+      }),
+    );
+  };
+  const delta = (d: Record<string, unknown>, finishReason: string | null) => {
+    if (!sentRole) {
+      d = { role: "assistant", ...d };
+      sentRole = true;
+    }
+    return `${head}[{"index":0,"delta":${JSON.stringify(d)},"logprobs":null,"finish_reason":${JSON.stringify(finishReason)}}]}\n\n`;
+  };
+
+  return {
+    response,
+    relay(frame) {
+      start();
+      const d: Record<string, unknown> = {};
+      if (frame.content !== undefined) d.content = frame.content;
+      if (frame.tool_calls !== undefined) d.tool_calls = toolCallDeltas(frame.tool_calls);
+      write(delta(d, null));
+    },
+    discard() {},
+    succeed({ finishReason, usage }) {
+      start();
+      write(delta({}, finishReason));
+      if (o.includeUsage) write(`${head}[],"usage":${JSON.stringify(usageObject(usage))}}\n\n`);
+      write("data: [DONE]\n\n");
+      end();
+    },
+    fail(error) {
+      if (!started) {
+        started = true;
+        resolve(errorResponse(error, o.requestId));
+        return;
+      }
+      write(inBandErrorFrame(error));
+      end();
+    },
+    failMidStream(error) {
+      write(inBandErrorFrame(error));
+      end();
+    },
+  };
+}
+
+/** One JSON body, written only when the whole completion is known. */
+export function jsonResponder(o: ResponderOptions): ChatResponder {
+  let resolve!: (r: Response) => void;
+  const response = new Promise<Response>((r) => (resolve = r));
+  let content = "";
+  let calls: { id?: string; name: string; arguments: string }[] = [];
+  let done = false;
+
+  return {
+    response,
+    relay(frame) {
+      if (frame.content !== undefined) content += frame.content;
+      for (const c of frame.tool_calls ?? []) {
+        const call = (calls[c.index] ??= { name: "", arguments: "" });
+        if (c.id !== undefined) call.id = c.id;
+        if (c.name !== undefined) call.name += c.name;
+        if (c.arguments !== undefined) call.arguments += c.arguments;
+      }
+    },
+    discard() {
+      content = "";
+      calls = [];
+    },
+    succeed({ finishReason, usage }) {
+      if (done) return;
+      done = true;
+      const message: Record<string, unknown> = { role: "assistant", content: content.length > 0 || calls.length === 0 ? content : null };
+      const toolCalls = calls.filter(Boolean).map((c, i) => ({
+        id: c.id ?? `call_${o.completionId}_${i}`,
+        type: "function",
+        function: { name: c.name, arguments: c.arguments },
+      }));
+      if (toolCalls.length > 0) message.tool_calls = toolCalls;
+      const body = {
+        id: o.completionId,
+        object: "chat.completion",
+        created: o.created,
+        model: o.model,
+        choices: [{ index: 0, message, logprobs: null, finish_reason: finishReason }],
+        usage: usageObject(usage),
+      };
+      resolve(new Response(JSON.stringify(body), { status: 200, headers: { ...o.headers, "content-type": "application/json" } }));
+    },
+    fail(error) {
+      if (done) return;
+      done = true;
+      resolve(errorResponse(error, o.requestId));
+    },
+    failMidStream(error) {
+      this.fail(error);
+    },
+  };
+}

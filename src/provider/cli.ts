@@ -1,0 +1,221 @@
+// `gateway provider …` (DESIGN §2): flag parsing and wiring of key, engine and runtime.
+// Exit codes: 0 ok, 1 runtime failure (e.g. unreadable key file), 64 usage error.
+import { totalmem } from "node:os";
+import { parseArgs, type ParseArgsConfig } from "node:util";
+import type { ModelEntry } from "../wire/frames.ts";
+import type { Engine } from "./engine.ts";
+import type { LogFn } from "./events.ts";
+import { loadOrCreateProviderKey } from "./keys.ts";
+import { startProviderRuntime } from "./runtime.ts";
+import { createSyntheticEngine, parseSyntheticFault } from "./synthetic.ts";
+import pkg from "../../package.json";
+
+export const PROVIDER_USAGE = `usage:
+  gateway provider --gateway ws(s)://HOST:PORT/v1/provider/connect --id ID --key-file F
+                   --engine synthetic|openai --model SERVE_ID=HASH_OR_PATH [--model ...]
+                   [--max-concurrency N] [--ram-gb N] [--max-context-tokens N]
+                   [--synthetic-ttft-ms N] [--synthetic-tokens-per-second N]
+                   [--synthetic-fault none|decline|exit-before-first-chunk|stall|exit-after:N|error-after:N]
+                   [--backoff-min-ms N] [--backoff-max-ms N]
+                   [--upstream URL] [--upstream-key KEY] [--upstream-model SERVE_ID=NAME]...
+                   [--catalog-url URL] [--catalog-pubkey B64]
+  gateway provider keygen --key-file F`;
+
+export interface CommandIo {
+  stdout(line: string): void;
+  stderr(line: string): void;
+  /** Resolves when the runtime should stop; default: the first SIGINT or SIGTERM. */
+  until?: Promise<unknown>;
+}
+
+const processIo: CommandIo = {
+  stdout: (line) => void process.stdout.write(`${line}\n`),
+  stderr: (line) => void process.stderr.write(`${line}\n`),
+};
+
+class UsageError extends Error {}
+
+const PROVIDER_OPTIONS = {
+  gateway: { type: "string" },
+  id: { type: "string" },
+  "key-file": { type: "string" },
+  engine: { type: "string" },
+  model: { type: "string", multiple: true },
+  "max-concurrency": { type: "string" },
+  "ram-gb": { type: "string" },
+  "max-context-tokens": { type: "string" },
+  "synthetic-ttft-ms": { type: "string" },
+  "synthetic-tokens-per-second": { type: "string" },
+  "synthetic-fault": { type: "string" },
+  "backoff-min-ms": { type: "string" },
+  "backoff-max-ms": { type: "string" },
+  upstream: { type: "string" },
+  "upstream-key": { type: "string" },
+  "upstream-model": { type: "string", multiple: true },
+  "catalog-url": { type: "string" },
+  "catalog-pubkey": { type: "string" },
+  help: { type: "boolean" },
+} as const;
+
+function parse<const O extends NonNullable<ParseArgsConfig["options"]>>(args: string[], options: O) {
+  try {
+    return parseArgs({ args, options, strict: true as const, allowPositionals: false as const });
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+}
+
+function required(value: string | undefined, flag: string): string {
+  if (value === undefined || value === "") throw new UsageError(`--${flag} is required`);
+  return value;
+}
+
+function numberFlag(value: string | undefined, flag: string, fallback: number, min: number, max: number, integer = true): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (value.trim() === "" || !Number.isFinite(n) || (integer && !Number.isInteger(n)) || n < min || n > max) {
+    throw new UsageError(`--${flag} must be ${integer ? "an integer" : "a number"} in ${min}..${max}`);
+  }
+  return n;
+}
+
+/** `SERVE_ID=HASH_OR_PATH`, split on the first `=` because model names may hold `:` and `=`. */
+function parseModels(values: string[] | undefined, maxContextTokens: number): ModelEntry[] {
+  if (!values || values.length === 0) throw new UsageError("at least one --model SERVE_ID=HASH is required");
+  const models: ModelEntry[] = [];
+  for (const value of values) {
+    const at = value.indexOf("=");
+    const modelId = at > 0 ? value.slice(0, at) : "";
+    const target = at > 0 ? value.slice(at + 1) : "";
+    if (modelId === "" || modelId.length > 256 || target === "") {
+      throw new UsageError(`--model ${JSON.stringify(value)}: expected SERVE_ID=HASH_OR_PATH`);
+    }
+    if (!/^[0-9a-fA-F]{64}$/.test(target)) {
+      throw new UsageError(`--model ${modelId}: pass a 64-hex model hash; weights hashing comes later`);
+    }
+    if (models.some((m) => m.model_id === modelId)) throw new UsageError(`--model ${modelId} given twice`);
+    models.push({ model_id: modelId, model_hash: target.toLowerCase(), max_context_tokens: maxContextTokens });
+  }
+  return models;
+}
+
+function jsonLogger(io: CommandIo): LogFn {
+  return (event, fields) => io.stdout(JSON.stringify({ ts: new Date().toISOString(), event, ...fields }));
+}
+
+async function keygen(args: string[], io: CommandIo): Promise<number> {
+  const { values } = parse(args, { "key-file": { type: "string" } });
+  const keyFile = required(values["key-file"], "key-file");
+  let key;
+  try {
+    key = await loadOrCreateProviderKey(keyFile);
+  } catch (error) {
+    io.stderr(`gateway provider keygen: cannot load key file: ${(error as Error).message}`);
+    return 1;
+  }
+  if (key.insecureMode) io.stderr("warning: the key file is readable by group or others (chmod 600 it)");
+  io.stdout(JSON.stringify({ public_key: key.publicKeyBase64 }));
+  return 0;
+}
+
+function buildEngine(values: ReturnType<typeof parse<typeof PROVIDER_OPTIONS>>["values"]): Engine {
+  const engine = required(values.engine, "engine");
+  if (engine === "openai") throw new UsageError("openai engine not available yet");
+  if (engine !== "synthetic") throw new UsageError(`--engine must be synthetic or openai, not ${JSON.stringify(engine)}`);
+  for (const flag of ["upstream", "upstream-key", "upstream-model"] as const) {
+    if (values[flag] !== undefined) throw new UsageError(`--${flag} applies to --engine openai only`);
+  }
+  const faultSpec = values["synthetic-fault"] ?? "none";
+  const fault = parseSyntheticFault(faultSpec);
+  if (!fault) throw new UsageError(`--synthetic-fault ${JSON.stringify(faultSpec)} is not a known fault`);
+  return createSyntheticEngine({
+    ttftMs: numberFlag(values["synthetic-ttft-ms"], "synthetic-ttft-ms", 0, 0, 3_600_000),
+    tokensPerSecond: numberFlag(values["synthetic-tokens-per-second"], "synthetic-tokens-per-second", 200, 0, 1e6, false),
+    fault,
+  });
+}
+
+async function serve(args: string[], io: CommandIo): Promise<number> {
+  const { values } = parse(args, PROVIDER_OPTIONS);
+  if (values.help) {
+    io.stdout(PROVIDER_USAGE);
+    return 0;
+  }
+  const gatewayUrl = required(values.gateway, "gateway");
+  if (!URL.canParse(gatewayUrl) || !/^wss?:$/.test(new URL(gatewayUrl).protocol)) {
+    throw new UsageError("--gateway must be a ws:// or wss:// URL");
+  }
+  const providerId = required(values.id, "id");
+  if (!/^[A-Za-z0-9._-]{1,64}$/.test(providerId)) throw new UsageError("--id must match [A-Za-z0-9._-]{1,64}");
+  const keyFile = required(values["key-file"], "key-file");
+  const engine = buildEngine(values);
+  const maxContextTokens = numberFlag(values["max-context-tokens"], "max-context-tokens", 8192, 1, 1e9);
+  const models = parseModels(values.model, maxContextTokens);
+  const maxConcurrency = numberFlag(values["max-concurrency"], "max-concurrency", 1, 1, 1024);
+  const defaultRamGb = Math.round((totalmem() / 2 ** 30) * 10) / 10;
+  const ramGb = numberFlag(values["ram-gb"], "ram-gb", defaultRamGb, 0, 1e6, false);
+  const minMs = numberFlag(values["backoff-min-ms"], "backoff-min-ms", 250, 1, 3_600_000);
+  const maxMs = numberFlag(values["backoff-max-ms"], "backoff-max-ms", Math.max(30_000, minMs), minMs, 3_600_000);
+  const catalogPubkey = values["catalog-pubkey"];
+  if (catalogPubkey !== undefined && Buffer.from(catalogPubkey, "base64").byteLength !== 32) {
+    throw new UsageError("--catalog-pubkey must be the standard base64 of a raw 32-byte Ed25519 key");
+  }
+
+  const log = jsonLogger(io);
+  let key;
+  try {
+    key = await loadOrCreateProviderKey(keyFile);
+  } catch (error) {
+    io.stderr(`gateway provider: cannot load key file: ${(error as Error).message}`);
+    return 1;
+  }
+  if (key.created) log("key_created", { key_file: keyFile, public_key: key.publicKeyBase64 });
+  if (key.insecureMode) log("key_file_insecure_mode", { key_file: keyFile });
+  if (values["catalog-url"] !== undefined || catalogPubkey !== undefined) {
+    log("catalog_check_unavailable", { note: "catalog feed verification is not implemented yet" });
+  }
+
+  const until = io.until ?? firstSignal();
+  const runtime = startProviderRuntime({
+    gatewayUrl,
+    providerId,
+    key,
+    engine,
+    models,
+    maxConcurrency,
+    hardware: { ram_gb: ramGb },
+    runtime: { name: "gateway-provider", version: pkg.version },
+    backoff: { minMs, maxMs },
+    log,
+    die: () => process.exit(1), // exit faults: the whole provider process dies, as a crash would
+  });
+  log("started", { provider_id: providerId, engine: engine.name, models: models.map((m) => m.model_id), max_concurrency: maxConcurrency });
+  const signal = await until;
+  log("stopping", { signal: typeof signal === "string" ? signal : null });
+  await runtime.stop();
+  return 0;
+}
+
+function firstSignal(): Promise<string> {
+  return new Promise((resolve) => {
+    const on = (signal: string) => {
+      process.off("SIGINT", on);
+      process.off("SIGTERM", on);
+      resolve(signal);
+    };
+    process.on("SIGINT", on);
+    process.on("SIGTERM", on);
+  });
+}
+
+/** Runs `gateway provider …` (argv after the word `provider`); resolves to the exit code. */
+export async function runProviderCommand(argv: string[], io: CommandIo = processIo): Promise<number> {
+  try {
+    return argv[0] === "keygen" ? await keygen(argv.slice(1), io) : await serve(argv, io);
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    io.stderr(`gateway provider: ${error.message}`);
+    io.stderr(PROVIDER_USAGE);
+    return 64;
+  }
+}

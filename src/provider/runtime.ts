@@ -1,0 +1,308 @@
+// The reference provider runtime: one WebSocket session at a time to the gateway (DESIGN §3), jobs run
+// on an Engine, reconnect with full-jitter backoff. A plain class: this is an I/O edge, not domain code.
+import type { KeyObject } from "node:crypto";
+import { decodeGatewayFrame, encodeFrame } from "../wire/codec.ts";
+import {
+  CloseCode,
+  MAX_FRAME_BYTES,
+  type CancelFrame,
+  type GatewayFrame,
+  type JobFrame,
+  type ModelEntry,
+  type ProviderFrame,
+  type SettledFrame,
+  type WelcomeFrame,
+} from "../wire/frames.ts";
+import type { Engine } from "./engine.ts";
+import { signHandshake } from "./keys.ts";
+import { Emitter, type LogFn, type RuntimeEvents } from "./events.ts";
+import { declineJob, startAttempt, type Attempt } from "./attempt.ts";
+
+export type { LogFn, RuntimeEvents } from "./events.ts";
+
+export interface Timers {
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+  setInterval(fn: () => void, ms: number): unknown;
+  clearInterval(handle: unknown): void;
+}
+
+const realTimers: Timers = {
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (h) => clearTimeout(h as ReturnType<typeof setTimeout>),
+  setInterval: (fn, ms) => setInterval(fn, ms),
+  clearInterval: (h) => clearInterval(h as ReturnType<typeof setInterval>),
+};
+
+export interface ProviderRuntimeOptions {
+  gatewayUrl: string;
+  providerId: string;
+  key: { privateKey: KeyObject; publicKeyRaw: Uint8Array };
+  engine: Engine;
+  models: ModelEntry[];
+  maxConcurrency?: number;
+  hardware?: { ram_gb: number; chip?: string };
+  runtime?: { name: string; version: string };
+  backoff?: { minMs?: number; maxMs?: number };
+  log?: LogFn;
+  /** What an engine's exit fault does; default: drop the socket without a close handshake. */
+  die?: () => void;
+  random?: () => number;
+  timers?: Timers;
+  /** Time allowed for a clean close in stop() before the socket is dropped (default 2000 ms). */
+  stopTimeoutMs?: number;
+}
+
+export interface ProviderRuntime {
+  /** True between `welcome` and the session's close. */
+  readonly connected: boolean;
+  readonly sessionId: string | null;
+  /** Subscribes to a test/observability hook; returns the unsubscribe function. */
+  on<E extends keyof RuntimeEvents>(event: E, fn: RuntimeEvents[E]): () => void;
+  /** Closes the session cleanly (1000) and stops reconnecting. */
+  stop(): Promise<void>;
+}
+
+type Phase = "hello_sent" | "auth_sent" | "admitted" | "closed";
+
+interface Session {
+  ws: WebSocket;
+  phase: Phase;
+  sessionId: string | null;
+  heartbeat: unknown;
+  draining: boolean;
+  jobs: Map<string, Attempt>;
+  closed: Promise<void>;
+}
+
+/** Which gateway frames each phase accepts; anything else is out of turn (1008). */
+const ALLOWED: Record<Phase, ReadonlySet<GatewayFrame["type"]>> = {
+  hello_sent: new Set(["challenge"]),
+  auth_sent: new Set(["welcome"]),
+  admitted: new Set(["job", "cancel", "drain", "settled"]),
+  closed: new Set(),
+};
+
+const jobKey = (f: { request_id: string; attempt_n: number }) => `${f.attempt_n}/${f.request_id}`;
+
+class Runtime implements ProviderRuntime {
+  private readonly events = new Emitter<RuntimeEvents>();
+  private readonly log: LogFn;
+  private readonly timers: Timers;
+  private readonly maxConcurrency: number;
+  private session: Session | null = null;
+  private stopped = false;
+  private reconnectTimer: unknown = null;
+  private failures = 0; // consecutive connections that ended before a welcome
+
+  constructor(private readonly options: ProviderRuntimeOptions) {
+    this.log = options.log ?? (() => {});
+    this.timers = options.timers ?? realTimers;
+    this.maxConcurrency = options.maxConcurrency ?? 1;
+    if (!/^wss?:\/\//.test(options.gatewayUrl)) throw new Error("gatewayUrl must be ws:// or wss://");
+    if (!Number.isInteger(this.maxConcurrency) || this.maxConcurrency < 1) {
+      throw new Error("maxConcurrency must be a positive integer");
+    }
+    this.events.onListenerError = (event) => this.log("listener_error", { hook: event });
+  }
+
+  get connected(): boolean {
+    return this.session?.phase === "admitted";
+  }
+
+  get sessionId(): string | null {
+    return this.connected ? (this.session?.sessionId ?? null) : null;
+  }
+
+  on<E extends keyof RuntimeEvents>(event: E, fn: RuntimeEvents[E]): () => void {
+    return this.events.on(event, fn);
+  }
+
+  connect(): void {
+    this.reconnectTimer = null;
+    if (this.stopped) return;
+    this.log("connecting", { url: this.options.gatewayUrl, attempt: this.failures });
+    const ws = new WebSocket(this.options.gatewayUrl);
+    ws.binaryType = "arraybuffer";
+    let markClosed = () => {};
+    const session: Session = {
+      ws,
+      phase: "hello_sent",
+      sessionId: null,
+      heartbeat: null,
+      draining: false,
+      jobs: new Map(),
+      closed: new Promise((resolve) => (markClosed = resolve)),
+    };
+    this.session = session;
+    ws.onopen = () => this.sendHello(session);
+    ws.onmessage = (event) => this.onMessage(session, event.data as unknown);
+    ws.onerror = () => this.log("socket_error", {});
+    ws.onclose = (event) => {
+      this.onClose(session, event.code, event.reason);
+      markClosed();
+    };
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.reconnectTimer !== null) this.timers.clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = null;
+    const session = this.session;
+    if (session && session.phase !== "closed") {
+      session.ws.close(CloseCode.normal, "provider stopping");
+      let fallback: unknown;
+      const timedOut = new Promise<void>((resolve) => {
+        fallback = this.timers.setTimeout(() => {
+          session.ws.terminate();
+          resolve();
+        }, this.options.stopTimeoutMs ?? 2000);
+      });
+      await Promise.race([session.closed, timedOut]);
+      this.timers.clearTimeout(fallback);
+    }
+    this.log("stopped", {});
+  }
+
+  // ---- session ----
+
+  private send(session: Session, frame: ProviderFrame): void {
+    if (session.phase === "closed" || session.ws.readyState !== WebSocket.OPEN) return;
+    session.ws.send(encodeFrame(frame));
+  }
+
+  private sendHello(session: Session): void {
+    const { providerId, key, models, hardware, runtime } = this.options;
+    this.log("connected", { url: this.options.gatewayUrl });
+    this.send(session, {
+      type: "hello",
+      protocol: 1,
+      provider_id: providerId,
+      receipt_public_key: key.publicKeyRaw,
+      runtime: runtime ?? { name: "gateway-provider", version: "0.1.0" },
+      hardware: hardware ?? { ram_gb: 0 },
+      max_concurrency: this.maxConcurrency,
+      models,
+    });
+  }
+
+  private violation(session: Session, closeCode: number, reason: string, fields: Record<string, unknown>): void {
+    this.log("invalid_frame", { reason, close_code: closeCode, ...fields });
+    session.ws.close(closeCode, reason);
+  }
+
+  private onMessage(session: Session, data: unknown): void {
+    // After we started closing (e.g. on a bad frame) nothing more from this socket is acted on.
+    if (session.phase === "closed" || session.ws.readyState !== WebSocket.OPEN) return;
+    if (data instanceof ArrayBuffer && data.byteLength > MAX_FRAME_BYTES) {
+      return this.violation(session, CloseCode.messageTooBig, "too_big", { bytes: data.byteLength });
+    }
+    const decoded = decodeGatewayFrame(data as string | ArrayBuffer);
+    if (!decoded.ok) return this.violation(session, decoded.closeCode, decoded.reason, {});
+    const frame = decoded.frame;
+    if (!ALLOWED[session.phase].has(frame.type)) {
+      return this.violation(session, CloseCode.policyViolation, "out_of_turn", { type: frame.type, phase: session.phase });
+    }
+    switch (frame.type) {
+      case "challenge": {
+        const signature = signHandshake(this.options.key.privateKey, frame.session_id, this.options.providerId, frame.nonce);
+        session.phase = "auth_sent";
+        return this.send(session, { type: "auth", signature });
+      }
+      case "welcome":
+        return this.onWelcome(session, frame);
+      case "job":
+        return this.onJob(session, frame);
+      case "cancel":
+        return this.onCancel(session, frame);
+      case "drain":
+        session.draining = true;
+        this.log("drain_received", { in_flight: session.jobs.size });
+        this.sendHeartbeat(session); // tell the gateway at once rather than at the next interval
+        return this.events.emit("drain");
+      case "settled":
+        return this.onSettled(frame);
+    }
+  }
+
+  private onWelcome(session: Session, frame: WelcomeFrame): void {
+    session.phase = "admitted";
+    session.sessionId = frame.session_id;
+    this.failures = 0; // backoff restarts from minMs once a session was admitted
+    session.heartbeat = this.timers.setInterval(() => this.sendHeartbeat(session), frame.heartbeat_interval_ms);
+    const { session_id, tier, heartbeat_interval_ms, catalog_id } = frame;
+    this.log("welcome", { session_id, tier, heartbeat_interval_ms, catalog_id });
+    this.events.emit("welcome", frame);
+  }
+
+  private sendHeartbeat(session: Session): void {
+    const slotsFree = Math.max(0, this.maxConcurrency - session.jobs.size);
+    const state = session.draining ? "draining" : slotsFree === 0 ? "busy" : "ready";
+    this.send(session, { type: "heartbeat", state, slots_free: slotsFree, models: this.options.models });
+  }
+
+  private onSettled(frame: SettledFrame): void {
+    const { request_id, attempt_n, label, reason, provider_credits } = frame;
+    this.log("settled", { request_id, attempt_n, label, reason, provider_credits });
+    this.events.emit("settled", frame);
+  }
+
+  private onClose(session: Session, code: number, reason: string): void {
+    session.phase = "closed";
+    if (session.heartbeat !== null) this.timers.clearInterval(session.heartbeat);
+    // The gateway treats in-flight attempts of a lost socket as lost; stop spending work on them.
+    for (const attempt of session.jobs.values()) attempt.abandon();
+    this.log("closed", { code, reason });
+    this.events.emit("closed", code, reason);
+    if (this.stopped || this.session !== session) return;
+    const minMs = this.options.backoff?.minMs ?? 250;
+    const maxMs = this.options.backoff?.maxMs ?? 30_000;
+    const ceiling = Math.min(maxMs, minMs * 2 ** this.failures);
+    const delayMs = Math.floor((this.options.random ?? Math.random)() * ceiling); // full jitter
+    this.failures = Math.min(this.failures + 1, 30);
+    this.log("reconnect_scheduled", { delay_ms: delayMs, attempt: this.failures });
+    this.reconnectTimer = this.timers.setTimeout(() => this.connect(), delayMs);
+  }
+
+  // ---- jobs ----
+
+  private onJob(session: Session, job: JobFrame): void {
+    const ids = { request_id: job.request_id, attempt_n: job.attempt_n };
+    this.log("job_received", { ...ids, model_id: job.model_id, max_tokens: job.params.max_tokens });
+    this.events.emit("job", job.request_id, job.attempt_n);
+    const key = jobKey(job);
+    if (session.jobs.has(key)) return this.log("frame_ignored", { type: "job", ...ids, why: "duplicate" });
+    const send = (frame: ProviderFrame) => this.send(session, frame);
+    const model = this.options.models.find((m) => m.model_id === job.model_id);
+    if (!model) return declineJob(job, "model_not_loaded", { send, log: this.log });
+    // Draining takes no new work; queue_full sends the request elsewhere without blaming the model.
+    if (session.draining || session.jobs.size >= this.maxConcurrency) {
+      return declineJob(job, "queue_full", { send, log: this.log });
+    }
+    const attempt = startAttempt(job, model.model_hash, {
+      engine: this.options.engine,
+      send,
+      live: () => session.phase === "admitted",
+      die: this.options.die ?? (() => session.ws.terminate()),
+      log: this.log,
+    });
+    session.jobs.set(key, attempt);
+    void attempt.done.then(() => session.jobs.delete(key));
+  }
+
+  private onCancel(session: Session, frame: CancelFrame): void {
+    const ids = { request_id: frame.request_id, attempt_n: frame.attempt_n };
+    this.log("cancel_received", { ...ids, reason: frame.reason });
+    this.events.emit("cancel", frame.request_id, frame.attempt_n, frame.reason);
+    const attempt = session.jobs.get(jobKey(frame));
+    if (!attempt) return this.log("frame_ignored", { type: "cancel", ...ids, why: "unknown_job" });
+    attempt.cancel(frame.reason);
+  }
+}
+
+/** Starts the runtime: it connects at once and keeps a session up until stop(). */
+export function startProviderRuntime(options: ProviderRuntimeOptions): ProviderRuntime {
+  const runtime = new Runtime(options);
+  runtime.connect();
+  return runtime;
+}

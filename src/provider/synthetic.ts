@@ -1,0 +1,204 @@
+// The synthetic engine: deterministic text at a configurable rate, with injectable faults, for demos,
+// tests and benchmarks. The text is a pure function of the prompt, so tests can predict every chunk.
+import type { JobMessage } from "../wire/frames.ts";
+import { cancelTerminalState, type Engine, type EngineJob, type EngineOutcome } from "./engine.ts";
+import type { TerminalState } from "../wire/frames.ts";
+
+export type SyntheticFault =
+  | { kind: "none" }
+  | { kind: "decline" }
+  | { kind: "exit-before-first-chunk" }
+  | { kind: "stall" }
+  | { kind: "exit-after"; n: number }
+  | { kind: "error-after"; n: number };
+
+/** Parses `none|decline|exit-before-first-chunk|stall|exit-after:N|error-after:N`; null when invalid. */
+export function parseSyntheticFault(spec: string): SyntheticFault | null {
+  if (spec === "none" || spec === "decline" || spec === "exit-before-first-chunk" || spec === "stall") {
+    return { kind: spec };
+  }
+  const match = /^(exit-after|error-after):(\d{1,9})$/.exec(spec);
+  if (!match) return null;
+  return { kind: match[1] as "exit-after" | "error-after", n: Number(match[2]) };
+}
+
+// ---- text generation (pure) ----
+
+const ADJECTIVES = ["quiet", "bright", "patient", "small", "careful", "ancient", "steady", "curious",
+  "gentle", "distant", "simple", "clever", "warm", "silver", "narrow", "early"];
+const NOUNS = ["river", "engine", "garden", "signal", "model", "lantern", "harbor", "library", "window",
+  "circuit", "forest", "letter", "bridge", "kettle", "compass", "meadow"];
+const VERBS = ["follows", "carries", "watches", "builds", "finds", "crosses", "remembers", "answers",
+  "shapes", "guides", "reaches", "measures"];
+const PREPOSITIONS = ["across", "beneath", "beside", "toward", "through", "around", "near", "behind"];
+const ADVERBS = ["slowly", "again", "together", "quietly", "today", "gladly"];
+const CONJUNCTIONS = ["and", "while", "because"];
+
+/** FNV-1a, 32 bit: a stable seed from the prompt (not a security property). */
+function fnv1a(text: string): number {
+  let hash = 0x811c9dc5;
+  for (const byte of new TextEncoder().encode(text)) {
+    hash ^= byte;
+    hash = Math.imul(hash, 0x01000193) >>> 0;
+  }
+  return hash;
+}
+
+/** mulberry32: tiny deterministic PRNG, so the same prompt always yields the same words. */
+function prng(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** One sentence of 6..13 words: "The [adj] noun verb prep the [adj] noun[, conj the noun verb adverb]." */
+function sentence(next: () => number): string[] {
+  const pick = (list: readonly string[]) => list[Math.floor(next() * list.length)] as string;
+  const words = ["The"];
+  if (next() < 0.5) words.push(pick(ADJECTIVES));
+  words.push(pick(NOUNS), pick(VERBS), pick(PREPOSITIONS), "the");
+  if (next() < 0.5) words.push(pick(ADJECTIVES));
+  words.push(pick(NOUNS));
+  if (next() < 0.5) {
+    words[words.length - 1] += ",";
+    words.push(pick(CONJUNCTIONS), "the", pick(NOUNS), pick(VERBS), pick(ADVERBS));
+  }
+  words[words.length - 1] += ".";
+  return words;
+}
+
+function lastUserContent(messages: readonly JobMessage[]): string {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const message = messages[i];
+    if (message?.role === "user") return message.content ?? "";
+  }
+  return "";
+}
+
+export interface SyntheticPlan {
+  /** Token strings in order; their concatenation is the output text. */
+  tokens: string[];
+  finishReason: "stop" | "length";
+}
+
+/**
+ * The full synthetic answer for a prompt: 12..48 tokens (whole sentences, seeded by the last user
+ * message), cut to `maxTokens`. Every token but the last ends with a space. finish_reason is
+ * "length" exactly when the cut removed tokens. A cut answer is a prefix of the uncut one.
+ */
+export function syntheticPlan(messages: readonly JobMessage[], maxTokens: number): SyntheticPlan {
+  const seed = fnv1a(lastUserContent(messages));
+  const next = prng(seed);
+  const target = 12 + (seed % 25); // whole sentences of ≤ 13 words past a target of 12..36 → ≤ 48
+  const words: string[] = [];
+  while (words.length < target) words.push(...sentence(next));
+  const tokens = words.map((word, i) => (i === words.length - 1 ? word : `${word} `));
+  const limit = Math.max(0, Math.floor(maxTokens));
+  return tokens.length > limit
+    ? { tokens: tokens.slice(0, limit), finishReason: "length" }
+    : { tokens, finishReason: "stop" };
+}
+
+/** The token strings the synthetic engine produces for this prompt and cap. */
+export function syntheticText(messages: readonly JobMessage[], maxTokens: number): string[] {
+  return syntheticPlan(messages, maxTokens).tokens;
+}
+
+/** Input-token estimate: UTF-8 bytes of all message contents / 4, rounded up, at least 1. */
+export function estimateInputTokens(messages: readonly JobMessage[]): number {
+  const encoder = new TextEncoder();
+  let bytes = 0;
+  for (const message of messages) bytes += encoder.encode(message.content ?? "").byteLength;
+  return Math.max(1, Math.ceil(bytes / 4));
+}
+
+// ---- the engine (timers at the edge, injectable) ----
+
+/** Waits `ms`, resolving early (never rejecting) when `signal` aborts. */
+export type Delay = (ms: number, signal: AbortSignal) => Promise<void>;
+
+export const abortableDelay: Delay = (ms, signal) => {
+  if (signal.aborted || ms <= 0) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
+};
+
+function untilAborted(signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => signal.addEventListener("abort", () => resolve(), { once: true }));
+}
+
+export interface SyntheticOptions {
+  /** Delay before the first chunk (default 0). */
+  ttftMs?: number;
+  /** Chunk rate after the first (default 200; 0 = as fast as possible). */
+  tokensPerSecond?: number;
+  fault?: SyntheticFault;
+  delay?: Delay;
+}
+
+/** Creates the synthetic engine. One token per chunk. */
+export function createSyntheticEngine(options: SyntheticOptions = {}): Engine {
+  const ttftMs = options.ttftMs ?? 0;
+  const tokensPerSecond = options.tokensPerSecond ?? 200;
+  const intervalMs = tokensPerSecond > 0 ? 1000 / tokensPerSecond : 0;
+  const fault = options.fault ?? { kind: "none" };
+  const delay = options.delay ?? abortableDelay;
+
+  async function run({ job, signal, accept, emit, die }: EngineJob): Promise<EngineOutcome> {
+    if (fault.kind === "decline") return { kind: "declined", code: "internal" };
+    accept();
+    const plan = syntheticPlan(job.messages, job.params.max_tokens);
+    const inputTokens = estimateInputTokens(job.messages);
+    let emitted = 0;
+    const ended = (terminal_state: TerminalState, finish_reason: string | null): EngineOutcome => ({
+      kind: "ended",
+      result: { terminal_state, finish_reason, usage: { input_tokens: inputTokens, output_tokens: emitted } },
+    });
+    const cancelled = () => ended(cancelTerminalState(signal), null);
+
+    if (fault.kind === "stall") {
+      await untilAborted(signal);
+      return cancelled();
+    }
+    // A fault "after N chunks" fires after min(N, answer length) chunks, i.e. always before `end`.
+    const faultAt =
+      fault.kind === "exit-after" || fault.kind === "error-after"
+        ? Math.min(fault.n, plan.tokens.length)
+        : fault.kind === "exit-before-first-chunk"
+          ? 0
+          : -1;
+
+    await delay(ttftMs, signal);
+    for (let i = 0; i <= plan.tokens.length; i++) {
+      if (signal.aborted) return cancelled();
+      if (i === faultAt) {
+        if (fault.kind !== "error-after") die();
+        // Reached for error-after, and for exit faults when die() returns (in-process socket drop).
+        return ended("provider_error", null);
+      }
+      if (i === plan.tokens.length) break;
+      if (i > 0 && intervalMs > 0) {
+        await delay(intervalMs, signal);
+        if (signal.aborted) return cancelled();
+      }
+      emit({ content: plan.tokens[i], tokens: 1 });
+      emitted++;
+    }
+    return ended("normal_done", plan.finishReason);
+  }
+
+  return { name: "synthetic", run };
+}

@@ -1,0 +1,96 @@
+// `gateway serve`: configuration, the gateway, the optional demo providers, and signal handling.
+import { createHash } from "node:crypto";
+import { join } from "node:path";
+import { configUsage, loadConfig, type GatewayConfig } from "./config/index.ts";
+import { createLog, type Log } from "./log.ts";
+import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "./server.ts";
+import { loadOrCreateProviderKey } from "./provider/keys.ts";
+import { startProviderRuntime, type ProviderRuntime } from "./provider/runtime.ts";
+import { createSyntheticEngine } from "./provider/synthetic.ts";
+import type { Store } from "./store/index.ts";
+
+/** The demo's models: synthetic engines, with stand-in hashes derived from their names. */
+export const DEMO_MODELS = ["demo-chat", "demo-chat-fast"].map((model_id) => ({
+  model_id,
+  model_hash: createHash("sha256").update(`synthetic-weights:${model_id}`).digest("hex"),
+  max_context_tokens: 8192,
+}));
+
+const DEMO_KEY_LABEL = "demo-dev-key";
+
+/** A fresh dev key for the demo account; earlier demo keys are revoked so only the printed one works. */
+function demoApiKey(store: Store): string {
+  let account = store.listAccounts().find((a) => a.name === "demo-dev");
+  account ??= { ...store.createAccount({ name: "demo-dev", tier: "free" }), name: "demo-dev", tier: "free", created_at_ms: 0 };
+  for (const key of store.listApiKeys(account.account_id)) {
+    if (key.label === DEMO_KEY_LABEL && key.revoked_at_ms === null) store.revokeApiKey(key.key_id);
+  }
+  return store.createApiKey({ account_id: account.account_id, label: DEMO_KEY_LABEL }).api_key;
+}
+
+/** Demo providers: real runtimes over real loopback WebSockets, inside this process. */
+async function startDemoProviders(config: GatewayConfig, gateway: RunningGateway, log: Log): Promise<ProviderRuntime[]> {
+  const runtimes: ProviderRuntime[] = [];
+  for (let i = 1; i <= config.demoProviders; i++) {
+    const providerId = `demo-provider-${i}`;
+    const key = await loadOrCreateProviderKey(join(config.dataDir, "demo-providers", `${providerId}.key`));
+    runtimes.push(
+      startProviderRuntime({
+        gatewayUrl: `ws://127.0.0.1:${gateway.port}${PROVIDER_CONNECT_PATH}`,
+        providerId,
+        key,
+        engine: createSyntheticEngine({ ttftMs: 150, tokensPerSecond: 40 }),
+        models: DEMO_MODELS,
+        maxConcurrency: 4,
+        hardware: { ram_gb: 16, chip: "synthetic" },
+        log: (event, fields) => log.debug(`demo_provider.${event}`, { provider_id: providerId, ...(fields as Record<string, string>) }),
+      }),
+    );
+  }
+  return runtimes;
+}
+
+export async function runServe(argv: string[]): Promise<number> {
+  const loaded = loadConfig(argv);
+  if (!loaded.ok) {
+    console.error(`gateway serve: ${loaded.message}\n\n${configUsage()}`);
+    return 64;
+  }
+  const config = loaded.config;
+  const log = createLog(config.logLevel);
+  const gateway = startGateway(config, { log });
+  const demo: ProviderRuntime[] = [];
+  if (config.demo) {
+    demo.push(...(await startDemoProviders(config, gateway, log)));
+    const apiKey = demoApiKey(gateway.store);
+    const base = `http://${config.host}:${gateway.port}`;
+    console.error(
+      [
+        "",
+        `Demo gateway ready on ${base}  (models: ${DEMO_MODELS.map((m) => m.model_id).join(", ")}; synthetic text, not a real model)`,
+        `Dev API key: ${apiKey}`,
+        "Try:",
+        `  curl -s ${base}/v1/chat/completions -H "Authorization: Bearer ${apiKey}" -H "Content-Type: application/json" \\`,
+        `    -d '{"model":"demo-chat","messages":[{"role":"user","content":"Hello!"}],"stream":true}'`,
+        "",
+      ].join("\n"),
+    );
+  }
+
+  const done = new Promise<number>((resolve) => {
+    let stopping = false;
+    const shutdown = async (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      log.info("gateway_draining", { signal });
+      await gateway.drain();
+      await Promise.all(demo.map((r) => r.stop()));
+      await gateway.stop();
+      log.info("gateway_stopped", {});
+      resolve(0);
+    };
+    process.on("SIGTERM", () => void shutdown("SIGTERM"));
+    process.on("SIGINT", () => void shutdown("SIGINT"));
+  });
+  return done;
+}

@@ -1,0 +1,58 @@
+// Opening the embedded SQLite database: durability pragmas and versioned migrations.
+
+import { Database } from "bun:sqlite";
+import { mkdirSync } from "node:fs";
+import { dirname } from "node:path";
+import { migrations as defaultMigrations } from "./migrations.ts";
+
+/**
+ * Opens (creating when missing) the SQLite file at `path`, creating its parent directory, sets the
+ * connection pragmas and applies every migration not yet recorded in `schema_migrations`.
+ * Throws when the file was migrated by a newer build (it holds versions this build does not know):
+ * running old code against a newer schema could corrupt data.
+ */
+export function openDatabase(path: string, migrations: readonly string[] = defaultMigrations): Database {
+  if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
+  const db = new Database(path, { create: true, strict: true });
+  try {
+    // busy_timeout first: switching to WAL takes a lock another process may hold.
+    db.exec("PRAGMA busy_timeout = 5000");
+    db.exec("PRAGMA journal_mode = WAL");
+    // FULL: a committed ledger posting or key revocation survives power loss (DESIGN §6).
+    db.exec("PRAGMA synchronous = FULL");
+    db.exec("PRAGMA foreign_keys = ON");
+    migrate(db, migrations);
+  } catch (error) {
+    db.close();
+    throw error;
+  }
+  return db;
+}
+
+/** The highest migration version recorded, 0 for a fresh database. */
+export function schemaVersion(db: Database): number {
+  const row = db.query("SELECT MAX(version) AS v FROM schema_migrations").get() as { v: number | null };
+  return row.v ?? 0;
+}
+
+function migrate(db: Database, migrations: readonly string[]): void {
+  db.exec(
+    "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL) STRICT",
+  );
+  const current = schemaVersion(db);
+  if (current > migrations.length) {
+    throw new Error(`database schema version ${current} is newer than this build supports (${migrations.length})`);
+  }
+  for (let version = current + 1; version <= migrations.length; version++) {
+    const sql = migrations[version - 1]!;
+    // IMMEDIATE takes the write lock up front, so two processes opening a fresh file at once
+    // serialise here; the re-check inside makes the loser skip what the winner applied.
+    db.transaction(() => {
+      const done = db.query("SELECT 1 FROM schema_migrations WHERE version = ?").get(version);
+      if (done !== null) return;
+      db.exec("PRAGMA defer_foreign_keys = ON");
+      db.exec(sql);
+      db.query("INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)").run(version, Date.now());
+    }).immediate();
+  }
+}

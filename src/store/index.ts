@@ -1,0 +1,59 @@
+// The store's public face: openStore and the Store interface. Nothing outside src/store/ sees SQL.
+
+import { randomBytes as cryptoRandomBytes } from "node:crypto";
+import * as accounts from "./accounts.ts";
+import { openDatabase } from "./db.ts";
+import { KEY_PREFIX_PATTERN, type RandomBytes } from "./ids.ts";
+import * as providers from "./providers.ts";
+import { getOrCreateSecret } from "./secrets.ts";
+import type { Store, StoreOptions } from "./types.ts";
+
+export type {
+  AccountRow,
+  ApiKeyRow,
+  AuthenticatedKey,
+  BindResult,
+  ProviderBinding,
+  Store,
+  StoreOptions,
+  Tier,
+} from "./types.ts";
+
+export const DEFAULT_KEY_PREFIX = "gw";
+
+/**
+ * Opens the SQLite-backed store at `path` (file and parent directory created when missing,
+ * migrations applied). Throws on an invalid `keyPrefix` or an unusable database file.
+ */
+export function openStore(path: string, options: StoreOptions = {}): Store {
+  const keyPrefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
+  if (!KEY_PREFIX_PATTERN.test(keyPrefix)) throw new Error(`invalid API key prefix ${JSON.stringify(keyPrefix)}`);
+  const clock = options.now ?? Date.now;
+  const random: RandomBytes = options.randomBytes ?? cryptoRandomBytes;
+  const db = openDatabase(path);
+
+  return {
+    createAccount: (input, now_ms = clock()) => accounts.createAccount(db, random, input, now_ms),
+    listAccounts: () => accounts.listAccounts(db),
+    getAccount: (account_id) => accounts.getAccount(db, account_id),
+
+    createApiKey: (input, now_ms = clock()) => accounts.createApiKey(db, random, keyPrefix, input, now_ms),
+    authenticateApiKey: (api_key, now_ms = clock()) => accounts.authenticateApiKey(db, keyPrefix, api_key, now_ms),
+    revokeApiKey: (key_id, now_ms = clock()) => accounts.revokeApiKey(db, key_id, now_ms),
+    listApiKeys: (account_id) => accounts.listApiKeys(db, account_id),
+
+    getProviderBinding: (provider_id) => providers.getProviderBinding(db, provider_id),
+    bindProvisionalProvider: (provider_id, public_key, now_ms = clock()) =>
+      providers.bindProvisionalProvider(db, provider_id, public_key, now_ms),
+    countFirstAdmissionsSince: (since_ms) => providers.countFirstAdmissionsSince(db, since_ms),
+    pinProvider: (provider_id, public_key, now_ms = clock()) =>
+      providers.pinProvider(db, provider_id, public_key, now_ms),
+    unpinProvider: (provider_id, now_ms = clock()) => providers.unpinProvider(db, provider_id, now_ms),
+    banProvider: (provider_id, now_ms = clock()) => providers.banProvider(db, provider_id, now_ms),
+    listProviders: () => providers.listProviders(db),
+
+    getOrCreateSecret: (name, byteLength) => getOrCreateSecret(db, random, name, byteLength),
+
+    close: () => db.close(),
+  };
+}

@@ -1,0 +1,91 @@
+// The store's public types: one narrow interface for every durable read and write (DESIGN §8), so a
+// PostgreSQL implementation can sit behind the same face later. Every method is synchronous because
+// bun:sqlite is, and a transaction must never span an `await`.
+
+export type Tier = "free" | "paid";
+
+export interface AccountRow {
+  account_id: string;
+  name: string | null;
+  tier: Tier;
+  created_at_ms: number;
+}
+
+/** A key as listed: never the key itself nor its hash, only the display prefix. */
+export interface ApiKeyRow {
+  key_id: string;
+  account_id: string;
+  display_prefix: string;
+  label: string | null;
+  created_at_ms: number;
+  last_used_at_ms: number | null;
+  revoked_at_ms: number | null;
+}
+
+export interface AuthenticatedKey {
+  account_id: string;
+  key_id: string;
+  tier: Tier;
+}
+
+export interface ProviderBinding {
+  provider_id: string;
+  /** Raw 32-byte Ed25519 public key; null only for an id banned before it was ever bound. */
+  public_key: Uint8Array | null;
+  pinned: boolean;
+  banned: boolean;
+  /** When the id was first admitted provisionally; null when it never was (e.g. pinned first). */
+  first_admitted_at_ms: number | null;
+  updated_at_ms: number;
+}
+
+/** Outcome of a provisional bind; `already_bound` carries the binding that won. */
+export type BindResult =
+  | { ok: true; binding: ProviderBinding }
+  | { ok: false; code: "already_bound"; binding: ProviderBinding };
+
+export interface StoreOptions {
+  /** Service prefix of API keys (`<prefix>_…`); letters and digits only. Default `gw`. */
+  keyPrefix?: string;
+  /** Clock used when a method is not given `now_ms`. Default `Date.now`. */
+  now?: () => number;
+  /** Randomness for ids, keys and secrets. Default node:crypto `randomBytes`. */
+  randomBytes?: (length: number) => Uint8Array;
+}
+
+/**
+ * Durable state. Time: every method that records a time takes an optional trailing `now_ms`;
+ * when absent the store's clock (`StoreOptions.now`) is used.
+ */
+export interface Store {
+  createAccount(input: { name?: string; tier: Tier }, now_ms?: number): { account_id: string };
+  listAccounts(): AccountRow[];
+  getAccount(account_id: string): AccountRow | null;
+
+  /** Issues a key for an existing account (throws on an unknown account: check first). The raw key
+   *  is returned here once and never stored. */
+  createApiKey(input: { account_id: string; label?: string }, now_ms?: number): { key_id: string; api_key: string };
+  /** The key's owner, or null for an unknown or revoked key. Records last use at most once a minute. */
+  authenticateApiKey(api_key: string, now_ms?: number): AuthenticatedKey | null;
+  /** True when the key exists (revoking twice keeps the first revocation time); false when unknown. */
+  revokeApiKey(key_id: string, now_ms?: number): boolean;
+  listApiKeys(account_id?: string): ApiKeyRow[];
+
+  getProviderBinding(provider_id: string): ProviderBinding | null;
+  /** Binds an unbound id to `public_key` as its first provisional admission; never rebinds. */
+  bindProvisionalProvider(provider_id: string, public_key: Uint8Array, now_ms?: number): BindResult;
+  /** How many ids were first admitted provisionally at or after `since_ms`. */
+  countFirstAdmissionsSince(since_ms: number): number;
+  /** Creates or rebinds the id to `public_key` and marks it pinned. */
+  pinProvider(provider_id: string, public_key: Uint8Array, now_ms?: number): ProviderBinding;
+  /** Clears the pin and keeps the binding; null when the id is unknown. */
+  unpinProvider(provider_id: string, now_ms?: number): ProviderBinding | null;
+  /** Marks the id banned, creating a keyless row when it was never seen. */
+  banProvider(provider_id: string, now_ms?: number): ProviderBinding;
+  listProviders(): ProviderBinding[];
+
+  /** The named secret, generated with `byteLength` random bytes on first use and persisted. */
+  getOrCreateSecret(name: string, byteLength: number): Uint8Array;
+
+  close(): void;
+}
