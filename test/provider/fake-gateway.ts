@@ -42,7 +42,7 @@ function verifyAuth(hello: HelloFrame, sessionId: string, nonce: Uint8Array, sig
   return verify(null, Buffer.from(message, "utf8"), key, signature);
 }
 
-function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);

@@ -1,0 +1,144 @@
+// End-to-end test support: a real gateway on a random loopback port with a real SQLite file in a temp
+// dir, and real provider runtimes as child processes (`gateway provider …`) over real WebSockets.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createHash } from "node:crypto";
+import { loadConfig, type GatewayConfig } from "../../src/config/index.ts";
+import { silentLog } from "../../src/log.ts";
+import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "../../src/server.ts";
+
+export const MAIN = join(import.meta.dir, "../../src/main.ts");
+
+export const modelHash = (modelId: string) => createHash("sha256").update(`test-weights:${modelId}`).digest("hex");
+
+export function tempDir(prefix = "gw-test-"): string {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+export interface TestGateway {
+  gateway: RunningGateway;
+  url: string;
+  baseURL: string;
+  wsUrl: string;
+  apiKey: string;
+  accountId: string;
+  dataDir: string;
+  close(): Promise<void>;
+}
+
+export async function startTestGateway(overrides: Partial<GatewayConfig> = {}): Promise<TestGateway> {
+  const dataDir = tempDir();
+  const loaded = loadConfig([], {});
+  if (!loaded.ok) throw new Error(loaded.message);
+  const config: GatewayConfig = { ...loaded.config, port: 0, dataDir, logLevel: "error", ...overrides };
+  const gateway = startGateway(config, { log: silentLog });
+  const { account_id } = gateway.store.createAccount({ name: "test", tier: "free" });
+  const { api_key } = gateway.store.createApiKey({ account_id });
+  return {
+    gateway,
+    url: gateway.url,
+    baseURL: `${gateway.url}/v1`,
+    wsUrl: `ws://127.0.0.1:${gateway.port}${PROVIDER_CONNECT_PATH}`,
+    apiKey: api_key,
+    accountId: account_id,
+    dataDir,
+    async close() {
+      await gateway.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export async function waitFor(predicate: () => boolean, timeoutMs = 5000, what = "condition"): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!predicate()) {
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await Bun.sleep(5);
+  }
+}
+
+/** Waits until `n` providers are admitted and ready (idle slots) on the gateway. */
+export function waitForReadyProviders(gw: TestGateway, n: number, timeoutMs = 8000): Promise<void> {
+  return waitFor(() => [...gw.gateway.registry.providerViews()].filter((v) => v.state === "ready").length >= n, timeoutMs, `${n} ready providers`);
+}
+
+export interface ProviderProcessOptions {
+  id: string;
+  models?: string[];
+  fault?: string;
+  ttftMs?: number;
+  tokensPerSecond?: number;
+  maxConcurrency?: number;
+  extraArgs?: string[];
+}
+
+export interface ProviderProcess {
+  id: string;
+  proc: ReturnType<typeof Bun.spawn>;
+  /** Parsed JSON log lines, as they arrive. */
+  events: Record<string, unknown>[];
+  waitForEvent(event: string, predicate?: (e: Record<string, unknown>) => boolean, timeoutMs?: number): Promise<Record<string, unknown>>;
+  kill(): Promise<void>;
+}
+
+export function spawnProvider(gw: TestGateway, o: ProviderProcessOptions): ProviderProcess {
+  const models = o.models ?? ["test-model"];
+  const args = [
+    "bun",
+    MAIN,
+    "provider",
+    "--gateway",
+    gw.wsUrl,
+    "--id",
+    o.id,
+    "--key-file",
+    join(gw.dataDir, "provider-keys", `${o.id}.key`),
+    "--engine",
+    "synthetic",
+    "--backoff-min-ms",
+    "50",
+    "--backoff-max-ms",
+    "200",
+    "--max-concurrency",
+    String(o.maxConcurrency ?? 1),
+    "--synthetic-ttft-ms",
+    String(o.ttftMs ?? 0),
+    "--synthetic-tokens-per-second",
+    String(o.tokensPerSecond ?? 500),
+    ...models.flatMap((m) => ["--model", `${m}=${modelHash(m)}`]),
+    ...(o.fault ? ["--synthetic-fault", o.fault] : []),
+    ...(o.extraArgs ?? []),
+  ];
+  const proc = Bun.spawn(args, { stdout: "pipe", stderr: "pipe" });
+  const events: Record<string, unknown>[] = [];
+  void (async () => {
+    const decoder = new TextDecoder();
+    let buffered = "";
+    for await (const bytes of proc.stdout as ReadableStream<Uint8Array>) {
+      buffered += decoder.decode(bytes, { stream: true });
+      let nl: number;
+      while ((nl = buffered.indexOf("\n")) >= 0) {
+        const line = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
+        try {
+          events.push(JSON.parse(line));
+        } catch {}
+      }
+    }
+  })();
+  return {
+    id: o.id,
+    proc,
+    events,
+    async waitForEvent(event, predicate = () => true, timeoutMs = 5000) {
+      let found: Record<string, unknown> | undefined;
+      await waitFor(() => (found = events.find((e) => e.event === event && predicate(e))) !== undefined, timeoutMs, `provider event ${event}`);
+      return found!;
+    },
+    async kill() {
+      proc.kill("SIGKILL");
+      await proc.exited;
+    },
+  };
+}
