@@ -4,7 +4,7 @@ import type { ServerWebSocket, WebSocketHandler } from "bun";
 import { createActor, fromPromise, type InspectionEvent, type Observer } from "xstate";
 import { providerSessionMachine, type AdmissionInput, type AdmissionVerdict } from "../../actors/providerSession.ts";
 import { decodeProviderFrame, encodeFrame } from "../wire/codec.ts";
-import { MAX_FRAME_BYTES, type ProviderFrame } from "../wire/frames.ts";
+import { CloseCode, MAX_FRAME_BYTES, type ProviderFrame } from "../wire/frames.ts";
 import { attemptKey, type Registry, type SessionHandle } from "./registry.ts";
 import type { Log } from "../log.ts";
 
@@ -156,8 +156,10 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
       if (!session) return;
       const decoded = decodeProviderFrame(typeof data === "string" ? data : (data as Uint8Array));
       if (!decoded.ok) {
-        log.warn("provider_frame_rejected", { session_id: session.sessionId, reason: decoded.reason, code: decoded.closeCode });
-        ws.close(decoded.closeCode, decoded.reason);
+        // A malformed hello has its own code (4001 invalid_hello); other schema failures are 1008.
+        const code = decoded.frameType === "hello" ? CloseCode.invalidHello : decoded.closeCode;
+        log.warn("provider_frame_rejected", { session_id: session.sessionId, reason: decoded.reason, code });
+        ws.close(code, decoded.reason);
         return;
       }
       try {

@@ -67,8 +67,9 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
     const result = outcome.kind === "ended" ? outcome.result : providerError();
     accept(); // `end` never comes out of turn, even when the engine accepted nothing
     const terminal_state = cancelReason ?? result.terminal_state;
-    const finish_reason =
-      cancelReason !== null ? null : terminal_state === "normal_done" ? (result.finish_reason ?? "stop") : result.finish_reason;
+    // finish_reason is a string for normal_done (DESIGN §3); a cancelled attempt has none.
+    let finish_reason = cancelReason !== null ? null : result.finish_reason;
+    if (terminal_state === "normal_done") finish_reason ??= "stop";
     // Usage reports what was actually sent: the gateway checks output tokens against delivered chunks.
     const usage = { input_tokens: Math.max(0, Math.floor(result.usage.input_tokens)), output_tokens: sentTokens };
     deps.send({ type: "end", ...ids, terminal_state, finish_reason, usage });
@@ -76,7 +77,10 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
   };
 
   // `new Promise` so that an engine throwing synchronously is handled like a rejection.
-  const done = new Promise<EngineOutcome>((resolve) => resolve(deps.engine.run({ job, signal, accept, emit, die: deps.die })))
+  const running = new Promise<EngineOutcome>((resolve) => {
+    resolve(deps.engine.run({ job, signal, accept, emit, die: deps.die }));
+  });
+  const done = running
     .catch((error: unknown): EngineOutcome => {
       // Only the error's class: an engine's message may quote upstream text, which may quote the prompt.
       deps.log("engine_error", { ...ids, error: error instanceof Error ? error.name : typeof error });

@@ -70,7 +70,14 @@ function required(value: string | undefined, flag: string): string {
   return value;
 }
 
-function numberFlag(value: string | undefined, flag: string, fallback: number, min: number, max: number, integer = true): number {
+function numberFlag(
+  value: string | undefined,
+  flag: string,
+  fallback: number,
+  min: number,
+  max: number,
+  integer = true,
+): number {
   if (value === undefined) return fallback;
   const n = Number(value);
   if (value.trim() === "" || !Number.isFinite(n) || (integer && !Number.isInteger(n)) || n < min || n > max) {
@@ -121,7 +128,9 @@ async function keygen(args: string[], io: CommandIo): Promise<number> {
 function buildEngine(values: ReturnType<typeof parse<typeof PROVIDER_OPTIONS>>["values"]): Engine {
   const engine = required(values.engine, "engine");
   if (engine === "openai") throw new UsageError("openai engine not available yet");
-  if (engine !== "synthetic") throw new UsageError(`--engine must be synthetic or openai, not ${JSON.stringify(engine)}`);
+  if (engine !== "synthetic") {
+    throw new UsageError(`--engine must be synthetic or openai, not ${JSON.stringify(engine)}`);
+  }
   for (const flag of ["upstream", "upstream-key", "upstream-model"] as const) {
     if (values[flag] !== undefined) throw new UsageError(`--${flag} applies to --engine openai only`);
   }
@@ -130,7 +139,14 @@ function buildEngine(values: ReturnType<typeof parse<typeof PROVIDER_OPTIONS>>["
   if (!fault) throw new UsageError(`--synthetic-fault ${JSON.stringify(faultSpec)} is not a known fault`);
   return createSyntheticEngine({
     ttftMs: numberFlag(values["synthetic-ttft-ms"], "synthetic-ttft-ms", 0, 0, 3_600_000),
-    tokensPerSecond: numberFlag(values["synthetic-tokens-per-second"], "synthetic-tokens-per-second", 200, 0, 1e6, false),
+    tokensPerSecond: numberFlag(
+      values["synthetic-tokens-per-second"],
+      "synthetic-tokens-per-second",
+      200,
+      0,
+      1e6,
+      false,
+    ),
     fault,
   });
 }
@@ -189,7 +205,8 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
     log,
     die: () => process.exit(1), // exit faults: the whole provider process dies, as a crash would
   });
-  log("started", { provider_id: providerId, engine: engine.name, models: models.map((m) => m.model_id), max_concurrency: maxConcurrency });
+  const modelIds = models.map((m) => m.model_id);
+  log("started", { provider_id: providerId, engine: engine.name, models: modelIds, max_concurrency: maxConcurrency });
   const signal = await until;
   log("stopping", { signal: typeof signal === "string" ? signal : null });
   await runtime.stop();

@@ -93,7 +93,7 @@ class Runtime implements ProviderRuntime {
   private session: Session | null = null;
   private stopped = false;
   private reconnectTimer: unknown = null;
-  private failures = 0; // consecutive connections that ended before a welcome
+  private failures = 0; // connection attempts since the last welcome: the backoff exponent
 
   constructor(private readonly options: ProviderRuntimeOptions) {
     this.log = options.log ?? (() => {});
@@ -201,11 +201,13 @@ class Runtime implements ProviderRuntime {
     if (!decoded.ok) return this.violation(session, decoded.closeCode, decoded.reason, {});
     const frame = decoded.frame;
     if (!ALLOWED[session.phase].has(frame.type)) {
-      return this.violation(session, CloseCode.policyViolation, "out_of_turn", { type: frame.type, phase: session.phase });
+      const fields = { type: frame.type, phase: session.phase };
+      return this.violation(session, CloseCode.policyViolation, "out_of_turn", fields);
     }
     switch (frame.type) {
       case "challenge": {
-        const signature = signHandshake(this.options.key.privateKey, frame.session_id, this.options.providerId, frame.nonce);
+        const { privateKey } = this.options.key;
+        const signature = signHandshake(privateKey, frame.session_id, this.options.providerId, frame.nonce);
         session.phase = "auth_sent";
         return this.send(session, { type: "auth", signature });
       }

@@ -17,7 +17,7 @@ const unpackr = new Unpackr({ useRecords: false, mapsAsObjects: true });
 
 export type DecodeResult<F> =
   | { ok: true; frame: F }
-  | { ok: false; closeCode: number; reason: "not_binary" | "undecodable" | "unknown_type" | "schema" };
+  | { ok: false; closeCode: number; reason: "not_binary" | "undecodable" | "unknown_type" | "schema"; frameType?: string };
 
 export function encodeFrame(frame: GatewayFrame | ProviderFrame): Uint8Array {
   return packr.pack(frame);
@@ -40,7 +40,7 @@ function decodeWith<F>(
   const type = (value as { type?: unknown }).type;
   const checker = typeof type === "string" && Object.hasOwn(checkers, type) ? checkers[type] : undefined;
   if (!checker) return { ok: false, closeCode: CloseCode.policyViolation, reason: "unknown_type" };
-  if (!checker.Check(value)) return { ok: false, closeCode: CloseCode.policyViolation, reason: "schema" };
+  if (!checker.Check(value)) return { ok: false, closeCode: CloseCode.policyViolation, reason: "schema", frameType: type as string };
   return { ok: true, frame: value as F };
 }
 

@@ -91,9 +91,10 @@ function jsonLines(stream: ReadableStream<Uint8Array>) {
   const events: Array<{ event: string } & Record<string, unknown>> = [];
   const wakeups = new Set<() => void>();
   void (async () => {
+    const decoder = new TextDecoder();
     let buffered = "";
-    for await (const bytes of stream.pipeThrough(new TextDecoderStream())) {
-      buffered += bytes;
+    for await (const bytes of stream) {
+      buffered += decoder.decode(bytes, { stream: true });
       const lines = buffered.split("\n");
       buffered = lines.pop() ?? "";
       for (const line of lines) if (line.trim()) events.push(JSON.parse(line));

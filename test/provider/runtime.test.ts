@@ -211,6 +211,27 @@ describe("provider runtime", () => {
     expect(end).toMatchObject({ terminal_state: "provider_error", finish_reason: null, usage: { output_tokens: 2 } });
   });
 
+  test("an engine that throws ends the attempt as provider_error; tool-call deltas pass through", async () => {
+    const h = start({}, {
+      engine: {
+        name: "broken",
+        async run({ emit }) {
+          emit({ tool_calls: [{ index: 0, id: "call_1", name: "lookup", arguments: "{" }], tokens: 2 });
+          throw new Error("upstream said: secret prompt words");
+        },
+      },
+    });
+    const session = await h.welcomed();
+    session.send(makeJob({ request_id: "req-t" }));
+    const { end, chunks } = await untilEnd(session, "req-t");
+    expect(chunks).toEqual([
+      { type: "chunk", request_id: "req-t", attempt_n: 0, seq: 0, tool_calls: [{ index: 0, id: "call_1", name: "lookup", arguments: "{" }], tokens: 2 },
+    ]);
+    expect(end).toMatchObject({ terminal_state: "provider_error", finish_reason: null, usage: { output_tokens: 2 } });
+    expect(h.logs.find((l) => l.event === "engine_error")).toMatchObject({ request_id: "req-t", error: "Error" });
+    expect(JSON.stringify(h.logs)).not.toContain("secret");
+  });
+
   test("exit fault in-process drops the socket mid-stream, then the runtime reconnects", async () => {
     const h = start({ tokensPerSecond: 0, fault: { kind: "exit-after", n: 2 } });
     const first = await h.welcomed(0);
