@@ -63,7 +63,7 @@ try {
   children.push(provider("bench-fast", "bench-fast", 0), provider("bench-slow", "bench-slow", 5));
   // Wait until both are admitted.
   for (let i = 0; i < 200; i++) {
-    const status = await (await fetch(`${base}/v1/status`)).json();
+    const status = (await (await fetch(`${base}/v1/status`)).json()) as { pool: { providers_admitted: number }; capacity: { in_flight: number } };
     if (status.pool.providers_admitted === 2) break;
     await Bun.sleep(25);
   }
@@ -103,7 +103,7 @@ try {
   const open = await Promise.all(Array.from({ length: STREAMS }, () => firstToken("bench-slow", 200, controller.signal)));
   await Bun.sleep(500);
   const streamsRss = rssKb(gateway.pid);
-  const status = await (await fetch(`${base}/v1/status`)).json();
+  const status = (await (await fetch(`${base}/v1/status`)).json()) as { pool: { providers_admitted: number }; capacity: { in_flight: number } };
   controller.abort();
   void open;
 
