@@ -2,7 +2,7 @@
 import type { AdmissionInput, AdmissionVerdict } from "../../actors/providerSession.ts";
 import type { Store } from "../store/index.ts";
 import { CloseCode } from "../wire/frames.ts";
-import { verifyHandshake } from "../provider/keys.ts";
+import { verifyHandshake } from "../wire/handshake.ts";
 
 export interface AdmissionPolicy {
   store: Store;

@@ -1,15 +1,7 @@
 // Public face of the reference provider runtime (DESIGN §2 `gateway provider`, §3 wire protocol).
 export type { Engine, EngineChunk, EngineJob, EngineOutcome, EngineResult } from "./engine.ts";
 export type { LogFn, RuntimeEvents } from "./events.ts";
-export {
-  handshakeMessage,
-  loadOrCreateProviderKey,
-  publicKeyFromRaw,
-  rawPublicKey,
-  signHandshake,
-  verifyHandshake,
-  type ProviderKey,
-} from "./keys.ts";
+export { loadOrCreateProviderKey, type ProviderKey } from "./keys.ts";
 export { startProviderRuntime, type ProviderRuntime, type ProviderRuntimeOptions, type Timers } from "./runtime.ts";
 export {
   createSyntheticEngine,

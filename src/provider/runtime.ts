@@ -14,7 +14,7 @@ import {
   type WelcomeFrame,
 } from "../wire/frames.ts";
 import type { Engine } from "./engine.ts";
-import { signHandshake } from "./keys.ts";
+import { signHandshake } from "../wire/handshake.ts";
 import { Emitter, type LogFn, type RuntimeEvents } from "./events.ts";
 import { declineJob, startAttempt, type Attempt } from "./attempt.ts";
 

@@ -3,7 +3,8 @@ import { createPublicKey, verify } from "node:crypto";
 import { chmod, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { handshakeMessage, loadOrCreateProviderKey, signHandshake, verifyHandshake } from "../../src/provider/keys.ts";
+import { loadOrCreateProviderKey } from "../../src/provider/keys.ts";
+import { handshakeMessage, signHandshake, verifyHandshake } from "../../src/wire/handshake.ts";
 
 const dir = await mkdtemp(join(tmpdir(), "provider-keys-"));
 afterAll(() => rm(dir, { recursive: true, force: true }));
