@@ -35,6 +35,9 @@ export const gatewayMachine = setup({
   context: { liveRequests: 0, liveSessions: 0 },
   initial: "running",
   on: {
+    // Counted in every state: the HTTP route checks `running` before awaiting the body, so a request
+    // can start after a drain began, and its close must not stop the gateway under another live one.
+    "request.opened": { actions: "countRequestOpened" },
     "request.closed": { actions: "countRequestClosed" },
     "session.admitted": { actions: "countSessionAdmitted" },
     "session.closed": { actions: "countSessionClosed" },
@@ -42,7 +45,6 @@ export const gatewayMachine = setup({
   states: {
     running: {
       on: {
-        "request.opened": { actions: "countRequestOpened" },
         "gateway.drain": "draining",
       },
     },

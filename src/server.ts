@@ -73,6 +73,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     log,
   });
 
+  const newRequestId = hexId("req_", random);
   const handleHttp = createHttpApp({
     store,
     runner: {
@@ -89,7 +90,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     accepting,
     now,
     providerViews: () => [...registry.providerViews()],
-    newRequestId: hexId("req_", random),
+    newRequestId,
     log,
   });
 
@@ -129,14 +130,14 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     fetch(request, srv) {
       if (new URL(request.url).pathname === PROVIDER_CONNECT_PATH) {
         if (srv.upgrade(request, { data: {} })) return undefined;
-        return errorResponse(gatewayError("invalid_request", "Expected a WebSocket upgrade."), "");
+        return errorResponse(gatewayError("invalid_request", "Expected a WebSocket upgrade."), newRequestId());
       }
       return handleHttp(request);
     },
     websocket,
     error(error) {
       log.error("http_server_error", { error: String(error) });
-      return errorResponse(gatewayError("internal_error", "The gateway hit an internal error. Retry the request."), "");
+      return errorResponse(gatewayError("internal_error", "The gateway hit an internal error. Retry the request."), newRequestId());
     },
   });
 

@@ -5,9 +5,10 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { Packr } from "msgpackr";
-import { loadOrCreateProviderKey, signHandshake, type ProviderKey } from "../../src/provider/keys.ts";
+import { loadOrCreateProviderKey, type ProviderKey } from "../../src/provider/keys.ts";
 import { syntheticText } from "../../src/provider/synthetic.ts";
 import { decodeGatewayFrame, encodeFrame } from "../../src/wire/codec.ts";
+import { signHandshake } from "../../src/wire/handshake.ts";
 import type { GatewayFrame, HelloFrame, JobFrame, ProviderFrame, WelcomeFrame } from "../../src/wire/frames.ts";
 import { modelHash, spawnProvider, startTestGateway, waitFor, waitForReadyProviders, type TestGateway } from "../support/harness.ts";
 
@@ -217,24 +218,18 @@ describe("bad frames and failed handshakes close only that socket", () => {
     expect(await socket.closeCode_()).toBe(1008);
   });
 
-  // DESIGN §3 is ambiguous: "a frame that fails its schema → 1008" in general, but the handshake
-  // lists "4001 invalid_hello" and the order of checks starts with "hello schema (4001)". The specific
-  // rule should win (else 4001 is never sent: CloseCode.invalidHello is unused). The gateway answers
-  // 1008 today, so the expected 4001 is recorded as a todo rather than asserted.
-  test.todo("a hello that fails its schema (provider_id with a space) → 4001 invalid_hello", async () => {
-    const key = await newKey(gw);
+  // DESIGN §3 says "a frame that fails its schema → 1008" in general, but lists 4001 invalid_hello
+  // for the handshake and starts the order of checks with "hello schema (4001)": the specific rule
+  // wins for hello. Other frames failing their schema stay 1008 (test above).
+  test.each([
+    ["provider_id with a space", { provider_id: "has space" }],
+    ["protocol 2", { protocol: 2 }],
+    ["a 31-byte public key", { receipt_public_key: new Uint8Array(31) }],
+    ["an unknown field", { extra: true }],
+  ] as const)("a hello that fails its schema (%s) → 4001, never challenged", async (_, patch) => {
     const socket = track(await connect(gw));
-    socket.sendRaw(rawPackr.pack({ ...helloFrame("has space", key) }));
-    expect(await socket.closeCode_()).toBe(4001);
-  });
-
-  test("a hello that fails its schema is refused before any challenge (close code recorded)", async () => {
-    const key = await newKey(gw);
-    const socket = track(await connect(gw));
-    socket.sendRaw(rawPackr.pack({ ...helloFrame("has space", key) }));
-    const next = await socket.next();
-    // Never challenged; today's code is 1008 (see the todo above for the 4001 question).
-    expect(next).toEqual({ closed: 1008 });
+    socket.sendRaw(rawPackr.pack({ ...helloFrame("schema-hello", await newKey(gw)), ...patch }));
+    expect(await socket.next()).toEqual({ closed: 4001 });
   });
 
   test("a heartbeat before auth is out of turn → 1008", async () => {

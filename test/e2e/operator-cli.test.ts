@@ -1,0 +1,52 @@
+// The operator's `gateway accounts|keys` commands work on the same SQLite file as a running gateway.
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import OpenAI, { APIError } from "openai";
+import { MAIN, spawnProvider, startTestGateway, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";
+
+let gw: TestGateway;
+let provider: ProviderProcess;
+
+beforeAll(async () => {
+  gw = await startTestGateway();
+  provider = spawnProvider(gw, { id: "cli-prov" });
+  await waitForReadyProviders(gw, 1);
+});
+afterAll(async () => {
+  await provider.kill();
+  await gw.close();
+});
+
+const cli = (...args: string[]) => {
+  const r = Bun.spawnSync(["bun", MAIN, ...args, "--data-dir", gw.dataDir]);
+  return { code: r.exitCode, out: r.stdout.toString().trim(), err: r.stderr.toString() };
+};
+
+test("a key from `gateway accounts create` works at once, and `gateway keys revoke` stops it at once", async () => {
+  const created = cli("accounts", "create", "--tier", "free", "--name", "carol");
+  expect(created.code).toBe(0);
+  const { account_id, api_key } = JSON.parse(created.out);
+  expect(account_id).toMatch(/^acct_/);
+  expect(api_key).toMatch(/^gw_[A-Za-z0-9_-]{43}$/);
+
+  const client = new OpenAI({ apiKey: api_key, baseURL: gw.baseURL, maxRetries: 0 });
+  const res = await client.chat.completions.create({ model: "test-model", messages: [{ role: "user", content: "hi" }], max_tokens: 3 });
+  expect(res.choices[0]!.message.content!.length).toBeGreaterThan(0);
+
+  const keys = cli("keys", "list", "--account", account_id, "--json").out.split("\n").map((l) => JSON.parse(l));
+  expect(keys).toHaveLength(1);
+  expect(JSON.stringify(keys)).not.toContain(api_key);
+  expect(cli("keys", "revoke", keys[0].key_id).code).toBe(0);
+
+  const error = await client.chat.completions.create({ model: "test-model", messages: [{ role: "user", content: "hi" }] }).catch((e) => e);
+  expect(error).toBeInstanceOf(APIError);
+  expect(error.status).toBe(401);
+  expect(error.code).toBe("invalid_api_key");
+});
+
+test("unknown commands and flags are usage errors (exit 64)", () => {
+  expect(cli("nonsense").code).toBe(64);
+  expect(cli("accounts", "create", "--bogus").code).toBe(64);
+  const serve = Bun.spawnSync(["bun", MAIN, "serve", "--no-such-flag"]);
+  expect(serve.exitCode).toBe(64);
+  expect(serve.stderr.toString()).toContain("unknown option --no-such-flag");
+});
