@@ -119,6 +119,8 @@ export const requestMachine = setup({
   },
   delays: {
     firstByteTimeout: 30_000,
+    // Longest silence between chunks once output has started.
+    streamIdleTimeout: 60_000,
     requestDeadline: 300_000,
   },
 }).createMachine({
@@ -193,6 +195,12 @@ export const requestMachine = setup({
       },
     },
     receiving: {
+      after: {
+        streamIdleTimeout: {
+          target: "providerFailedAfterOutput",
+          actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }],
+        },
+      },
       on: {
         "provider.chunk": [
           {
@@ -206,6 +214,9 @@ export const requestMachine = setup({
             actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }, "markLengthLimited"],
           },
           {
+            // Re-entering restarts the stall timer.
+            target: "receiving",
+            reenter: true,
             actions: ["countDelivered", { type: "relayChunk", params: ({ event }) => ({ frame: (event as { frame: ChunkFrame }).frame }) }],
           },
         ],

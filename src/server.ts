@@ -67,6 +67,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     now,
     maxAttempts: config.maxAttempts,
     firstByteTimeoutMs: config.firstByteTimeoutMs,
+    streamIdleTimeoutMs: config.streamIdleTimeoutMs,
     requestDeadlineMs: config.requestDeadlineMs,
     inspect: ports.inspect,
     onClosed: () => supervisor.send({ type: "request.closed" }),

@@ -63,6 +63,13 @@ export interface ProviderRuntime {
   stop(): Promise<void>;
 }
 
+const OPERATOR_REFUSALS: ReadonlySet<number> = new Set([
+  CloseCode.authFailed,
+  CloseCode.banned,
+  CloseCode.keyMismatch,
+  CloseCode.replaced,
+]);
+
 type Phase = "hello_sent" | "auth_sent" | "admitted" | "closed";
 
 interface Session {
@@ -259,7 +266,9 @@ class Runtime implements ProviderRuntime {
     if (this.stopped || this.session !== session) return;
     const minMs = this.options.backoff?.minMs ?? 250;
     const maxMs = this.options.backoff?.maxMs ?? 30_000;
-    const ceiling = Math.min(maxMs, minMs * 2 ** this.failures);
+    // Refusals that only an operator can lift (bad key, ban, binding, replaced by a twin) retry at the
+    // slowest pace, so a misconfigured machine does not hammer the gateway.
+    const ceiling = OPERATOR_REFUSALS.has(code) ? maxMs : Math.min(maxMs, minMs * 2 ** this.failures);
     const delayMs = Math.floor((this.options.random ?? Math.random)() * ceiling); // full jitter
     this.failures = Math.min(this.failures + 1, 30);
     this.log("reconnect_scheduled", { delay_ms: delayMs, attempt: this.failures });

@@ -265,7 +265,7 @@ describe("admitted sub-states", () => {
     expect(s.snapshot().value).toEqual({ admitted: "busy" });
   });
 
-  test.each<[ProviderState, number, string]>([
+  test.each<[ProviderState, number, "ready" | "busy" | "asleep" | "draining"]>([
     ["asleep", 2, "asleep"],
     ["draining", 2, "draining"],
     ["ready", 0, "busy"],

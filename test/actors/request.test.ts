@@ -14,24 +14,26 @@ import type { ChunkFrame, DeclineCode, EndFrame, TerminalState } from "../../src
 
 const FIRST_BYTE_MS = 5_000;
 const DEADLINE_MS = 60_000;
+// Beyond the deadline by default, so only the stall tests below meet it.
+const IDLE_MS = 120_000;
+const SHORT_IDLE_MS = 10_000;
 
 /** What the fake router does for one attempt: dispatch to a provider, answer "unavailable", or never answer. */
 type Step = { provider: string } | { unavailable: FailureCode; message: string } | { hang: true };
 
 type CancelReason = "buyer_cancel" | "gateway_timeout";
 
+type PlainAction = "discardPartialOutput" | "finishSuccess" | "finishFailure" | "finishMidStreamError" | "releaseAttempt";
+/** One recorded effect, with the attempt that was current when it ran. */
 type ActionCall =
   | { action: "relayChunk"; attemptN: number | null; frame: ChunkFrame }
   | { action: "cancelAttempt"; attemptN: number | null; reason: CancelReason }
-  | {
-      action: "discardPartialOutput" | "finishSuccess" | "finishFailure" | "finishMidStreamError" | "releaseAttempt";
-      attemptN: number | null;
-    };
+  | { [A in PlainAction]: { action: A; attemptN: number | null } }[PlainAction];
 
 interface Options {
   script: Step[];
   input?: Partial<RequestInput>;
-  delays?: { firstByteTimeout?: number; requestDeadline?: number };
+  delays?: { firstByteTimeout?: number; streamIdleTimeout?: number; requestDeadline?: number };
 }
 
 function startRequest({ script, input, delays }: Options) {
@@ -69,6 +71,7 @@ function startRequest({ script, input, delays }: Options) {
     },
     delays: {
       firstByteTimeout: delays?.firstByteTimeout ?? FIRST_BYTE_MS,
+      streamIdleTimeout: delays?.streamIdleTimeout ?? IDLE_MS,
       requestDeadline: delays?.requestDeadline ?? DEADLINE_MS,
     },
   });
@@ -320,15 +323,15 @@ describe("after the first byte", () => {
 });
 
 describe("buyer abort", () => {
-  test.each<[string, Step[], (h: Harness) => void, number | null]>([
-    ["routing", [{ hang: true }], () => {}, null],
-    ["awaitingFirstByte", providers("p1"), () => {}, 0],
-    ["receiving", providers("p1"), (h) => h.chunk(0, 1, "a"), 0],
-    ["awaitingFirstByte after a failover", providers("p1", "p2"), (h) => h.send({ type: "provider.lost" }), 1],
-  ])("buyer.aborted in %s → cancelled with cancelAttempt{buyer_cancel}", (state, script, reach, attemptN) => {
+  test.each<[string, "routing" | "awaitingFirstByte" | "receiving", Step[], (h: Harness) => void, number | null]>([
+    ["routing", "routing", [{ hang: true }], () => {}, null],
+    ["awaitingFirstByte", "awaitingFirstByte", providers("p1"), () => {}, 0],
+    ["receiving", "receiving", providers("p1"), (h) => h.chunk(0, 1, "a"), 0],
+    ["awaitingFirstByte after a failover", "awaitingFirstByte", providers("p1", "p2"), (h) => h.send({ type: "provider.lost" }), 1],
+  ])("buyer.aborted in %s → cancelled with cancelAttempt{buyer_cancel}", (_, state, script, reach, attemptN) => {
     const h = startRequest({ script });
     reach(h);
-    expect(h.snapshot().value).toBe(state.split(" ")[0]!);
+    expect(h.snapshot().value).toBe(state);
     h.send({ type: "buyer.aborted" });
 
     expect(h.snapshot().value).toBe("cancelled");
@@ -478,5 +481,32 @@ describe("request deadline", () => {
     expect(h.snapshot().value).toBe("failed");
     expect(h.named("cancelAttempt")).toEqual([{ action: "cancelAttempt", attemptN: null, reason: "gateway_timeout" }]);
     expect(h.named("finishFailure")).toHaveLength(1);
+  });
+});
+
+describe("a provider going silent after its first chunk", () => {
+  test("streaming: each chunk restarts the stall timer; silence ends the stream mid-stream", () => {
+    const r = startRequest({ script: [{ provider: "p1" }], delays: { streamIdleTimeout: SHORT_IDLE_MS } });
+    r.chunk(0, 1, "a");
+    r.clock.increment(SHORT_IDLE_MS - 1);
+    r.chunk(1, 1, "b");
+    r.clock.increment(SHORT_IDLE_MS - 1);
+    expect(r.snapshot().value).toBe("receiving");
+    r.clock.increment(1);
+    expect(r.snapshot().value).toBe("failedMidStream");
+    expect(r.named("cancelAttempt").map((c) => c.reason)).toEqual(["gateway_timeout"]);
+  });
+
+  test("non-streaming: silence after partial output fails over to another provider", () => {
+    const r = startRequest({
+      script: [{ provider: "p1" }, { provider: "p2" }],
+      input: { streaming: false },
+      delays: { streamIdleTimeout: SHORT_IDLE_MS },
+    });
+    r.chunk(0, 1, "a");
+    r.clock.increment(SHORT_IDLE_MS);
+    expect(r.snapshot().value).toBe("awaitingFirstByte");
+    expect(r.dispatches.at(-1)!.excludedProviders).toEqual(["p1"]);
+    expect(r.names()).toContain("discardPartialOutput");
   });
 });
