@@ -6,6 +6,7 @@ import { assign, fromCallback, setup } from "xstate";
 import type { ChunkFrame, DeclineCode, EndFrame } from "../src/wire/frames.ts";
 
 export type FailureCode =
+  | "internal_error"
   | "model_not_available"
   | "coordinator_unavailable"
   | "context_length_exceeded"
@@ -103,6 +104,9 @@ export const requestMachine = setup({
       };
     }),
     markLengthLimited: assign({ lengthLimited: true }),
+    recordDispatchError: assign({
+      failure: { code: "internal_error" as const, message: "The gateway hit an internal error. Retry the request." },
+    }),
     excludeCurrentProvider: assign(({ context, event }) => ({
       excludedProviders: context.current ? [...context.excludedProviders, context.current.providerId] : context.excludedProviders,
       lastAttemptFailure: event.type.startsWith("provider.") ? event.type : "first_byte_timeout",
@@ -167,6 +171,7 @@ export const requestMachine = setup({
           attemptN: context.nextAttemptN,
           excludedProviders: context.excludedProviders,
         }),
+        onError: { target: "failed", actions: "recordDispatchError" },
       },
       on: {
         "route.dispatched": { target: "awaitingFirstByte", actions: "recordDispatch" },

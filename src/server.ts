@@ -124,8 +124,9 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   const server = Bun.serve<SocketData>({
     port: config.port,
     hostname: config.host,
-    // Hard stop for bodies without Content-Length; the route answers over-limit bodies itself.
-    maxRequestBodySize: config.maxBodyBytes * 2,
+    // Routes stop reading at maxBodyBytes and answer with the error envelope; this is only the
+    // backstop for bodies no route reads (Bun's own 413 carries no envelope).
+    maxRequestBodySize: 1024 * 1024 * 1024,
     // Streams may wait long for a cold provider's first token (no keep-alive bytes before it).
     idleTimeout: 0,
     fetch(request, srv) {

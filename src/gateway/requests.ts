@@ -36,6 +36,7 @@ export interface RequestRunnerDeps {
   now: () => number;
   maxAttempts: number;
   firstByteTimeoutMs: number;
+  streamIdleTimeoutMs: number;
   requestDeadlineMs: number;
   inspect?: (event: InspectionEvent) => void;
   onClosed: () => void;
@@ -64,20 +65,21 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     }
     const session = registry.sessions.get(choice.provider.sessionId)!;
     const key = attemptKey(input.requestId, input.attemptN);
-    registry.addAttempt({ key, requestId: input.requestId, attemptN: input.attemptN, request: handle.actor, session });
     const remaining = Math.max(1, deps.requestDeadlineMs - (deps.now() - handle.startedAtMs));
-    session.send(
-      encodeFrame({
-        type: "job",
-        request_id: input.requestId,
-        attempt_n: input.attemptN,
-        model_id: chat.model,
-        messages: chat.messages,
-        params: chat.params,
-        route: handle.route,
-        deadline_ms: remaining,
-      }),
-    );
+    // Encoded before the attempt is registered: encoding can throw on pathological buyer input (e.g.
+    // deeply nested tool_calls overflow the stack), and a throw after addAttempt would leak the slot.
+    const job = encodeFrame({
+      type: "job",
+      request_id: input.requestId,
+      attempt_n: input.attemptN,
+      model_id: chat.model,
+      messages: chat.messages,
+      params: chat.params,
+      route: handle.route,
+      deadline_ms: remaining,
+    });
+    registry.addAttempt({ key, requestId: input.requestId, attemptN: input.attemptN, request: handle.actor, session });
+    session.send(job);
     log.debug("attempt_dispatched", { request_id: input.requestId, attempt_n: input.attemptN, provider_id: choice.provider.providerId });
     sendBack({
       type: "route.dispatched",
@@ -133,7 +135,11 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         if (key) registry.releaseAttempt(key);
       },
     },
-    delays: { firstByteTimeout: deps.firstByteTimeoutMs, requestDeadline: deps.requestDeadlineMs },
+    delays: {
+      firstByteTimeout: deps.firstByteTimeoutMs,
+      streamIdleTimeout: deps.streamIdleTimeoutMs,
+      requestDeadline: deps.requestDeadlineMs,
+    },
   });
 
   /** Starts the request actor; the responder's `response` settles when the buyer can be answered. */

@@ -1,6 +1,6 @@
 // msgpack encoding of protocol frames, with schema validation after decoding.
 // Decoding returns a result: the caller closes the socket with `closeCode` on failure.
-import { Packr, Unpackr } from "msgpackr";
+import { C1, Packr, Unpackr } from "msgpackr";
 import type { TSchema } from "@sinclair/typebox";
 import type { TypeCheck } from "@sinclair/typebox/compiler";
 import {
@@ -23,6 +23,22 @@ export function encodeFrame(frame: GatewayFrame | ProviderFrame): Uint8Array {
   return packr.pack(frame);
 }
 
+/**
+ * True when the decoded value holds msgpackr's stand-in for the byte 0xc1, which msgpack reserves as
+ * "never used": msgpackr decodes it to a sentinel object instead of failing, but such bytes are not
+ * msgpack (1007, not a schema or type failure).
+ */
+function holdsNeverUsedByte(value: unknown): boolean {
+  const pending: unknown[] = [value];
+  while (pending.length > 0) {
+    const v = pending.pop();
+    if (v === C1) return true;
+    if (typeof v !== "object" || v === null || ArrayBuffer.isView(v)) continue;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) pending.push(child);
+  }
+  return false;
+}
+
 function decodeWith<F>(
   data: string | ArrayBuffer | Uint8Array,
   checkers: Record<string, TypeCheck<TSchema>>,
@@ -34,6 +50,15 @@ function decodeWith<F>(
   } catch {
     return { ok: false, closeCode: CloseCode.invalidPayload, reason: "undecodable" };
   }
+  const failure = frameFailure(value, checkers);
+  if (!failure) return { ok: true, frame: value as F };
+  // The deep walk runs only on failure, keeping it off the hot path: a stray 0xc1 can pass the schema
+  // only inside a free-form field, where it is harmless.
+  if (holdsNeverUsedByte(value)) return { ok: false, closeCode: CloseCode.invalidPayload, reason: "undecodable" };
+  return failure;
+}
+
+function frameFailure(value: unknown, checkers: Record<string, TypeCheck<TSchema>>): DecodeResult<never> | undefined {
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     return { ok: false, closeCode: CloseCode.policyViolation, reason: "unknown_type" };
   }
@@ -41,7 +66,7 @@ function decodeWith<F>(
   const checker = typeof type === "string" && Object.hasOwn(checkers, type) ? checkers[type] : undefined;
   if (!checker) return { ok: false, closeCode: CloseCode.policyViolation, reason: "unknown_type" };
   if (!checker.Check(value)) return { ok: false, closeCode: CloseCode.policyViolation, reason: "schema", frameType: type as string };
-  return { ok: true, frame: value as F };
+  return undefined;
 }
 
 /** Decodes and validates a frame received by the gateway from a provider. */

@@ -510,3 +510,10 @@ describe("a provider going silent after its first chunk", () => {
     expect(r.names()).toContain("discardPartialOutput");
   });
 });
+
+test("a failing dispatch ends the request as an internal error, not a crash", () => {
+  const r = startRequest({ script: [] });
+  expect(r.snapshot().value).toBe("failed");
+  expect(r.snapshot().context.failure?.code).toBe("internal_error");
+  expect(r.names()).toContain("finishFailure");
+});

@@ -35,8 +35,8 @@ interface BadCase {
   method?: string;
   path?: string;
   bearer?: Bearer;
-  /** A string body is sent with Content-Length; a stream body is sent chunked. */
-  body?: () => string | ReadableStream<Uint8Array>;
+  /** A string or byte body is sent with Content-Length; a stream body is sent chunked. */
+  body?: () => string | Uint8Array | ReadableStream<Uint8Array>;
   status: number;
   code: string;
   type: string;
@@ -60,6 +60,7 @@ const chunkedBody = (bytes: number) => () =>
 const cases: BadCase[] = [
   { name: "malformed JSON", body: () => '{"model": "test-model", "messages": [', status: 400, code: "invalid_request", type: "invalid_request_error", param: null },
   { name: "JSON that is not an object", body: json([1, 2, 3]), status: 400, code: "invalid_request", type: "invalid_request_error", param: null },
+  { name: "body that is not UTF-8", body: () => new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]), status: 400, code: "invalid_request", type: "invalid_request_error", param: null },
   { name: "JSON null", body: () => "null", status: 400, code: "invalid_request", type: "invalid_request_error", param: null },
   { name: "missing messages", body: json({ model: "test-model" }), status: 400, code: "invalid_request", type: "invalid_request_error", param: "messages" },
   { name: "empty messages array", body: chat({ messages: [] }), status: 400, code: "invalid_request", type: "invalid_request_error", param: "messages" },
@@ -94,8 +95,17 @@ const cases: BadCase[] = [
   { name: "body over 512 KiB with Content-Length", body: () => " ".repeat(LIMIT + 1024), status: 413, code: "request_too_large", type: "invalid_request_error", param: null },
   { name: "body over 512 KiB, chunked", body: chunkedBody(LIMIT + 1024), status: 413, code: "request_too_large", type: "invalid_request_error", param: null },
   { name: "max_tokens above the per-request cap", body: chat({ max_tokens: 5000 }), status: 400, code: "quota_exhausted", type: "invalid_request_error", param: "max_tokens" },
+  {
+    name: "max_completion_tokens above the per-request cap",
+    body: chat({ max_tokens: undefined, max_completion_tokens: 5000 }),
+    status: 400,
+    code: "quota_exhausted",
+    type: "invalid_request_error",
+    param: "max_completion_tokens",
+  },
   { name: "n: 2", body: chat({ n: 2 }), status: 400, code: "unsupported_parameter", type: "invalid_request_error", param: "n" },
   { name: "logprobs: true", body: chat({ logprobs: true }), status: 400, code: "unsupported_parameter", type: "invalid_request_error", param: "logprobs" },
+  { name: "top_logprobs", body: chat({ top_logprobs: 2 }), status: 400, code: "unsupported_parameter", type: "invalid_request_error", param: "top_logprobs" },
   { name: "unknown route", path: "/v1/no-such-route", body: chat({}), status: 404, code: "not_found", type: "not_found_error", param: null },
   // The app has no GET handler there; it answers 404 not_found (a 405 would also be acceptable).
   { name: "GET on /v1/chat/completions", method: "GET", status: 404, code: "not_found", type: "not_found_error", param: null },
@@ -211,9 +221,49 @@ describe("bad buyer input gets its documented error envelope", () => {
     expect(await res.text()).toBe("");
   });
 
-  // Known gap: bodies over maxRequestBodySize (2 × the limit) are refused by Bun itself with a bare
-  // 413 (no envelope, no X-Request-ID), against DESIGN §7 "every response carries X-Request-ID".
-  test.todo("a body over 1 MiB still gets the request_too_large envelope", async () => {
+  // Nesting deep enough to overflow the stack when the job frame is msgpack-encoded (~20k levels), yet
+  // far under the body limit. Such a request once left its attempt registered, so the only provider
+  // stayed "busy" forever and every later request got 503 (fixed in src/gateway/requests.ts).
+  // (At ~50k levels in `tools`, JSON.stringify in promptTokenBound overflows instead, after blocking
+  // the event loop ~1.5 s.) The edge now refuses nesting past MAX_JSON_DEPTH before any of that.
+  const LEVELS = 20_000;
+  const deep = (levels: number) => "[".repeat(levels) + "]".repeat(levels);
+  const deepCases = [
+    ["assistant tool_calls", () => `{"model":"test-model","max_tokens":2,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[${deep(LEVELS)}]},{"role":"user","content":"x"}]}`],
+    ["tools", () => `{"model":"test-model","max_tokens":2,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":${deep(LEVELS)}}]}`],
+  ] as const;
+
+  test.each(deepCases)("20 000 levels of nesting in %s: an error envelope, and no lasting harm", async (_, body) => {
+    const res = await fetch(`${gw.baseURL}/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${gw.apiKey}`, "content-type": "application/json" },
+      body: body(),
+    });
+    const text = await res.text();
+    expect(res.status).toBeGreaterThanOrEqual(400);
+    expect(res.headers.get("x-request-id")).toBeTruthy();
+    expect(text).not.toContain(".ts:");
+    expect(text).not.toContain("Error:");
+    const { error } = JSON.parse(text) as { error: { code: string } };
+    expect(Object.keys(errorTable)).toContain(error.code);
+    expect(gw.gateway.registry.attempts.size).toBe(0);
+    await expectHealthyCompletion();
+  });
+
+  // The fault is the buyer's: 400 (not a retryable 500 that SDKs would resend).
+  test.each(deepCases)("20 000 levels of nesting in %s → 400 invalid_request", async (_, body) => {
+    const res = await fetch(`${gw.baseURL}/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${gw.apiKey}`, "content-type": "application/json" },
+      body: body(),
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe("invalid_request");
+  });
+
+  // Bun's own 413 (past maxRequestBodySize) has no envelope and no X-Request-ID (DESIGN §7): the route
+  // must stop reading at the limit itself.
+  test("a body over 1 MiB still gets the request_too_large envelope", async () => {
     const c: BadCase = { name: "2 MiB chunked", body: chunkedBody(2 * 1024 * 1024), status: 413, code: "request_too_large", type: "invalid_request_error", param: null };
     await expectRefusal(await send(c), c);
   });

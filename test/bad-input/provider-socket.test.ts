@@ -23,7 +23,7 @@ let keySeq = 0;
 const newKey = (gw: TestGateway): Promise<ProviderKey> =>
   loadOrCreateProviderKey(join(gw.dataDir, "probe-keys", `k${++keySeq}.key`));
 
-function helloFrame(providerId: string, key: ProviderKey): HelloFrame {
+function helloFrame(providerId: string, key: ProviderKey, modelId = PROBE_MODEL): HelloFrame {
   return {
     type: "hello",
     protocol: 1,
@@ -32,7 +32,7 @@ function helloFrame(providerId: string, key: ProviderKey): HelloFrame {
     runtime: { name: "bad-input-probe", version: "0.0.0" },
     hardware: { ram_gb: 8 },
     max_concurrency: 1,
-    models: [{ model_id: PROBE_MODEL, model_hash: modelHash(PROBE_MODEL), max_context_tokens: 4096 }],
+    models: [{ model_id: modelId, model_hash: modelHash(modelId), max_context_tokens: 4096 }],
   };
 }
 
@@ -132,6 +132,7 @@ async function connect(gw: TestGateway): Promise<ProbeSocket> {
 interface HandshakeOptions {
   providerId: string;
   key: ProviderKey;
+  modelId?: string;
   /** Sign with 64 random bytes instead of the key. */
   forgeSignature?: boolean;
 }
@@ -147,7 +148,7 @@ interface HandshakeResult {
 /** hello → challenge → auth (signHandshake, or forged) → welcome or close. */
 async function handshake(gw: TestGateway, o: HandshakeOptions): Promise<HandshakeResult> {
   const socket = await connect(gw);
-  socket.sendFrame(helloFrame(o.providerId, o.key));
+  socket.sendFrame(helloFrame(o.providerId, o.key, o.modelId));
   const challenge = await socket.expectFrame("challenge");
   const signature = o.forgeSignature
     ? new Uint8Array(randomBytes(64))
@@ -194,6 +195,19 @@ describe("bad frames and failed handshakes close only that socket", () => {
   test("bytes that are not msgpack → 1007", async () => {
     const socket = track(await connect(gw));
     socket.sendRaw(new Uint8Array([0xc1]));
+    expect(await socket.closeCode_()).toBe(1007);
+  });
+
+  test("the reserved byte 0xc1 inside a map (as the type) → 1007, not 1008", async () => {
+    const socket = track(await connect(gw));
+    // {"type": <0xc1>}: msgpackr decodes 0xc1 to a sentinel instead of failing.
+    socket.sendRaw(new Uint8Array([0x81, 0xa4, ...new TextEncoder().encode("type"), 0xc1]));
+    expect(await socket.closeCode_()).toBe(1007);
+  });
+
+  test("truncated msgpack → 1007", async () => {
+    const socket = track(await connect(gw));
+    socket.sendRaw(rawPackr.pack({ type: "hello", protocol: 1 }).subarray(0, 8));
     expect(await socket.closeCode_()).toBe(1007);
   });
 
@@ -289,9 +303,11 @@ describe("bad frames and failed handshakes close only that socket", () => {
 
   test("a second live connection with the same id and key replaces the first (4011); the second serves", async () => {
     const key = await newKey(gw);
-    const first = track(await handshake(gw, { providerId: "replaced-id", key }));
+    // A model only this id serves, so the job below can only go to it.
+    const modelId = "replaced-model";
+    const first = track(await handshake(gw, { providerId: "replaced-id", key, modelId }));
     expect(first.welcome).not.toBeNull();
-    const second = track(await handshake(gw, { providerId: "replaced-id", key }));
+    const second = track(await handshake(gw, { providerId: "replaced-id", key, modelId }));
     expect(second.welcome).not.toBeNull();
     expect(await first.socket.closeCode_()).toBe(4011);
     expect(gw.gateway.registry.admittedByProvider.get("replaced-id")?.sessionId).toBe(second.welcome!.session_id);
@@ -300,11 +316,12 @@ describe("bad frames and failed handshakes close only that socket", () => {
     const completion = fetch(`${gw.baseURL}/chat/completions`, {
       method: "POST",
       headers: { authorization: `Bearer ${gw.apiKey}`, "content-type": "application/json" },
-      body: JSON.stringify({ model: PROBE_MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 4 }),
+      body: JSON.stringify({ model: modelId, messages: [{ role: "user", content: "hi" }], max_tokens: 4 }),
     });
     const job: JobFrame = await second.socket.expectFrame("job");
     const ids = { request_id: job.request_id, attempt_n: job.attempt_n };
-    second.socket.sendFrame({ type: "accepted", ...ids, model_hash: modelHash(PROBE_MODEL) });
+    expect(job.model_id).toBe(modelId);
+    second.socket.sendFrame({ type: "accepted", ...ids, model_hash: modelHash(modelId) });
     second.socket.sendFrame({ type: "chunk", ...ids, seq: 0, content: "replaced fine", tokens: 2 });
     second.socket.sendFrame({
       type: "end",
@@ -319,7 +336,12 @@ describe("bad frames and failed handshakes close only that socket", () => {
     expect(body.choices[0]!.message.content).toBe("replaced fine");
   });
 
-  test("after all of that, a healthy provider process is admitted and serves a completion", async () => {
+  test("after all of that, no session is left behind and a healthy provider process serves a completion", async () => {
+    for (const s of open) s.close();
+    await Promise.all(open.map((s) => s.closed));
+    const { registry } = gw.gateway;
+    await waitFor(() => registry.sessions.size === 0 && registry.admittedByProvider.size === 0, EVENT_TIMEOUT_MS, "every probe session to be gone");
+    expect(registry.attempts.size).toBe(0);
     const provider = spawnProvider(gw, { id: "healthy-after" });
     try {
       await waitFor(

@@ -1,6 +1,7 @@
 // POST /v1/chat/completions: auth, body limits and validation, then one request actor per request.
 import { createHmac } from "node:crypto";
 import { authenticateBuyer } from "../auth.ts";
+import { parseJsonBody, readBody } from "../body.ts";
 import { errorResponse, gatewayError } from "../errors.ts";
 import { chatCompletionRequestChecker, describeChatSchemaError } from "./schema.ts";
 import { normalizeChatRequest, promptTokenBound } from "./normalize.ts";
@@ -22,14 +23,6 @@ export interface ChatRouteDeps {
 
 export const ROUTE_POLICY_VERSION = "gw-settlement-v1";
 
-/** Reads the body, refusing more than `limit` bytes whatever the framing; null when over. */
-async function readBody(request: Request, limit: number): Promise<Uint8Array | null> {
-  const declared = Number(request.headers.get("content-length") ?? "NaN");
-  if (declared > limit) return null;
-  const body = new Uint8Array(await request.arrayBuffer());
-  return body.byteLength > limit ? null : body;
-}
-
 export function chatCompletionsHandler(deps: ChatRouteDeps) {
   return async (request: Request, ids: { requestId: string; responseRequestId: string }): Promise<Response> => {
     const rid = ids.responseRequestId;
@@ -43,12 +36,9 @@ export function chatCompletionsHandler(deps: ChatRouteDeps) {
     const auth = authenticateBuyer(deps.store, request);
     if (!auth.ok) return errorResponse(auth.error, rid);
 
-    let json: unknown;
-    try {
-      json = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(body));
-    } catch {
-      return errorResponse(gatewayError("invalid_request", "The request body is not valid JSON."), rid);
-    }
+    const parsed = parseJsonBody(body);
+    if (!parsed.ok) return errorResponse(parsed.error, rid);
+    const json = parsed.json;
     if (!chatCompletionRequestChecker.Check(json)) {
       const { message, param } = describeChatSchemaError(json);
       return errorResponse(gatewayError("invalid_request", message, { param }), rid);

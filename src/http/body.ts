@@ -1,0 +1,73 @@
+// Buyer request bodies: a byte limit whatever the framing, and JSON with a nesting-depth limit.
+import { gatewayError, type GatewayError } from "./errors.ts";
+
+/** Deeper than any real chat request; deep enough nesting overflows recursive walkers (schema checks, stringify). */
+export const MAX_JSON_DEPTH = 64;
+
+/**
+ * Reads the body, refusing more than `limit` bytes whatever the framing; null when over. Reads the
+ * stream itself so that chunked bodies stop at the limit instead of being buffered whole.
+ */
+export async function readBody(request: Request, limit: number): Promise<Uint8Array | null> {
+  const declared = Number(request.headers.get("content-length") ?? "NaN");
+  if (declared > limit) return null;
+  if (!request.body) return new Uint8Array(0);
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  const reader = request.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      reader.cancel().catch(() => {});
+      return null;
+    }
+    parts.push(value);
+  }
+  if (parts.length === 1) return parts[0]!;
+  const body = new Uint8Array(size);
+  let at = 0;
+  for (const part of parts) {
+    body.set(part, at);
+    at += part.byteLength;
+  }
+  return body;
+}
+
+/** Nesting depth of JSON text, counted outside strings; stops counting past `max`. */
+export function jsonDepthExceeds(text: string, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: skip the escaped character
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
+}
+
+export type JsonBody = { ok: true; json: unknown } | { ok: false; error: GatewayError };
+
+/** Decodes UTF-8 JSON, refusing invalid text and nesting deeper than MAX_JSON_DEPTH. */
+export function parseJsonBody(body: Uint8Array): JsonBody {
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(body);
+  } catch {
+    return { ok: false, error: gatewayError("invalid_request", "The request body is not valid UTF-8.") };
+  }
+  if (jsonDepthExceeds(text, MAX_JSON_DEPTH)) {
+    return { ok: false, error: gatewayError("invalid_request", `The request body nests deeper than ${MAX_JSON_DEPTH} levels.`) };
+  }
+  try {
+    return { ok: true, json: JSON.parse(text) };
+  } catch {
+    return { ok: false, error: gatewayError("invalid_request", "The request body is not valid JSON.") };
+  }
+}
