@@ -47,4 +47,15 @@ export const migrations: readonly string[] = [
     value BLOB NOT NULL
   ) STRICT;
   `,
+  // 2: the signed catalog's append-only history (DESIGN §5).
+  `
+  CREATE TABLE catalog_history (
+    seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+    catalog_id     TEXT NOT NULL UNIQUE,
+    body           BLOB NOT NULL,
+    signature      TEXT NOT NULL,
+    body_digest    TEXT NOT NULL CHECK (length(body_digest) = 64),
+    accepted_at_ms INTEGER NOT NULL
+  ) STRICT;
+  `,
 ];

@@ -1,0 +1,100 @@
+// The settlement actor in isolation: the first terminal outcome is final; the pending deadline is a
+// named delay driven by SimulatedClock.
+import { describe, expect, test } from "bun:test";
+import { createActor, SimulatedClock } from "xstate";
+import { settlementMachine, type SettlementEvent, type SettlementInput } from "../../actors/settlement.ts";
+
+const DEADLINE_MS = 300_000;
+
+function startSettlement(input: Partial<SettlementInput> = {}) {
+  const clock = new SimulatedClock();
+  const settled: string[] = [];
+  const actor = createActor(
+    settlementMachine.provide({
+      actions: {
+        settleVerified: () => void settled.push("verified"),
+        settleQuarantined: ({ context }) => void settled.push(`quarantined:${context.reason}`),
+        settleZero: ({ context }) => void settled.push(`zero_settled:${context.reason}`),
+      },
+    }),
+    { input: { requestId: "req_1", attemptN: 0, resumedPending: false, pendingDeadlineMs: DEADLINE_MS, ...input }, clock },
+  ).start();
+  const send = (...events: SettlementEvent[]) => events.forEach((e) => actor.send(e));
+  return { actor, clock, settled, send, state: () => actor.getSnapshot().value };
+}
+
+const verified = { type: "receipt.judged", verdict: { label: "verified" } } as const;
+const quarantined = (reason: string) => ({ type: "receipt.judged", verdict: { label: "quarantined", reason } }) as const;
+const ended = (deliveredNothing = false) => ({ type: "attempt.ended", deliveredNothing }) as const;
+
+describe("settlement", () => {
+  test("a receipt riding on `end` is judged as the attempt ends → verified, settled once", () => {
+    const s = startSettlement();
+    expect(s.state()).toBe("running");
+    s.send(verified, ended());
+    expect(s.state()).toBe("verified");
+    expect(s.settled).toEqual(["verified"]);
+  });
+
+  test("an attempt that delivered nothing is zero_settled, whatever its receipt says", () => {
+    const s = startSettlement();
+    s.send(verified, ended(true));
+    expect(s.state()).toBe("zero_settled");
+    expect(s.settled).toEqual(["zero_settled:nothing_delivered"]);
+  });
+
+  test("a late receipt before the deadline settles; one after it finds the attempt quarantined", () => {
+    const s = startSettlement();
+    s.send(ended());
+    expect(s.state()).toBe("pending");
+    s.clock.increment(DEADLINE_MS - 1);
+    expect(s.state()).toBe("pending");
+    s.send(verified);
+    expect(s.state()).toBe("verified");
+
+    const late = startSettlement();
+    late.send(ended());
+    late.clock.increment(DEADLINE_MS);
+    expect(late.state()).toBe("quarantined");
+    late.send(verified);
+    expect(late.state()).toBe("quarantined");
+    expect(late.settled).toEqual(["quarantined:no_receipt"]);
+  });
+
+  test("the first terminal outcome is final: a second receipt changes nothing", () => {
+    const s = startSettlement();
+    s.send(ended(), quarantined("bad_signature"), verified);
+    expect(s.state()).toBe("quarantined");
+    expect(s.settled).toEqual(["quarantined:bad_signature"]);
+    expect(s.actor.getSnapshot().status).toBe("done");
+    expect(s.actor.getSnapshot().output).toEqual({ reason: "bad_signature" });
+  });
+
+  test("an attempt the gateway refused (measurement ≠ catalog) is quarantined at once", () => {
+    const s = startSettlement();
+    s.send({ type: "attempt.rejected", reason: "measurement_mismatch" }, ended(true));
+    expect(s.settled).toEqual(["quarantined:measurement_mismatch"]);
+  });
+
+  test("the deadline does not run while the attempt is still on the wire", () => {
+    const s = startSettlement();
+    s.clock.increment(DEADLINE_MS * 2);
+    expect(s.state()).toBe("running");
+    s.send(ended());
+    s.clock.increment(DEADLINE_MS);
+    expect(s.state()).toBe("quarantined");
+  });
+
+  test("resumed after a restart: waits only the remaining deadline", () => {
+    const s = startSettlement({ resumedPending: true, pendingDeadlineMs: 1_000 });
+    expect(s.state()).toBe("pending");
+    s.clock.increment(999);
+    expect(s.state()).toBe("pending");
+    s.clock.increment(1);
+    expect(s.settled).toEqual(["quarantined:no_receipt"]);
+
+    const overdue = startSettlement({ resumedPending: true, pendingDeadlineMs: -5 });
+    overdue.clock.increment(0);
+    expect(overdue.settled).toEqual(["quarantined:no_receipt"]);
+  });
+});
