@@ -1,8 +1,12 @@
 #!/usr/bin/env bun
 // `gateway` — one entry point for every subcommand (DESIGN §2).
 import { configUsage } from "./config/index.ts";
-import { runAccountsCommand, runKeysCommand, runProvidersCommand, type OperatorContext } from "./cli/operator.ts";
+import { runCatalogCommand } from "./catalog/cli.ts";
+import { runAccountsCommand, runBackupCommand, runKeysCommand, runProvidersCommand, type OperatorContext } from "./cli/operator.ts";
 import { runProviderCommand } from "./provider/cli.ts";
+import { catalogLookupFrom } from "./ledger/audit.ts";
+import { runLedgerCommand, runReceiptsCommand } from "./ledger/cli.ts";
+import { processIo, runVerifyReceipt } from "./receipts/verifyCli.ts";
 import { databasePath } from "./server.ts";
 import { openStore } from "./store/index.ts";
 import { runServe } from "./serve.ts";
@@ -14,7 +18,12 @@ commands:
   accounts      create and list buyer accounts
   keys          create, list and revoke API keys
   providers     pin, unpin, ban and list provider ids
+  catalog       the signed model catalog: init, add, remove, show, sign, history
   provider      run a provider machine's runtime (gateway provider --help)
+  receipts      list settled attempts and export their receipts
+  ledger        audit the ledger against stored receipts (gateway ledger audit)
+  verify-receipt  check a receipt offline (gateway verify-receipt --help)
+  backup        copy the gateway's database while it runs (gateway backup --to FILE)
 
 operator commands read --data-dir DIR (env GATEWAY_DATA_DIR, default ./data).`;
 
@@ -56,8 +65,24 @@ async function main(argv: string[]): Promise<number> {
       return runOperator(runKeysCommand, rest);
     case "providers":
       return runOperator(runProvidersCommand, rest);
+    case "catalog":
+      // The catalog commands also need the data dir itself (operator key, published catalog files).
+      return runOperator((args, ctx) => runCatalogCommand(args, { ...ctx, dataDir: takeDataDir(rest).dataDir }), rest);
     case "provider":
       return runProviderCommand(rest);
+    case "receipts":
+      return runOperator(runReceiptsCommand, rest);
+    case "ledger":
+      return runOperator(
+        (args, ctx) => runLedgerCommand(args, ctx, { catalogLookup: catalogLookupFrom((id) => ctx.store.getCatalog(id)) }),
+        rest,
+      );
+    case "verify-receipt":
+      return runVerifyReceipt(rest, processIo);
+    case "backup": {
+      const { dataDir, rest: args } = takeDataDir(rest);
+      return runBackupCommand(args, { databasePath: databasePath(dataDir), stdout: (l) => console.log(l), stderr: (l) => console.error(l) });
+    }
     case "--help":
     case "help":
       console.log(USAGE);

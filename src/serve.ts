@@ -2,6 +2,7 @@
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { configUsage, loadConfig, type GatewayConfig } from "./config/index.ts";
+import { inspectorUrlProblem, startInspector } from "./inspect.ts";
 import { createLog, type Log } from "./log.ts";
 import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "./server.ts";
 import { loadOrCreateProviderKey } from "./provider/keys.ts";
@@ -58,7 +59,13 @@ export async function runServe(argv: string[]): Promise<number> {
   }
   const config = loaded.config;
   const log = createLog(config.logLevel);
-  const gateway = startGateway(config, { log });
+  const inspectProblem = config.inspect === undefined ? null : inspectorUrlProblem(config.inspect, config);
+  if (inspectProblem) {
+    console.error(`gateway serve: ${inspectProblem}`);
+    return 64;
+  }
+  const inspector = config.inspect === undefined ? null : startInspector(config.inspect, { log });
+  const gateway = startGateway(config, { log, inspect: inspector?.inspect });
   const demo: ProviderRuntime[] = [];
   if (config.demo) {
     demo.push(...(await startDemoProviders(config, gateway, log)));
@@ -86,6 +93,7 @@ export async function runServe(argv: string[]): Promise<number> {
       await gateway.drain();
       await Promise.all(demo.map((r) => r.stop()));
       await gateway.stop();
+      inspector?.stop();
       log.info("gateway_stopped", {});
       resolve(0);
     };

@@ -9,8 +9,10 @@ import { providerWebSocketHandler, type SocketData } from "./gateway/providerEnd
 import { Registry } from "./gateway/registry.ts";
 import { createRequestRunner } from "./gateway/requests.ts";
 import { createHttpApp } from "./http/app.ts";
+import { createBuyerSurface } from "./http/signup/index.ts";
 import { errorResponse, gatewayError } from "./http/errors.ts";
 import { createLog, type Log } from "./log.ts";
+import { createPrometheusMetrics, type PrometheusMetrics } from "./metrics.ts";
 import { openStore, type Store } from "./store/index.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
@@ -20,6 +22,8 @@ export interface GatewayPorts {
   randomBytes?: (n: number) => Uint8Array;
   log?: Log;
   inspect?: (event: InspectionEvent) => void;
+  /** High-resolution clock (ms) for latency metrics; default performance.now. */
+  monotonicNow?: () => number;
 }
 
 export interface RunningGateway {
@@ -27,10 +31,15 @@ export interface RunningGateway {
   port: number;
   store: Store;
   registry: Registry;
+  /** This gateway's own metrics (its own prom-client Registry). */
+  metrics: PrometheusMetrics;
   /** Stops taking requests, tells providers to drain, resolves when idle or the grace period ends. */
   drain(): Promise<void>;
   stop(): Promise<void>;
 }
+
+/** After the drain: longest wait for open HTTP responses to finish writing before they are cut. */
+const DRAIN_FLUSH_MS = 1000;
 
 const hexId = (prefix: string, random: (n: number) => Uint8Array) => () => prefix + Buffer.from(random(12)).toString("hex");
 
@@ -44,6 +53,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   const log = ports.log ?? createLog(config.logLevel);
   const store = openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now });
   const gatewaySecret = store.getOrCreateSecret("gateway_hmac", 32);
+  const buyerSurface = createBuyerSurface({ config, store, gatewaySecret, now, randomBytes: random, log });
   const registry = new Registry();
 
   let stopped: () => void = () => {};
@@ -61,6 +71,14 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     { inspect: ports.inspect },
   ).start();
   const accepting = () => supervisor.getSnapshot().matches("running");
+  const monotonicNow = ports.monotonicNow ?? (() => performance.now());
+  const metrics = createPrometheusMetrics({
+    providerViews: () => registry.providerViews(),
+    handshakingSessions: () => registry.sessions.size - registry.admittedByProvider.size,
+    ignoredFrames: () => registry.ignoredFrames,
+    liveRequests: () => runner.liveRequests(),
+    draining: () => supervisor.getSnapshot().matches("draining"),
+  });
 
   const runner = createRequestRunner({
     registry,
@@ -72,6 +90,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     inspect: ports.inspect,
     onClosed: () => supervisor.send({ type: "request.closed" }),
     log,
+    metrics,
+    monotonicNow,
   });
 
   const newRequestId = hexId("req_", random);
@@ -93,6 +113,14 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     providerViews: () => [...registry.providerViews()],
     newRequestId,
     log,
+    signup: buyerSurface.signup,
+    demo: buyerSurface.demo,
+    metrics,
+    exposition: metrics,
+    metricsToken: config.metricsToken,
+    monotonicNow,
+    messagesFacade: config.messagesFacade,
+    responsesFacade: config.responsesFacade,
   });
 
   const websocket = providerWebSocketHandler({
@@ -134,6 +162,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
         if (srv.upgrade(request, { data: {} })) return undefined;
         return errorResponse(gatewayError("invalid_request", "Expected a WebSocket upgrade."), newRequestId());
       }
+      buyerSurface.bind(request, srv.requestIP(request)?.address ?? null);
       return handleHttp(request);
     },
     websocket,
@@ -144,6 +173,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   });
 
   const port = server.port!;
+  buyerSurface.listening(port);
   log.info("gateway_listening", { host: config.host, port, settlement_mode: config.settlementMode });
 
   return {
@@ -151,9 +181,17 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     port,
     store,
     registry,
+    metrics,
     async drain() {
       supervisor.send({ type: "gateway.drain" });
       await stoppedPromise;
+      // Stop listening, then give finished responses a moment to reach buyers before stop() cuts
+      // connections: a stream's last bytes ([DONE]) are queued, not yet written, when its actor ends.
+      // Provider sockets close first, so a stream still running past the grace period ends with the
+      // in-band provider_disconnected error instead of a bare cut.
+      const closed = server.stop(false);
+      for (const session of registry.sessions.values()) session.close(1001, "gateway_stopping");
+      await Promise.race([closed, Bun.sleep(DRAIN_FLUSH_MS)]);
     },
     async stop() {
       server.stop(true);

@@ -3,6 +3,7 @@
 // JSON goes to stdout where a program reads it; messages and usage go to stderr.
 
 import type { ProviderBinding, Store, Tier } from "../store/index.ts";
+import { backupDatabase } from "../store/backup.ts";
 import { parseFlags, type FlagSpec, type ParseResult } from "./flags.ts";
 
 export interface OperatorContext {
@@ -80,13 +81,16 @@ async function dispatch(
   }
 }
 
-function usageError(ctx: OperatorContext, usage: readonly string[], message: string): number {
+/** Where messages go; the helpers below need nothing else of a context. */
+type Io = Pick<OperatorContext, "stdout" | "stderr">;
+
+function usageError(ctx: Io, usage: readonly string[], message: string): number {
   ctx.stderr(`error: ${message}`);
   usage.forEach((line) => ctx.stderr(line));
   return EXIT_USAGE;
 }
 
-function failure(ctx: OperatorContext, message: string): number {
+function failure(ctx: Io, message: string): number {
   ctx.stderr(`error: ${message}`);
   return EXIT_FAILURE;
 }
@@ -96,7 +100,7 @@ function parse<const S extends FlagSpec>(
   argv: readonly string[],
   spec: S,
   positionalNames: readonly string[],
-  ctx: OperatorContext,
+  ctx: Io,
   usage: readonly string[],
 ): Extract<ParseResult<S>, { ok: true }> | number {
   const parsed = parseFlags(argv, spec);
@@ -257,6 +261,34 @@ const providersList: Subcommand = (argv, ctx, usage) => {
   }
   return EXIT_OK;
 };
+
+// ── backup ────────────────────────────────────────────────────────────────────────────────────────
+
+const BACKUP_USAGE = ["usage: gateway backup --to FILE [--data-dir DIR]"];
+
+export interface BackupContext extends Io {
+  /** The gateway's SQLite file (databasePath(dataDir)); it is read, never migrated or written. */
+  databasePath: string;
+}
+
+/**
+ * Runs `gateway backup --to FILE`: an online copy of the store, safe while a gateway serves from it.
+ * Prints `{"backup": path, "bytes": n}`; refuses an existing FILE (exit 1).
+ */
+export async function runBackupCommand(argv: readonly string[], ctx: BackupContext): Promise<number> {
+  const [word] = argv;
+  if (word === "help" || word === "--help" || word === "-h") {
+    BACKUP_USAGE.forEach((line) => ctx.stdout(line));
+    return EXIT_OK;
+  }
+  const p = parse(argv, { to: { kind: "string" } }, [], ctx, BACKUP_USAGE);
+  if (typeof p === "number") return p;
+  if (p.flags.to === undefined || p.flags.to === "") return usageError(ctx, BACKUP_USAGE, "--to FILE is required");
+  const result = backupDatabase(ctx.databasePath, p.flags.to);
+  if (!result.ok) return failure(ctx, result.message);
+  ctx.stdout(json({ backup: result.path, bytes: result.bytes }));
+  return EXIT_OK;
+}
 
 // ── human output ──────────────────────────────────────────────────────────────────────────────────
 

@@ -53,6 +53,11 @@ export const settingSpecs = [
   s("drainGraceMs", "integer", 30_000, "On SIGTERM, how long in-flight streams may run before the process exits.", { min: 0 }),
   s("inspect", "string", undefined, "Attach the XState inspector at this WebSocket URL (flag without value: ws://127.0.0.1:8090)."),
   s("logLevel", "enum", "info", "Least severe log level written.", { values: ["debug", "info", "warn", "error"] }),
+  s("metricsToken", "string", undefined, "When set, GET /metrics needs the header 'Authorization: Bearer TOKEN' with this value (set it by env or config file: flags show in ps)."),
+  s("publicBaseUrl", "string", undefined, "Public base URL buyers' browsers reach the gateway at (https://gw.example.com); sign-up redirect URIs are this + /auth/<idp>/callback. Default http://<host>:<port>."),
+  s("oidcProviders", "string", undefined, "Sign-up identity providers: a JSON array of {name, issuer, clientId, clientSecret} (see docs/signup.md). Prefer the env or config file: flags show in ps."),
+  s("trustedProxies", "string", undefined, "Comma-separated IPs/CIDRs of reverse proxies whose X-Forwarded-For names the client (default: none; the socket address is the client)."),
+  s("demoSessionsPerHour", "integer", 10, "Browser demo sessions issued per client IP (/32 or /64) per hour.", { min: 0 }),
 ] as const satisfies readonly SettingSpec[];
 
 export interface GatewayConfig {
@@ -78,6 +83,11 @@ export interface GatewayConfig {
   drainGraceMs: number;
   inspect: string | undefined;
   logLevel: "debug" | "info" | "warn" | "error";
+  metricsToken: string | undefined;
+  publicBaseUrl: string | undefined;
+  oidcProviders: string | undefined;
+  trustedProxies: string | undefined;
+  demoSessionsPerHour: number;
 }
 
 export const DEFAULT_INSPECT_URL = "ws://127.0.0.1:8090";

@@ -8,14 +8,15 @@ import {
   type RequestEvent,
   type RequestMachine,
 } from "../../actors/request.ts";
-import { gatewayError, type GatewayError } from "../http/errors.ts";
+import { errorTable, gatewayError, publicCode, type ErrorCode, type GatewayError } from "../http/errors.ts";
 import type { ChatResponder } from "../http/chat/responders.ts";
 import type { NormalizedChat } from "../http/chat/normalize.ts";
 import { encodeFrame } from "../wire/codec.ts";
 import type { EndFrame, JobRoute } from "../wire/frames.ts";
 import { attemptKey, type Registry } from "./registry.ts";
 import { chooseProvider } from "./routing.ts";
-import type { Log } from "../log.ts";
+import { requestLogFields, type Log } from "../log.ts";
+import { noopMetrics, type AttemptOutcome, type MetricsPort, type RequestOutcome, type RequestSummary } from "../metrics.ts";
 
 export interface RequestSpec {
   requestId: string;
@@ -23,12 +24,34 @@ export interface RequestSpec {
   route: JobRoute;
   promptBound: number;
   responder: ChatResponder;
+  /** The buyer's account (logged; never a key). */
+  accountId?: string;
+  /** When the HTTP request arrived, on the runner's `monotonicNow` clock; default: when `start` runs. */
+  arrivedAt?: number;
+  /** The buyer route, for metrics labels; default /v1/chat/completions. */
+  buyerRoute?: string;
 }
 
 interface RequestHandle extends RequestSpec {
   actor: ActorRefFrom<RequestMachine>;
   startedAtMs: number;
   lastEnd: EndFrame | null;
+  timing: RequestTiming;
+}
+
+/**
+ * Per-request timing on the monotonic clock, for ttft/overhead. Provider wait = the sum of intervals
+ * from "the gateway sent a job or finished relaying a chunk" to "the next provider-driven step of this
+ * request ran" (chunk, end, decline, loss, timeout, cancel). Updated in O(1) per chunk.
+ */
+interface RequestTiming {
+  arrivedAt: number;
+  firstTokenAt: number | null;
+  waitingSince: number | null;
+  providerWaitMs: number;
+  inputTokens: number;
+  errorCode: ErrorCode | null;
+  lastAttemptOutcome: AttemptOutcome | null;
 }
 
 export interface RequestRunnerDeps {
@@ -41,7 +64,36 @@ export interface RequestRunnerDeps {
   inspect?: (event: InspectionEvent) => void;
   onClosed: () => void;
   log: Log;
+  metrics?: MetricsPort;
+  /** High-resolution clock (ms) for latency metrics; default performance.now. */
+  monotonicNow?: () => number;
 }
+
+/** How the attempt being released ended, from the event that ended it (see actors/request.ts). */
+function attemptOutcome(event: RequestEvent | { type: string }, context: RequestContext): AttemptOutcome {
+  switch (event.type) {
+    case "provider.ended":
+      return (event as Extract<RequestEvent, { type: "provider.ended" }>).frame.terminal_state === "normal_done" ? "completed" : "provider_error";
+    case "provider.chunk":
+      return context.lengthLimited ? "length_limited" : "bad_sequence";
+    case "provider.declined":
+      return "declined";
+    case "provider.lost":
+      return "lost";
+    case "buyer.aborted":
+      return "cancelled";
+    default:
+      // xstate.after.* — firstByteTimeout, streamIdleTimeout or requestDeadline.
+      return "timeout";
+  }
+}
+
+const OUTCOME_BY_STATE: Record<string, RequestOutcome> = {
+  succeeded: "succeeded",
+  failed: "failed",
+  failedMidStream: "failed_mid_stream",
+  cancelled: "cancelled",
+};
 
 const unavailableMessages = {
   model_not_available: (model: string) => `The model '${model}' is not available. List available models with GET /v1/models.`,
@@ -50,7 +102,17 @@ const unavailableMessages = {
 
 export function createRequestRunner(deps: RequestRunnerDeps) {
   const { registry, log } = deps;
+  const metrics = deps.metrics ?? noopMetrics;
+  const clock = deps.monotonicNow ?? (() => performance.now());
   const handles = new Map<string, RequestHandle>();
+
+  /** Closes an open provider-wait interval (a provider-driven step is starting now). */
+  const stopWaiting = (t: RequestTiming, at: number) => {
+    if (t.waitingSince !== null) {
+      t.providerWaitMs += at - t.waitingSince;
+      t.waitingSince = null;
+    }
+  };
 
   const currentKey = (c: RequestContext) => (c.current ? attemptKey(c.requestId, c.current.attemptN) : null);
 
@@ -80,6 +142,8 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     });
     registry.addAttempt({ key, requestId: input.requestId, attemptN: input.attemptN, request: handle.actor, session });
     session.send(job);
+    handle.timing.waitingSince = clock();
+    if (input.attemptN > 0 && handle.timing.lastAttemptOutcome) metrics.failover(handle.timing.lastAttemptOutcome);
     log.debug("attempt_dispatched", { request_id: input.requestId, attempt_n: input.attemptN, provider_id: choice.provider.providerId });
     sendBack({
       type: "route.dispatched",
@@ -90,15 +154,32 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
   const machine = requestMachine.provide({
     actors: { dispatchAttempt },
     actions: {
-      relayChunk: ({ context }, { frame }) => handles.get(context.requestId)?.responder.relay(frame),
-      discardPartialOutput: ({ context }) => handles.get(context.requestId)?.responder.discard(),
+      relayChunk: ({ context }, { frame }) => {
+        const handle = handles.get(context.requestId);
+        if (!handle) return;
+        const t = handle.timing;
+        const at = clock();
+        stopWaiting(t, at);
+        t.firstTokenAt ??= at;
+        handle.responder.relay(frame);
+        t.waitingSince = clock();
+      },
+      discardPartialOutput: ({ context }) => {
+        const handle = handles.get(context.requestId);
+        if (!handle) return;
+        // The discarded attempt's first token was never the answer's.
+        handle.timing.firstTokenAt = null;
+        handle.responder.discard();
+      },
       finishSuccess: ({ context, event }) => {
         const handle = handles.get(context.requestId);
         if (!handle) return;
+        stopWaiting(handle.timing, clock());
         const end = event.type === "provider.ended" ? event.frame : null;
         const finishReason = context.lengthLimited ? "length" : (end?.finish_reason ?? "stop");
         // Prompt tokens as the provider reports them, never above the gateway's own bound.
         const promptTokens = Math.min(end?.usage.input_tokens ?? 0, handle.promptBound);
+        handle.timing.inputTokens = promptTokens;
         handle.responder.succeed({ finishReason, usage: { prompt_tokens: promptTokens, completion_tokens: context.deliveredTokens } });
       },
       finishFailure: ({ context }) => {
@@ -107,14 +188,21 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
           retryAfterSeconds: failure.code === "coordinator_unavailable" ? 1 : undefined,
           param: failure.code === "model_not_available" ? "model" : undefined,
         });
-        handles.get(context.requestId)?.responder.fail(error);
+        const handle = handles.get(context.requestId);
+        if (!handle) return;
+        stopWaiting(handle.timing, clock());
+        handle.timing.errorCode = failure.code;
+        handle.responder.fail(error);
       },
-      finishMidStreamError: ({ context }) =>
-        handles
-          .get(context.requestId)
-          ?.responder.failMidStream(
-            gatewayError("provider_disconnected", "The provider disconnected after the stream started. Retrying sends a new, separately billed request."),
-          ),
+      finishMidStreamError: ({ context }) => {
+        const handle = handles.get(context.requestId);
+        if (!handle) return;
+        stopWaiting(handle.timing, clock());
+        handle.timing.errorCode = "provider_disconnected";
+        handle.responder.failMidStream(
+          gatewayError("provider_disconnected", "The provider disconnected after the stream started. Retrying sends a new, separately billed request."),
+        );
+      },
       cancelAttempt: ({ context }, { reason }) => {
         const key = currentKey(context);
         const attempt = key ? registry.attempts.get(key) : undefined;
@@ -130,9 +218,18 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         );
         log.debug("attempt_cancelled", { request_id: context.requestId, attempt_n: context.current.attemptN, reason });
       },
-      releaseAttempt: ({ context }) => {
+      releaseAttempt: ({ context, event }) => {
         const key = currentKey(context);
-        if (key) registry.releaseAttempt(key);
+        if (!key) return;
+        registry.releaseAttempt(key);
+        // Invariant: `current` is cleared after every release, so each attempt is counted once here.
+        const handle = handles.get(context.requestId);
+        const outcome = attemptOutcome(event, context);
+        if (handle) {
+          stopWaiting(handle.timing, clock());
+          handle.timing.lastAttemptOutcome = outcome;
+        }
+        metrics.attemptFinished(outcome);
       },
     },
     delays: {
@@ -148,11 +245,21 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       input: { requestId: spec.requestId, streaming: spec.chat.stream, maxTokens: spec.chat.params.max_tokens, maxAttempts: deps.maxAttempts },
       inspect: deps.inspect,
     });
-    const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null };
+    const timing: RequestTiming = {
+      arrivedAt: spec.arrivedAt ?? clock(),
+      firstTokenAt: null,
+      waitingSince: null,
+      providerWaitMs: 0,
+      inputTokens: 0,
+      errorCode: null,
+      lastAttemptOutcome: null,
+    };
+    const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing };
     handles.set(spec.requestId, handle);
     actor.subscribe({
       complete: () => {
         handles.delete(spec.requestId);
+        report(handle);
         deps.onClosed();
       },
       error: (err) => {
@@ -162,11 +269,50 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         if (key) registry.releaseAttempt(key);
         spec.responder.fail(gatewayError("internal_error", "The gateway hit an internal error. Retry the request."));
         handles.delete(spec.requestId);
+        timing.errorCode = "internal_error";
+        report(handle, "failed");
         deps.onClosed();
       },
     });
     actor.start();
     return { abort: () => actor.send({ type: "buyer.aborted" }) };
+  }
+
+  /** One `request_completed` log line and the request's metrics, once per request. */
+  function report(handle: RequestHandle, forced?: RequestOutcome): void {
+    const snapshot = handle.actor.getSnapshot();
+    const c = snapshot.context;
+    const t = handle.timing;
+    const end = clock();
+    stopWaiting(t, end);
+    const outcome = forced ?? OUTCOME_BY_STATE[String(snapshot.value)] ?? "failed";
+    const stream = handle.chat.stream;
+    // What the buyer's status line said: streams commit 200 at their first delta.
+    const streamed = stream && c.committed;
+    let status: number;
+    if (outcome === "succeeded") status = 200;
+    else if (outcome === "cancelled") status = streamed ? 200 : 499;
+    else if (streamed) status = 200;
+    else status = errorTable[t.errorCode ?? "internal_error"].status;
+    const totalMs = end - t.arrivedAt;
+    const summary: RequestSummary = {
+      requestId: handle.requestId,
+      accountId: handle.accountId ?? null,
+      route: handle.buyerRoute ?? "/v1/chat/completions",
+      model: handle.chat.model,
+      stream,
+      outcome,
+      status,
+      errorCode: t.errorCode === null ? null : publicCode(t.errorCode),
+      attempts: c.nextAttemptN,
+      inputTokens: t.inputTokens,
+      outputTokens: c.deliveredTokens,
+      ttftMs: t.firstTokenAt === null ? null : t.firstTokenAt - t.arrivedAt,
+      totalMs,
+      overheadMs: Math.max(0, totalMs - t.providerWaitMs),
+    };
+    metrics.requestCompleted(summary);
+    log.info("request_completed", requestLogFields(summary));
   }
 
   return { start, liveRequests: () => handles.size };

@@ -1,17 +1,43 @@
 // The buyer HTTP API (Elysia). Every response gets X-Request-ID; every failure the spec's envelope.
+import { createHash, timingSafeEqual } from "node:crypto";
 import { Elysia } from "elysia";
-import { authenticateBuyer } from "./auth.ts";
+import { authenticateBuyer, bearerToken } from "./auth.ts";
 import { errorResponse, gatewayError } from "./errors.ts";
 import { chatCompletionsHandler, type ChatRouteDeps } from "./chat/route.ts";
+import { messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
+import { responsesHandler, RESPONSES_ROUTE } from "./responses/route.ts";
 import { modelsBody, statusBody } from "./pool.ts";
+import { demoRoutes } from "./demo/routes.ts";
+import { signupRoutes, type DemoOptions, type SignupOptions } from "./signup/index.ts";
 import type { ProviderView } from "../gateway/routing.ts";
-import type { Log } from "../log.ts";
+import type { RequestRunner } from "../gateway/requests.ts";
+import { requestLogFields, type Log } from "../log.ts";
+import { noopMetrics, routeLabel, type MetricsPort } from "../metrics.ts";
 
 export interface HttpDeps extends ChatRouteDeps {
   providerViews: () => ProviderView[];
   newRequestId: () => string;
   log: Log;
+  metrics?: MetricsPort;
+  /** Serves GET /metrics when given; otherwise that route is 404. */
+  exposition?: { contentType: string; render(): Promise<string> };
+  /** When set, GET /metrics needs `Authorization: Bearer <token>`. */
+  metricsToken?: string;
+  /** High-resolution clock (ms), shared with the request runner so arrival times compare. */
+  monotonicNow?: () => number;
+  /** Mount POST /v1/messages (spec §4.2); off → the path is not_found. */
+  messagesFacade?: boolean;
+  /** Mount POST /v1/responses (spec §4.3); off → the path is not_found. */
+  responsesFacade?: boolean;
+  /** Sign-up and the account page (/auth/<idp>/…, /account); absent → not mounted. */
+  signup?: SignupOptions;
+  /** Browser demo sessions and page (/auth/demo-session, /demo); absent → not mounted. */
+  demo?: DemoOptions;
 }
+
+const CHAT_ROUTE = "/v1/chat/completions";
+
+type InferenceHandler = (request: Request, ids: RequestIds) => Promise<Response>;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -45,7 +71,73 @@ export function createHttpApp(deps: HttpDeps) {
     }
     return found;
   };
-  const chat = chatCompletionsHandler(deps);
+  const metrics = deps.metrics ?? noopMetrics;
+  const clock = deps.monotonicNow ?? (() => performance.now());
+
+  // Arrival times of inference requests not yet handed to the runner. The runner takes the entry when it
+  // starts a request actor; an entry left after the route answered marks a request rejected up front
+  // (auth, validation, drain), which still gets its one request_completed line.
+  const arrivals = new Map<string, number>();
+  const runner: RequestRunner = {
+    ...deps.runner,
+    start: (spec) => {
+      const arrivedAt = spec.arrivedAt ?? arrivals.get(spec.requestId);
+      arrivals.delete(spec.requestId);
+      return deps.runner.start({ ...spec, arrivedAt });
+    },
+  };
+  // Every inference entrypoint is built on this runner and mounted through `inference`.
+  const chat = chatCompletionsHandler({ ...deps, runner });
+
+  /** Runs an inference entrypoint, stamping its arrival and reporting it when rejected up front. */
+  const inference = async (route: string, handler: InferenceHandler, request: Request): Promise<Response> => {
+    const arrivedAt = clock();
+    const ids = idsOf(request);
+    arrivals.set(ids.requestId, arrivedAt);
+    try {
+      const response = await handler(request, ids);
+      if (arrivals.has(ids.requestId)) await reportRejected(route, ids.requestId, response, arrivedAt);
+      return response;
+    } finally {
+      arrivals.delete(ids.requestId);
+    }
+  };
+
+  async function reportRejected(route: string, requestId: string, response: Response, arrivedAt: number): Promise<void> {
+    let errorCode: string | null = null;
+    try {
+      // Error path only: the envelope is small and says which code the buyer got.
+      const body = (await response.clone().json()) as { error?: { code?: unknown } };
+      if (typeof body.error?.code === "string") errorCode = body.error.code;
+    } catch {}
+    const totalMs = clock() - arrivedAt;
+    const summary = {
+      requestId,
+      accountId: null,
+      route,
+      model: null,
+      stream: null,
+      outcome: "rejected" as const,
+      status: response.status,
+      errorCode,
+      attempts: 0,
+      inputTokens: 0,
+      outputTokens: 0,
+      ttftMs: null,
+      totalMs,
+      overheadMs: totalMs,
+    };
+    metrics.requestCompleted(summary);
+    deps.log.info("request_completed", requestLogFields(summary));
+  }
+
+  const metricsTokenDigest = deps.metricsToken ? createHash("sha256").update(deps.metricsToken).digest() : null;
+  const metricsAuthorized = (request: Request): boolean => {
+    if (!metricsTokenDigest) return true;
+    const token = bearerToken(request);
+    // Digests have equal length, so the comparison is constant-time whatever the caller sent.
+    return token !== null && timingSafeEqual(createHash("sha256").update(token).digest(), metricsTokenDigest);
+  };
 
   const app = new Elysia()
     .onError(({ code, request, error }) => {
@@ -55,25 +147,59 @@ export function createHttpApp(deps: HttpDeps) {
       return errorResponse(gatewayError("internal_error", "The gateway hit an internal error. Retry the request."), rid);
     })
     .options("/v1/*", () => new Response(null, { status: 204, headers: corsHeaders }))
-    .post("/v1/chat/completions", ({ request }) => chat(request, idsOf(request)), { parse: "none" })
+    .use(deps.demo ? demoRoutes({ ...deps.demo, requestId: (r) => idsOf(r).responseRequestId }) : new Elysia())
+    .use(deps.signup ? signupRoutes({ ...deps.signup, requestId: (r) => idsOf(r).responseRequestId }) : new Elysia())
+    .post(CHAT_ROUTE, ({ request }) => inference(CHAT_ROUTE, chat, request), { parse: "none" })
     .get("/v1/models", ({ request }) => {
       const rid = idsOf(request).responseRequestId;
-      const auth = authenticateBuyer(deps.store, request);
+      const auth = authenticateBuyer(deps.store, request, "demo_allowed");
       if (!auth.ok) return errorResponse(auth.error, rid);
       return json(modelsBody(deps.providerViews(), deps.settlementMode), rid);
     })
     .get("/v1/status", ({ request }) => json(statusBody(deps.providerViews(), deps.accepting(), deps.now()), idsOf(request).responseRequestId))
-    .get("/healthz", ({ request }) => json({ ok: true }, idsOf(request).responseRequestId));
+    .get("/healthz", ({ request }) => {
+      // 503 while draining, so a load balancer stops sending new requests before the process exits.
+      const running = deps.accepting();
+      const body = {
+        ok: running,
+        status: running ? "running" : "draining",
+        live_requests: deps.runner.liveRequests(),
+        providers_admitted: deps.providerViews().length,
+      };
+      return json(body, idsOf(request).responseRequestId, running ? 200 : 503);
+    })
+    .get("/metrics", async ({ request }) => {
+      const rid = idsOf(request).responseRequestId;
+      if (!deps.exposition) return errorResponse(gatewayError("not_found", "The requested route does not exist."), rid);
+      if (!metricsAuthorized(request)) {
+        return errorResponse(gatewayError("invalid_api_key", "The metrics token is missing or not valid."), rid);
+      }
+      return new Response(await deps.exposition.render(), { headers: { "content-type": deps.exposition.contentType, "x-request-id": rid } });
+    });
+
+  // The compatibility facades are not mounted at all unless the operator enables them (spec §4), so a
+  // disabled facade's path is the plain not_found. Both run on the same runner and pipeline as chat.
+  if (deps.messagesFacade) {
+    const messages = messagesHandler({ ...deps, runner });
+    app.post(MESSAGES_ROUTE, ({ request }) => inference(MESSAGES_ROUTE, messages, request), { parse: "none" });
+  }
+  if (deps.responsesFacade) {
+    const responses = responsesHandler({ ...deps, runner });
+    app.post(RESPONSES_ROUTE, ({ request }) => inference(RESPONSES_ROUTE, responses, request), { parse: "none" });
+  }
 
   /** Fetch handler: stamps X-Request-ID and CORS on whatever the app answered. */
   return async function handle(request: Request): Promise<Response> {
     const response = await app.handle(request);
     const rid = idsOf(request).responseRequestId;
+    const pathname = new URL(request.url).pathname;
     if (!response.headers.has("x-request-id")) response.headers.set("x-request-id", rid);
-    if (new URL(request.url).pathname.startsWith("/v1/")) response.headers.set("access-control-allow-origin", "*");
+    if (pathname.startsWith("/v1/")) response.headers.set("access-control-allow-origin", "*");
     if (response.status === 405 || (response.status === 404 && !response.headers.get("content-type")?.includes("json"))) {
+      metrics.httpResponse(routeLabel(pathname), 404);
       return errorResponse(gatewayError("not_found", "The requested route does not exist."), rid);
     }
+    metrics.httpResponse(routeLabel(pathname), response.status);
     return response;
   };
 }

@@ -1,9 +1,74 @@
-// Buyer credentials: Authorization: Bearer <API key>. Unknown bearers are answered by their kind
-// (demo tokens start with `demo_`, DESIGN §7).
+// Buyer credentials: `Authorization: Bearer <API key | demo token>`. Unknown bearers are answered by
+// their kind (demo tokens start with `demo_`, DESIGN §7). A request is authenticated as a principal:
+// an API key's account, or a browser demo session whose account id is `demo:` + the client's IP key
+// (its /32 or /64, DESIGN §4) — the id quotas, account_scope and per-IP limits key on.
+//
+// What the socket layer knows (the client IP) and the per-gateway demo-token key reach this module
+// through a per-request context bound once at the edge (`createBuyerEdge`, called from the Bun fetch
+// handler), so every route authenticates with `authenticateBuyer(store, request, policy)` alone.
 import { gatewayError, type GatewayError } from "./errors.ts";
-import type { AuthenticatedKey, Store } from "../store/index.ts";
+import { ipKey, resolveClientIp, type TrustedProxies } from "./clientIp.ts";
+import { DEMO_TOKEN_PREFIX, demoTokenKey, verifyDemoToken } from "./demo/token.ts";
+import type { Store, Tier } from "../store/index.ts";
 
-export type AuthResult = { ok: true; key: AuthenticatedKey } | { ok: false; error: GatewayError };
+export interface ApiKeyPrincipal {
+  kind: "api_key";
+  account_id: string;
+  key_id: string;
+  tier: Tier;
+}
+
+export interface DemoPrincipal {
+  kind: "demo";
+  /** `demo:` + ip_key, e.g. `demo:203.0.113.7/32`: the demo quota's and account_scope's account id. */
+  account_id: string;
+  /** The client's /32 (IPv4) or /64 (IPv6): per-IP demo limits count against this. */
+  ip_key: string;
+  session_id: string;
+  expires_at_ms: number;
+}
+
+export type BuyerPrincipal = ApiKeyPrincipal | DemoPrincipal;
+
+export type AuthResult = { ok: true; principal: BuyerPrincipal } | { ok: false; error: GatewayError };
+
+/** Which credentials an endpoint takes: spec §5 lets demo tokens into chat, responses, models, feedback. */
+export type DemoPolicy = "demo_allowed" | "api_key_only";
+
+/** What the edge knows about one request. */
+export interface BuyerRequestContext {
+  /** The client's address (socket peer, or per trusted-proxy X-Forwarded-For); null when unknown. */
+  clientIp: string | null;
+  /** This gateway's demo-token MAC key; null where demo tokens are not verified (e.g. bare unit apps). */
+  demoKey: Uint8Array | null;
+  now: () => number;
+}
+
+const contexts = new WeakMap<Request, BuyerRequestContext>();
+
+export function bindBuyerContext(request: Request, context: BuyerRequestContext): void {
+  contexts.set(request, context);
+}
+
+/** The client's address as resolved at the edge, or null when no edge bound one. */
+export function clientIpOf(request: Request): string | null {
+  return contexts.get(request)?.clientIp ?? null;
+}
+
+/** `demo:` + the IP key: the account id of demo traffic from this address. */
+export const demoAccountId = (ip_key: string): string => `demo:${ip_key}`;
+
+/**
+ * The edge binder for one gateway: call it with every HTTP request and its socket address before
+ * routing. Derives the demo key once, and resolves the client IP with the trusted-proxy rule.
+ */
+export function createBuyerEdge(input: { gatewaySecret: Uint8Array; now: () => number; trustedProxies: TrustedProxies }) {
+  const demoKey = demoTokenKey(input.gatewaySecret);
+  return (request: Request, socketAddress: string | null): void => {
+    const clientIp = resolveClientIp(socketAddress, request.headers.get("x-forwarded-for"), input.trustedProxies);
+    bindBuyerContext(request, { clientIp, demoKey, now: input.now });
+  };
+}
 
 export function bearerToken(request: Request): string | null {
   const header = request.headers.get("authorization");
@@ -12,7 +77,20 @@ export function bearerToken(request: Request): string | null {
   return match ? match[1]! : null;
 }
 
-export function authenticateBuyer(store: Store, request: Request): AuthResult {
+const REFRESH = "Refresh the browser demo session (reload the demo page, or POST /auth/demo-session for a new token).";
+
+const demoRefusals = {
+  malformed: `The demo token is not valid. ${REFRESH}`,
+  bad_signature: `The demo token is not valid. ${REFRESH}`,
+  expired: `The demo token has expired. ${REFRESH}`,
+  other_ip: `The demo token was issued to another network address. ${REFRESH}`,
+} as const;
+
+/**
+ * Authenticates the bearer of `request`. `policy` says whether this endpoint takes demo tokens; the
+ * default refuses them, so a new endpoint is API-key-only unless it opts in.
+ */
+export function authenticateBuyer(store: Store, request: Request, policy: DemoPolicy = "api_key_only"): AuthResult {
   const token = bearerToken(request);
   if (!token) {
     return {
@@ -20,10 +98,26 @@ export function authenticateBuyer(store: Store, request: Request): AuthResult {
       error: gatewayError("missing_bearer_token", "No bearer token was sent. Add the header 'Authorization: Bearer <API key>'."),
     };
   }
-  if (token.startsWith("demo_")) {
-    return { ok: false, error: gatewayError("invalid_demo_token", "The demo token is not valid. Refresh the browser demo session.") };
-  }
+  if (token.startsWith(DEMO_TOKEN_PREFIX)) return authenticateDemo(request, token, policy);
   const key = store.authenticateApiKey(token);
   if (!key) return { ok: false, error: gatewayError("invalid_api_key", "The API key is not valid or has been revoked.") };
-  return { ok: true, key };
+  return { ok: true, principal: { kind: "api_key", ...key } };
+}
+
+function authenticateDemo(request: Request, token: string, policy: DemoPolicy): AuthResult {
+  if (policy === "api_key_only") {
+    const path = new URL(request.url).pathname;
+    const message = `Demo tokens are accepted by /v1/chat/completions, /v1/responses, /v1/models and /v1/feedback only; ${path} needs an API key (sign up to get one).`;
+    return { ok: false, error: gatewayError("invalid_demo_token", message) };
+  }
+  const context = contexts.get(request);
+  if (!context?.demoKey) return { ok: false, error: gatewayError("invalid_demo_token", demoRefusals.malformed) };
+  const clientKey = context.clientIp === null ? null : ipKey(context.clientIp);
+  const verdict = verifyDemoToken(context.demoKey, token, clientKey, context.now());
+  if (!verdict.ok) return { ok: false, error: gatewayError("invalid_demo_token", demoRefusals[verdict.reason]) };
+  const { claims } = verdict;
+  return {
+    ok: true,
+    principal: { kind: "demo", account_id: demoAccountId(claims.ip), ip_key: claims.ip, session_id: claims.sid, expires_at_ms: claims.exp },
+  };
 }

@@ -19,6 +19,12 @@ export const errorTable = {
   coordinator_unavailable: { status: 503, type: "service_unavailable", retryable: true },
   provider_disconnected: { status: 502, type: "server_error", retryable: true },
   internal_error: { status: 500, type: "api_error", retryable: true },
+  // Browser sign-up and the account page (docs/signup.md); rendered as HTML pages there.
+  signin_failed: { status: 400, type: "invalid_request_error", retryable: false },
+  signin_required: { status: 401, type: "authentication_error", retryable: false },
+  invalid_csrf_token: { status: 403, type: "permission_error", retryable: false },
+  too_many_api_keys: { status: 409, type: "invalid_request_error", retryable: false },
+  identity_provider_unavailable: { status: 503, type: "service_unavailable", retryable: true },
 } as const satisfies Record<string, { status: number; type: string; retryable: boolean }>;
 
 export type ErrorCode = keyof typeof errorTable;
@@ -75,4 +81,24 @@ export function errorResponse(err: GatewayError, requestId: string): Response {
 /** The in-band SSE frame that ends a stream which failed after its first byte (no [DONE] follows). */
 export function inBandErrorFrame(err: GatewayError): string {
   return `data: ${JSON.stringify(errorEnvelope(err))}\n\n`;
+}
+
+/**
+ * The messages facade's envelope (spec §7.1): `{type: "error", error: {type, message, code, retryable,
+ * param}}` from the same table row, so the gateway's code and retryability survive the translation.
+ */
+export interface MessagesErrorEnvelope {
+  type: "error";
+  error: ErrorEnvelope["error"];
+}
+
+export function messagesErrorEnvelope(err: GatewayError): MessagesErrorEnvelope {
+  const { type, message, code, retryable, param } = errorEnvelope(err).error;
+  return { type: "error", error: { type, message, code, retryable, param } };
+}
+
+/** errorResponse with the messages envelope: same status and headers. */
+export function messagesErrorResponse(err: GatewayError, requestId: string): Response {
+  const plain = errorResponse(err, requestId);
+  return new Response(JSON.stringify(messagesErrorEnvelope(err)), { status: plain.status, headers: plain.headers });
 }

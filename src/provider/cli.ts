@@ -6,8 +6,9 @@ import type { ModelEntry } from "../wire/frames.ts";
 import type { Engine } from "./engine.ts";
 import type { LogFn } from "./events.ts";
 import { loadOrCreateProviderKey } from "./keys.ts";
-import { startProviderRuntime } from "./runtime.ts";
+import { DEFAULT_WATCHDOG, startProviderRuntime } from "./runtime.ts";
 import { createSyntheticEngine, parseSyntheticFault } from "./synthetic.ts";
+import { chatCompletionsUrl, createOpenAIEngine, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS } from "./openai/index.ts";
 import pkg from "../../package.json";
 
 export const PROVIDER_USAGE = `usage:
@@ -16,8 +17,9 @@ export const PROVIDER_USAGE = `usage:
                    [--max-concurrency N] [--ram-gb N] [--max-context-tokens N]
                    [--synthetic-ttft-ms N] [--synthetic-tokens-per-second N]
                    [--synthetic-fault none|decline|exit-before-first-chunk|stall|exit-after:N|error-after:N]
-                   [--backoff-min-ms N] [--backoff-max-ms N]
+                   [--backoff-min-ms N] [--backoff-max-ms N] [--ping-interval-ms N] [--ping-timeout-ms N]
                    [--upstream URL] [--upstream-key KEY] [--upstream-model SERVE_ID=NAME]...
+                   [--upstream-first-token-timeout-ms N] [--upstream-idle-timeout-ms N]
                    [--catalog-url URL] [--catalog-pubkey B64]
   gateway provider keygen --key-file F`;
 
@@ -49,9 +51,13 @@ const PROVIDER_OPTIONS = {
   "synthetic-fault": { type: "string" },
   "backoff-min-ms": { type: "string" },
   "backoff-max-ms": { type: "string" },
+  "ping-interval-ms": { type: "string" },
+  "ping-timeout-ms": { type: "string" },
   upstream: { type: "string" },
   "upstream-key": { type: "string" },
   "upstream-model": { type: "string", multiple: true },
+  "upstream-first-token-timeout-ms": { type: "string" },
+  "upstream-idle-timeout-ms": { type: "string" },
   "catalog-url": { type: "string" },
   "catalog-pubkey": { type: "string" },
   help: { type: "boolean" },
@@ -125,13 +131,63 @@ async function keygen(args: string[], io: CommandIo): Promise<number> {
   return 0;
 }
 
-function buildEngine(values: ReturnType<typeof parse<typeof PROVIDER_OPTIONS>>["values"]): Engine {
+type ProviderValues = ReturnType<typeof parse<typeof PROVIDER_OPTIONS>>["values"];
+
+const UPSTREAM_FLAGS = [
+  "upstream",
+  "upstream-key",
+  "upstream-model",
+  "upstream-first-token-timeout-ms",
+  "upstream-idle-timeout-ms",
+] as const;
+const SYNTHETIC_FLAGS = ["synthetic-ttft-ms", "synthetic-tokens-per-second", "synthetic-fault"] as const;
+
+/** `--upstream-model SERVE_ID=NAME`, split on the first `=` (names hold `:`); every id must be a served model. */
+function parseUpstreamModels(values: string[] | undefined, models: readonly ModelEntry[]): Record<string, string> {
+  const names: Record<string, string> = {};
+  for (const value of values ?? []) {
+    const at = value.indexOf("=");
+    const serveId = at > 0 ? value.slice(0, at) : "";
+    const name = at > 0 ? value.slice(at + 1) : "";
+    if (serveId === "" || name === "") throw new UsageError(`--upstream-model ${JSON.stringify(value)}: expected SERVE_ID=NAME`);
+    if (!models.some((m) => m.model_id === serveId)) throw new UsageError(`--upstream-model ${serveId}: no --model with that serve id`);
+    if (Object.hasOwn(names, serveId)) throw new UsageError(`--upstream-model ${serveId} given twice`);
+    names[serveId] = name;
+  }
+  return names;
+}
+
+function buildOpenAIEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn): Engine {
+  for (const flag of SYNTHETIC_FLAGS) {
+    if (values[flag] !== undefined) throw new UsageError(`--${flag} applies to --engine synthetic only`);
+  }
+  const upstream = required(values.upstream, "upstream");
+  if (chatCompletionsUrl(upstream) === null) {
+    throw new UsageError("--upstream must be an http:// or https:// URL (the server root, e.g. http://127.0.0.1:8080)");
+  }
+  return createOpenAIEngine({
+    upstream,
+    apiKey: values["upstream-key"],
+    modelNames: parseUpstreamModels(values["upstream-model"], models),
+    firstTokenTimeoutMs: numberFlag(
+      values["upstream-first-token-timeout-ms"],
+      "upstream-first-token-timeout-ms",
+      DEFAULT_FIRST_TOKEN_TIMEOUT_MS,
+      1,
+      3_600_000,
+    ),
+    idleTimeoutMs: numberFlag(values["upstream-idle-timeout-ms"], "upstream-idle-timeout-ms", DEFAULT_IDLE_TIMEOUT_MS, 1, 3_600_000),
+    log,
+  });
+}
+
+function buildEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn): Engine {
   const engine = required(values.engine, "engine");
-  if (engine === "openai") throw new UsageError("openai engine not available yet");
+  if (engine === "openai") return buildOpenAIEngine(values, models, log);
   if (engine !== "synthetic") {
     throw new UsageError(`--engine must be synthetic or openai, not ${JSON.stringify(engine)}`);
   }
-  for (const flag of ["upstream", "upstream-key", "upstream-model"] as const) {
+  for (const flag of UPSTREAM_FLAGS) {
     if (values[flag] !== undefined) throw new UsageError(`--${flag} applies to --engine openai only`);
   }
   const faultSpec = values["synthetic-fault"] ?? "none";
@@ -164,20 +220,22 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
   const providerId = required(values.id, "id");
   if (!/^[A-Za-z0-9._-]{1,64}$/.test(providerId)) throw new UsageError("--id must match [A-Za-z0-9._-]{1,64}");
   const keyFile = required(values["key-file"], "key-file");
-  const engine = buildEngine(values);
   const maxContextTokens = numberFlag(values["max-context-tokens"], "max-context-tokens", 8192, 1, 1e9);
   const models = parseModels(values.model, maxContextTokens);
+  const log = jsonLogger(io);
+  const engine = buildEngine(values, models, log);
   const maxConcurrency = numberFlag(values["max-concurrency"], "max-concurrency", 1, 1, 1024);
   const defaultRamGb = Math.round((totalmem() / 2 ** 30) * 10) / 10;
   const ramGb = numberFlag(values["ram-gb"], "ram-gb", defaultRamGb, 0, 1e6, false);
   const minMs = numberFlag(values["backoff-min-ms"], "backoff-min-ms", 250, 1, 3_600_000);
   const maxMs = numberFlag(values["backoff-max-ms"], "backoff-max-ms", Math.max(30_000, minMs), minMs, 3_600_000);
+  const pingIntervalMs = numberFlag(values["ping-interval-ms"], "ping-interval-ms", DEFAULT_WATCHDOG.pingIntervalMs, 10, 600_000);
+  const pingTimeoutMs = numberFlag(values["ping-timeout-ms"], "ping-timeout-ms", Math.max(DEFAULT_WATCHDOG.timeoutMs, 3 * pingIntervalMs), pingIntervalMs + 1, 3_600_000);
   const catalogPubkey = values["catalog-pubkey"];
   if (catalogPubkey !== undefined && Buffer.from(catalogPubkey, "base64").byteLength !== 32) {
     throw new UsageError("--catalog-pubkey must be the standard base64 of a raw 32-byte Ed25519 key");
   }
 
-  const log = jsonLogger(io);
   let key;
   try {
     key = await loadOrCreateProviderKey(keyFile);
@@ -202,6 +260,7 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
     hardware: { ram_gb: ramGb },
     runtime: { name: "gateway-provider", version: pkg.version },
     backoff: { minMs, maxMs },
+    watchdog: { pingIntervalMs, timeoutMs: pingTimeoutMs },
     log,
     die: () => process.exit(1), // exit faults: the whole provider process dies, as a crash would
   });

@@ -51,7 +51,21 @@ export interface ProviderRuntimeOptions {
   timers?: Timers;
   /** Time allowed for a clean close in stop() before the socket is dropped (default 2000 ms). */
   stopTimeoutMs?: number;
+  /** Liveness watchdog of the socket (see DEFAULT_WATCHDOG). */
+  watchdog?: { pingIntervalMs?: number; timeoutMs?: number };
+  /** Wall clock for the watchdog; default Date.now. */
+  now?: () => number;
 }
+
+/**
+ * A socket can die without a close: the Mac slept, a NAT dropped the flow, the gateway host vanished.
+ * TCP then says nothing for minutes while the gateway has long evicted the session (3 missed
+ * heartbeats, 30 s by default). So the runtime pings every `pingIntervalMs` and drops the socket when
+ * nothing at all — pong, frame, or the open itself — arrived for `timeoutMs`, then reconnects. The
+ * silence is measured on the wall clock, which keeps running while a machine sleeps (a monotonic clock
+ * may not), so the first tick after a wake-up reconnects at once.
+ */
+export const DEFAULT_WATCHDOG = { pingIntervalMs: 5_000, timeoutMs: 15_000 } as const;
 
 export interface ProviderRuntime {
   /** True between `welcome` and the session's close. */
@@ -77,6 +91,9 @@ interface Session {
   phase: Phase;
   sessionId: string | null;
   heartbeat: unknown;
+  watchdog: unknown;
+  /** Wall-clock time of the last sign of life from the gateway (or of the connect attempt). */
+  lastHeardMs: number;
   draining: boolean;
   jobs: Map<string, Attempt>;
   closed: Promise<void>;
@@ -97,6 +114,9 @@ class Runtime implements ProviderRuntime {
   private readonly log: LogFn;
   private readonly timers: Timers;
   private readonly maxConcurrency: number;
+  private readonly now: () => number;
+  private readonly pingIntervalMs: number;
+  private readonly watchdogTimeoutMs: number;
   private session: Session | null = null;
   private stopped = false;
   private reconnectTimer: unknown = null;
@@ -106,6 +126,12 @@ class Runtime implements ProviderRuntime {
     this.log = options.log ?? (() => {});
     this.timers = options.timers ?? realTimers;
     this.maxConcurrency = options.maxConcurrency ?? 1;
+    this.now = options.now ?? Date.now;
+    this.pingIntervalMs = options.watchdog?.pingIntervalMs ?? DEFAULT_WATCHDOG.pingIntervalMs;
+    this.watchdogTimeoutMs = options.watchdog?.timeoutMs ?? DEFAULT_WATCHDOG.timeoutMs;
+    if (!(this.pingIntervalMs > 0 && this.watchdogTimeoutMs > this.pingIntervalMs)) {
+      throw new Error("watchdog: pingIntervalMs must be positive and below timeoutMs");
+    }
     if (!/^wss?:\/\//.test(options.gatewayUrl)) throw new Error("gatewayUrl must be ws:// or wss://");
     if (!Number.isInteger(this.maxConcurrency) || this.maxConcurrency < 1) {
       throw new Error("maxConcurrency must be a positive integer");
@@ -137,13 +163,25 @@ class Runtime implements ProviderRuntime {
       phase: "hello_sent",
       sessionId: null,
       heartbeat: null,
+      watchdog: null,
+      lastHeardMs: this.now(),
       draining: false,
       jobs: new Map(),
       closed: new Promise((resolve) => (markClosed = resolve)),
     };
     this.session = session;
-    ws.onopen = () => this.sendHello(session);
-    ws.onmessage = (event) => this.onMessage(session, event.data as unknown);
+    // Started before the open: a connect that hangs (e.g. SYNs into a sleeping network) counts as silence too.
+    session.watchdog = this.timers.setInterval(() => this.watchdogTick(session), this.pingIntervalMs);
+    const heard = () => (session.lastHeardMs = this.now());
+    ws.addEventListener("pong", heard);
+    ws.onopen = () => {
+      heard();
+      this.sendHello(session);
+    };
+    ws.onmessage = (event) => {
+      heard();
+      this.onMessage(session, event.data as unknown);
+    };
     ws.onerror = () => this.log("socket_error", {});
     ws.onclose = (event) => {
       this.onClose(session, event.code, event.reason);
@@ -191,6 +229,20 @@ class Runtime implements ProviderRuntime {
       max_concurrency: this.maxConcurrency,
       models,
     });
+  }
+
+  private watchdogTick(session: Session): void {
+    if (session.phase === "closed") return;
+    const silentMs = this.now() - session.lastHeardMs;
+    if (silentMs >= this.watchdogTimeoutMs) {
+      this.log("watchdog_timeout", { silent_ms: silentMs, phase: session.phase });
+      this.timers.clearInterval(session.watchdog);
+      session.watchdog = null;
+      // No close handshake: the peer is not answering, and the close event (1006) schedules the reconnect.
+      session.ws.terminate();
+      return;
+    }
+    if (session.ws.readyState === WebSocket.OPEN) session.ws.ping();
   }
 
   private violation(session: Session, closeCode: number, reason: string, fields: Record<string, unknown>): void {
@@ -259,6 +311,7 @@ class Runtime implements ProviderRuntime {
   private onClose(session: Session, code: number, reason: string): void {
     session.phase = "closed";
     if (session.heartbeat !== null) this.timers.clearInterval(session.heartbeat);
+    if (session.watchdog !== null) this.timers.clearInterval(session.watchdog);
     // The gateway treats in-flight attempts of a lost socket as lost; stop spending work on them.
     for (const attempt of session.jobs.values()) attempt.abandon();
     this.log("closed", { code, reason });

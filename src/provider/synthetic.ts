@@ -1,7 +1,8 @@
 // The synthetic engine: deterministic text at a configurable rate, with injectable faults, for demos,
-// tests and benchmarks. The text is a pure function of the prompt, so tests can predict every chunk.
-import type { JobMessage } from "../wire/frames.ts";
-import { cancelTerminalState, type Engine, type EngineJob, type EngineOutcome } from "./engine.ts";
+// tests and benchmarks. The output is a pure function of the job, so tests can predict every chunk:
+// text by default, a tool call when scripted to (see syntheticToolCall), JSON for structured output.
+import type { JobMessage, JobParams } from "../wire/frames.ts";
+import { cancelTerminalState, type Engine, type EngineChunk, type EngineJob, type EngineOutcome } from "./engine.ts";
 import type { TerminalState } from "../wire/frames.ts";
 
 export type SyntheticFault =
@@ -117,6 +118,142 @@ export function estimateInputTokens(messages: readonly JobMessage[]): number {
   return Math.max(1, Math.ceil(bytes / 4));
 }
 
+// ---- scripted replies: tool calls and structured output (pure) ----
+
+/**
+ * Put in the last user message to make the engine call a tool when the job offers tools:
+ * `[call_tool]` calls the first offered function, `[call_tool:NAME]` the one named NAME.
+ */
+export const SYNTHETIC_TOOL_MARKER = "[call_tool]";
+const MARKER = /\[call_tool(?::([A-Za-z0-9_.-]{1,64}))?\]/;
+
+export interface SyntheticToolCall {
+  id: string;
+  name: string;
+  /** JSON text: an example object shaped by the tool's parameters schema. */
+  arguments: string;
+}
+
+interface OfferedTool {
+  name: string;
+  parameters: unknown;
+}
+
+function offeredTools(tools: readonly unknown[] | undefined): OfferedTool[] {
+  const out: OfferedTool[] = [];
+  for (const tool of tools ?? []) {
+    const fn = (tool as { function?: { name?: unknown; parameters?: unknown } } | null)?.function;
+    if (typeof fn?.name === "string") out.push({ name: fn.name, parameters: fn.parameters });
+  }
+  return out;
+}
+
+/**
+ * An example value shaped by a JSON schema (deterministic): the first enum value or const, "synthetic"
+ * for strings, 1 for numbers, true for booleans, one item for arrays, every property for objects.
+ */
+export function exampleFromSchema(schema: unknown, depth = 0): unknown {
+  if (typeof schema !== "object" || schema === null || depth > 8) return null;
+  const s = schema as Record<string, unknown>;
+  if (Array.isArray(s.enum) && s.enum.length > 0) return s.enum[0];
+  if ("const" in s) return s.const;
+  for (const key of ["anyOf", "oneOf", "allOf"]) {
+    const options = s[key];
+    if (Array.isArray(options) && options.length > 0) return exampleFromSchema(options[0], depth + 1);
+  }
+  const type = Array.isArray(s.type) ? s.type.find((t) => t !== "null") : s.type;
+  switch (type) {
+    case "string":
+      return "synthetic";
+    case "number":
+    case "integer":
+      return 1;
+    case "boolean":
+      return true;
+    case "null":
+      return null;
+    case "array":
+      return s.items === undefined ? [] : [exampleFromSchema(s.items, depth + 1)];
+    default: {
+      const properties = s.properties;
+      if (typeof properties !== "object" || properties === null) return {};
+      const out: Record<string, unknown> = {};
+      for (const [name, sub] of Object.entries(properties)) out[name] = exampleFromSchema(sub, depth + 1);
+      return out;
+    }
+  }
+}
+
+const hex32 = (n: number) => n.toString(16).padStart(8, "0");
+
+/**
+ * The tool call the synthetic engine makes for a job, or null when it answers with text. It calls a
+ * tool only when the job offers function tools, the last message is the user's (after a tool result
+ * it answers in text, so a round trip ends), tool_choice is not "none", and either tool_choice forces
+ * a call ("required" or a named function) or the user message holds the marker.
+ */
+export function syntheticToolCall(messages: readonly JobMessage[], params: Pick<JobParams, "tools" | "tool_choice">): SyntheticToolCall | null {
+  const tools = offeredTools(params.tools);
+  const last = messages.at(-1);
+  if (tools.length === 0 || last?.role !== "user" || params.tool_choice === "none") return null;
+  const prompt = last.content ?? "";
+  const marker = MARKER.exec(prompt);
+  const forcedName = (params.tool_choice as { function?: { name?: unknown } } | undefined)?.function?.name;
+  let tool: OfferedTool | undefined;
+  if (typeof forcedName === "string") tool = tools.find((t) => t.name === forcedName);
+  else if (marker || params.tool_choice === "required") tool = tools.find((t) => t.name === marker?.[1]) ?? tools[0];
+  if (!tool) return null;
+  const seed = `${tool.name}\n${prompt}`;
+  return {
+    id: `call_${hex32(fnv1a(seed))}${hex32(fnv1a(`${seed}#`))}`,
+    name: tool.name,
+    arguments: JSON.stringify(exampleFromSchema(tool.parameters) ?? {}),
+  };
+}
+
+/** JSON text for a job that asks for structured output, or null for plain text. */
+export function syntheticJson(messages: readonly JobMessage[], responseFormat: unknown): string | null {
+  const format = responseFormat as { type?: unknown; json_schema?: { schema?: unknown } } | undefined;
+  if (format?.type === "json_schema") return JSON.stringify(exampleFromSchema(format.json_schema?.schema) ?? {});
+  if (format?.type === "json_object") return JSON.stringify({ answer: syntheticText(messages, 1000).join("") });
+  return null;
+}
+
+/** Splits text into pieces of at most `size` code points (never inside a surrogate pair). */
+function pieces(text: string, size: number): string[] {
+  const points = Array.from(text);
+  const out: string[] = [];
+  for (let i = 0; i < points.length; i += size) out.push(points.slice(i, i + size).join(""));
+  return out;
+}
+
+export interface SyntheticReply {
+  /** Chunks in order, one output token each. */
+  chunks: EngineChunk[];
+  finishReason: "stop" | "length" | "tool_calls";
+}
+
+/**
+ * Everything the engine sends for a job, cut to max_tokens (finish_reason "length" when cut): a tool
+ * call (a chunk naming it, then its arguments 8 characters a chunk), structured output (the JSON 8
+ * characters a chunk), or the synthetic text (one word a chunk).
+ */
+export function syntheticReply(messages: readonly JobMessage[], params: JobParams): SyntheticReply {
+  const limit = Math.max(0, Math.floor(params.max_tokens));
+  const cut = (chunks: EngineChunk[], finishReason: "stop" | "tool_calls"): SyntheticReply =>
+    chunks.length > limit ? { chunks: chunks.slice(0, limit), finishReason: "length" } : { chunks, finishReason };
+  const call = syntheticToolCall(messages, params);
+  if (call) {
+    const head: EngineChunk = { tool_calls: [{ index: 0, id: call.id, name: call.name, arguments: "" }], tokens: 1 };
+    const args = pieces(call.arguments, 8).map((a): EngineChunk => ({ tool_calls: [{ index: 0, arguments: a }], tokens: 1 }));
+    return cut([head, ...args], "tool_calls");
+  }
+  const json = syntheticJson(messages, params.response_format);
+  if (json !== null) return cut(pieces(json, 8).map((content) => ({ content, tokens: 1 })), "stop");
+  const plan = syntheticPlan(messages, limit);
+  return { chunks: plan.tokens.map((content) => ({ content, tokens: 1 })), finishReason: plan.finishReason };
+}
+
 // ---- the engine (timers at the edge, injectable) ----
 
 /** Waits `ms`, resolving early (never rejecting) when `signal` aborts. */
@@ -160,7 +297,7 @@ export function createSyntheticEngine(options: SyntheticOptions = {}): Engine {
   async function run({ job, signal, accept, emit, die }: EngineJob): Promise<EngineOutcome> {
     if (fault.kind === "decline") return { kind: "declined", code: "internal" };
     accept();
-    const plan = syntheticPlan(job.messages, job.params.max_tokens);
+    const reply = syntheticReply(job.messages, job.params);
     const inputTokens = estimateInputTokens(job.messages);
     let emitted = 0;
     const ended = (terminal_state: TerminalState, finish_reason: string | null): EngineOutcome => ({
@@ -176,28 +313,29 @@ export function createSyntheticEngine(options: SyntheticOptions = {}): Engine {
     // A fault "after N chunks" fires after min(N, answer length) chunks, i.e. always before `end`.
     const faultAt =
       fault.kind === "exit-after" || fault.kind === "error-after"
-        ? Math.min(fault.n, plan.tokens.length)
+        ? Math.min(fault.n, reply.chunks.length)
         : fault.kind === "exit-before-first-chunk"
           ? 0
           : -1;
 
     await delay(ttftMs, signal);
-    for (let i = 0; i <= plan.tokens.length; i++) {
+    for (let i = 0; i <= reply.chunks.length; i++) {
       if (signal.aborted) return cancelled();
       if (i === faultAt) {
         if (fault.kind !== "error-after") die();
         // Reached for error-after, and for exit faults when die() returns (in-process socket drop).
         return ended("provider_error", null);
       }
-      if (i === plan.tokens.length) break;
+      if (i === reply.chunks.length) break;
       if (i > 0 && intervalMs > 0) {
         await delay(intervalMs, signal);
         if (signal.aborted) return cancelled();
       }
-      emit({ content: plan.tokens[i], tokens: 1 });
-      emitted++;
+      const chunk = reply.chunks[i]!;
+      emit(chunk);
+      emitted += chunk.tokens;
     }
-    return ended("normal_done", plan.finishReason);
+    return ended("normal_done", reply.finishReason);
   }
 
   return { name: "synthetic", run };

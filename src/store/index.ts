@@ -2,15 +2,45 @@
 
 import { randomBytes as cryptoRandomBytes } from "node:crypto";
 import * as accounts from "./accounts.ts";
+import { demoSessionStore } from "./demoSessions.ts";
+import { identityStore } from "./identities.ts";
+import { ledgerStore } from "./ledger.ts";
+import * as catalog from "./catalog.ts";
 import { openDatabase } from "./db.ts";
 import { KEY_PREFIX_PATTERN, type RandomBytes } from "./ids.ts";
 import * as providers from "./providers.ts";
 import { getOrCreateSecret } from "./secrets.ts";
 import type { Store, StoreOptions } from "./types.ts";
+export type { AccountSession, IdentityRow, IssueKeyResult, PendingLogin, SealKey, SignInInput, SignInResult } from "./identities.ts";
+export { SIGNUP_KEY_LABEL } from "./identities.ts";
+export type { DemoSessionResult } from "./demoSessions.ts";
+export type {
+  DeliveredRecord,
+  LedgerAuditData,
+  LedgerBalance,
+  NewAttempt,
+  Payer,
+  PostingRow,
+  ReceiptDisposition,
+  ReservationRow,
+  ReserveInput,
+  ReserveResult,
+  SettleInput,
+  SettleResult,
+  SettlementLabel,
+  SettlementMode,
+  SettlementRates,
+  SettlementRow,
+  TerminalLabel,
+} from "./ledgerTypes.ts";
+export { buyerAccount, FUNDING_ACCOUNT, PLATFORM_ACCOUNT, PROMOTION_ACCOUNT, providerAccount } from "./ledger.ts";
 
 export type {
   AccountRow,
   ApiKeyRow,
+  AppendCatalogInput,
+  AppendCatalogResult,
+  CatalogHistoryEntry,
   AuthenticatedKey,
   BindResult,
   ProviderBinding,
@@ -53,6 +83,16 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
     listProviders: () => providers.listProviders(db),
 
     getOrCreateSecret: (name, byteLength) => getOrCreateSecret(db, random, name, byteLength),
+
+    appendCatalog: (input, now_ms = clock()) => catalog.appendCatalog(db, input, now_ms),
+    latestCatalog: () => catalog.latestCatalog(db),
+    latestCatalogSeq: () => catalog.latestSeq(db),
+    getCatalog: (catalog_id) => catalog.getCatalog(db, catalog_id),
+    listCatalogHistory: (after_seq) => catalog.listCatalogHistory(db, after_seq),
+
+    ...identityStore(db, random, keyPrefix, clock),
+    ...demoSessionStore(db, random, clock),
+    ...ledgerStore(db, clock),
 
     close: () => db.close(),
   };

@@ -2,6 +2,12 @@
 // PostgreSQL implementation can sit behind the same face later. Every method is synchronous because
 // bun:sqlite is, and a transaction must never span an `await`.
 
+import type { FeedErrorCode } from "../catalog/feed.ts";
+
+import type { IdentityStore } from "./identities.ts";
+import type { DemoSessionStore } from "./demoSessions.ts";
+import type { LedgerStore } from "./ledgerTypes.ts";
+
 export type Tier = "free" | "paid";
 
 export interface AccountRow {
@@ -44,6 +50,38 @@ export type BindResult =
   | { ok: true; binding: ProviderBinding }
   | { ok: false; code: "already_bound"; binding: ProviderBinding };
 
+/** One accepted catalog feed (DESIGN §5), as kept in the append-only history. */
+export interface CatalogHistoryEntry {
+  /** Position in the history, from 1; a later feed has a larger seq. */
+  seq: number;
+  catalog_id: string;
+  /** The exact signed bytes of catalog.json. */
+  body: Uint8Array;
+  /** Standard padded base64 of the detached Ed25519 signature over `body`. */
+  signature: string;
+  /** catalog_body_digest: sha256 hex of `body`. */
+  body_digest: string;
+  /** Raw 32-byte Ed25519 key the signature verified under at acceptance. */
+  public_key: Uint8Array;
+  issued_at_ms: number;
+  expires_at_ms: number;
+  accepted_at_ms: number;
+}
+
+export interface AppendCatalogInput {
+  body: Uint8Array;
+  signature: string;
+  /** Raw 32-byte Ed25519 operator public key to verify `signature` under. */
+  public_key: Uint8Array;
+  /** When set, append only if the history's latest seq is still this (0 = empty); else `conflict`. */
+  expect_latest_seq?: number;
+}
+
+/** `duplicate`: this exact feed was already in the history (nothing appended). */
+export type AppendCatalogResult =
+  | { ok: true; entry: CatalogHistoryEntry; duplicate: boolean }
+  | { ok: false; code: FeedErrorCode | "conflict" | "catalog_id_taken"; message: string };
+
 export interface StoreOptions {
   /** Service prefix of API keys (`<prefix>_…`); letters and digits only. Default `gw`. */
   keyPrefix?: string;
@@ -57,7 +95,7 @@ export interface StoreOptions {
  * Durable state. Time: every method that records a time takes an optional trailing `now_ms`;
  * when absent the store's clock (`StoreOptions.now`) is used.
  */
-export interface Store {
+export interface Store extends IdentityStore, DemoSessionStore, LedgerStore {
   createAccount(input: { name?: string; tier: Tier }, now_ms?: number): { account_id: string };
   listAccounts(): AccountRow[];
   getAccount(account_id: string): AccountRow | null;
@@ -86,6 +124,17 @@ export interface Store {
 
   /** The named secret, generated with `byteLength` random bytes on first use and persisted. */
   getOrCreateSecret(name: string, byteLength: number): Uint8Array;
+
+  /** Appends a feed to the catalog history when its signature verifies under `public_key` and it
+   *  has not expired at `now_ms`; never updates or removes a row. */
+  appendCatalog(input: AppendCatalogInput, now_ms?: number): AppendCatalogResult;
+  /** The most recently accepted feed (the one in force), or null before the first. */
+  latestCatalog(): CatalogHistoryEntry | null;
+  /** Seq of the most recently accepted feed, 0 before the first: a cheap change check for reloads. */
+  latestCatalogSeq(): number;
+  getCatalog(catalog_id: string): CatalogHistoryEntry | null;
+  /** Every accepted feed with seq > `after_seq` (default 0), oldest first. */
+  listCatalogHistory(after_seq?: number): CatalogHistoryEntry[];
 
   close(): void;
 }

@@ -23,7 +23,7 @@ const base = (keyFile: string) => ["--gateway", "ws://127.0.0.1:1/v1/provider/co
 describe("gateway provider flags", () => {
   test.each([
     ["unknown flag", ["--bogus"], /Unknown option '--bogus'/],
-    ["openai engine", ["--engine", "openai", "--model", `m=${HASH}`], /openai engine not available yet/],
+    ["openai without --upstream", ["--engine", "openai", "--model", `m=${HASH}`], /--upstream is required/],
     ["weights path", ["--engine", "synthetic", "--model", "m=./weights/model.gguf"], /weights hashing comes later/],
     ["no model", ["--engine", "synthetic"], /at least one --model/],
     ["unknown fault", ["--engine", "synthetic", "--model", `m=${HASH}`, "--synthetic-fault", "explode"], /not a known fault/],

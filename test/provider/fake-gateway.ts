@@ -50,7 +50,7 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): P
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-export function startFakeGateway(options: { heartbeatIntervalMs?: number } = {}): FakeGateway {
+export function startFakeGateway(options: { heartbeatIntervalMs?: number; tls?: { cert: string; key: string } } = {}): FakeGateway {
   const sessions: FakeSession[] = [];
   const bySocket = new Map<ServerWebSocket<unknown>, Session>();
   const sessionWaiters: Array<() => void> = [];
@@ -142,6 +142,7 @@ export function startFakeGateway(options: { heartbeatIntervalMs?: number } = {})
   const server = Bun.serve({
     port: 0,
     hostname: "127.0.0.1",
+    ...(options.tls ? { tls: options.tls } : {}),
     fetch(req, srv) {
       return srv.upgrade(req) ? undefined : new Response("upgrade required", { status: 426 });
     },
@@ -162,7 +163,7 @@ export function startFakeGateway(options: { heartbeatIntervalMs?: number } = {})
   });
 
   return {
-    url: `ws://127.0.0.1:${server.port}/v1/provider/connect`,
+    url: `${options.tls ? "wss" : "ws"}://127.0.0.1:${server.port}/v1/provider/connect`,
     sessions,
     session(n, timeoutMs = 1500) {
       const found = new Promise<FakeSession>((resolve) => {
@@ -205,5 +206,88 @@ export function makeJob(overrides: Partial<JobFrame> = {}): JobFrame {
     },
     deadline_ms: 60_000,
     ...overrides,
+  };
+}
+
+export interface BlackholeProxy {
+  /** ws:// URL of the proxy, forwarding to the target's path. */
+  readonly url: string;
+  /** TCP connections accepted so far. */
+  readonly accepted: number;
+  /**
+   * From now on, every connection open *now* swallows bytes in both directions without closing — a
+   * half-open socket, as after a NAT drop or a sleeping host. Later connections forward normally.
+   */
+  silenceOpenConnections(): void;
+  /** Every connection from now on is accepted and then never answered (not even the upgrade). */
+  blackholeNewConnections(): void;
+  stop(): void;
+}
+
+/** A loopback TCP proxy in front of a fake gateway that can go silent (Bun's server always answers pings). */
+export function startBlackholeProxy(targetUrl: string): BlackholeProxy {
+  const target = new URL(targetUrl);
+  interface Pair {
+    silent: boolean;
+    upstream: Bun.Socket<undefined> | null;
+    pending: Uint8Array[];
+  }
+  const pairs = new Map<Bun.Socket<Pair>, Pair>();
+  let accepted = 0;
+  let blackholeNew = false;
+  const listener = Bun.listen<Pair>({
+    hostname: "127.0.0.1",
+    port: 0,
+    socket: {
+      open(client) {
+        accepted++;
+        const pair: Pair = { silent: blackholeNew, upstream: null, pending: [] };
+        client.data = pair;
+        pairs.set(client, pair);
+        if (pair.silent) return;
+        void Bun.connect({
+          hostname: target.hostname,
+          port: Number(target.port),
+          socket: {
+            data: (_up, bytes) => void (pair.silent || client.write(bytes)),
+            close: () => void (pair.silent || client.end()),
+            error: () => void (pair.silent || client.end()),
+          },
+        }).then((upstream) => {
+          pair.upstream = upstream;
+          for (const bytes of pair.pending.splice(0)) upstream.write(bytes);
+        }, () => client.end());
+      },
+      data(client, bytes) {
+        const pair = client.data;
+        if (pair.silent) return;
+        if (pair.upstream) pair.upstream.write(bytes);
+        else pair.pending.push(new Uint8Array(bytes));
+      },
+      close(client) {
+        const pair = client.data;
+        pairs.delete(client);
+        if (!pair.silent) pair.upstream?.end();
+      },
+    },
+  });
+  return {
+    url: `ws://127.0.0.1:${listener.port}${target.pathname}`,
+    get accepted() {
+      return accepted;
+    },
+    silenceOpenConnections() {
+      for (const pair of pairs.values()) pair.silent = true;
+    },
+    blackholeNewConnections() {
+      blackholeNew = true;
+    },
+    stop() {
+      for (const [client, pair] of pairs) {
+        client.terminate();
+        pair.upstream?.terminate();
+      }
+      listener.stop(true);
+    },
   };
 }

@@ -71,6 +71,8 @@ export interface ProviderProcessOptions {
   tokensPerSecond?: number;
   maxConcurrency?: number;
   extraArgs?: string[];
+  /** Default "synthetic". With "openai" no synthetic flags are passed: give `--upstream …` in extraArgs. */
+  engine?: "synthetic" | "openai";
 }
 
 export interface ProviderProcess {
@@ -95,17 +97,16 @@ export function spawnProvider(gw: TestGateway, o: ProviderProcessOptions): Provi
     "--key-file",
     join(gw.dataDir, "provider-keys", `${o.id}.key`),
     "--engine",
-    "synthetic",
+    o.engine ?? "synthetic",
     "--backoff-min-ms",
     "50",
     "--backoff-max-ms",
     "200",
     "--max-concurrency",
     String(o.maxConcurrency ?? 1),
-    "--synthetic-ttft-ms",
-    String(o.ttftMs ?? 0),
-    "--synthetic-tokens-per-second",
-    String(o.tokensPerSecond ?? 500),
+    ...(o.engine === "openai"
+      ? []
+      : ["--synthetic-ttft-ms", String(o.ttftMs ?? 0), "--synthetic-tokens-per-second", String(o.tokensPerSecond ?? 500)]),
     ...models.flatMap((m) => ["--model", `${m}=${modelHash(m)}`]),
     ...(o.fault ? ["--synthetic-fault", o.fault] : []),
     ...(o.extraArgs ?? []),

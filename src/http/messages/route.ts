@@ -1,0 +1,56 @@
+// POST /v1/messages (spec §4.2, mounted only when the operator enables the facade): the shared
+// admission checks with x-api-key accepted too, this facade's schema and translation, then the shared
+// pipeline with a messages responder. Every error uses the messages envelope (spec §7.1).
+import { authenticateBuyer, type AuthResult } from "../auth.ts";
+import { gatewayError, messagesErrorResponse } from "../errors.ts";
+import { admitBuyerRequest, runChatPipeline, type PipelineDeps, type RequestIds } from "../pipeline.ts";
+import { describeSchemaError } from "../schemaErrors.ts";
+import type { Store } from "../../store/index.ts";
+import { messagesJsonResponder, messagesStreamResponder } from "./responders.ts";
+import { messagesRequestChecker } from "./schema.ts";
+import { translateMessagesRequest } from "./translate.ts";
+
+export const MESSAGES_ROUTE = "/v1/messages";
+
+/**
+ * Credentials of the messages facade (spec §5): `x-api-key: <API key>` or `Authorization: Bearer
+ * <API key>` (official SDKs send one or the other depending on version); x-api-key wins when both
+ * are sent. Demo tokens are not accepted here (spec §5 lists them for other endpoints only).
+ */
+export function authenticateMessagesBuyer(store: Store, request: Request): AuthResult {
+  const apiKey = request.headers.get("x-api-key")?.trim();
+  if (!apiKey) {
+    const auth = authenticateBuyer(store, request, "api_key_only");
+    if (auth.ok || auth.error.code !== "missing_bearer_token") return auth;
+    const message = "No API key was sent. Add the header 'x-api-key: <API key>' or 'Authorization: Bearer <API key>'.";
+    return { ok: false, error: gatewayError("missing_bearer_token", message) };
+  }
+  const key = store.authenticateApiKey(apiKey);
+  if (!key) return { ok: false, error: gatewayError("invalid_api_key", "The API key is not valid or has been revoked.") };
+  return { ok: true, principal: { kind: "api_key", ...key } };
+}
+
+export function messagesHandler(deps: PipelineDeps) {
+  return async (request: Request, ids: RequestIds): Promise<Response> => {
+    const rid = ids.responseRequestId;
+    const admitted = await admitBuyerRequest(deps, request, authenticateMessagesBuyer);
+    if (!admitted.ok) return messagesErrorResponse(admitted.error, rid);
+    const { json } = admitted;
+    if (!messagesRequestChecker.Check(json)) {
+      const { message, param } = describeSchemaError(messagesRequestChecker, json);
+      return messagesErrorResponse(gatewayError("invalid_request", message, { param }), rid);
+    }
+    const translated = translateMessagesRequest(json, { anthropicBeta: request.headers.get("anthropic-beta") }, deps.requestTokenCap);
+    if (!translated.ok) return messagesErrorResponse(translated.error, rid);
+    const { chat } = translated;
+
+    return runChatPipeline(deps, {
+      request,
+      ids,
+      principal: admitted.principal,
+      chat,
+      buyerRoute: MESSAGES_ROUTE,
+      responder: (context) => (chat.stream ? messagesStreamResponder({ context, model: chat.model }) : messagesJsonResponder({ context, model: chat.model })),
+    });
+  };
+}

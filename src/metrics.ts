@@ -1,0 +1,283 @@
+// Operator metrics: a small typed port the gateway calls (O(1) per request or attempt, nothing per
+// chunk), and its Prometheus implementation on a per-gateway prom-client Registry — never the global
+// one, so several gateways in one process (tests) keep separate series. Pool gauges are read from the
+// live registry only when /metrics is scraped, so they cost nothing on the request path.
+// Metric names, labels and the overhead definition are documented in docs/operator.md.
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { ProviderView } from "./gateway/routing.ts";
+
+/** How a buyer request ended. `rejected`: answered before a request actor started (auth, validation, drain). */
+export type RequestOutcome = "succeeded" | "failed" | "failed_mid_stream" | "cancelled" | "rejected";
+
+/** How one provider attempt ended, as the request actor saw it. */
+export type AttemptOutcome =
+  | "completed"
+  | "length_limited"
+  | "declined"
+  | "lost"
+  | "provider_error"
+  | "timeout"
+  | "bad_sequence"
+  | "cancelled";
+
+/** Settlement labels (DESIGN §4); counted once settlement exists. */
+export type SettlementLabel = "pending" | "verified" | "quarantined" | "zero_settled";
+
+/** One finished buyer request: what metrics count and what the `request_completed` log line says. */
+export interface RequestSummary {
+  requestId: string;
+  accountId: string | null;
+  route: string;
+  model: string | null;
+  /** null when the request was rejected before its body was understood. */
+  stream: boolean | null;
+  outcome: RequestOutcome;
+  /** The HTTP status the buyer got (499: the buyer left before any byte was sent). */
+  status: number;
+  errorCode: string | null;
+  attempts: number;
+  inputTokens: number;
+  outputTokens: number;
+  /** Arrival to the first output chunk of the attempt that served; null when none arrived. */
+  ttftMs: number | null;
+  totalMs: number;
+  /** totalMs minus the time spent waiting on providers (definition in docs/operator.md). */
+  overheadMs: number;
+}
+
+/** What the gateway tells its metrics. Tests pass `noopMetrics`. */
+export interface MetricsPort {
+  httpResponse(route: string, status: number): void;
+  requestCompleted(summary: RequestSummary): void;
+  attemptFinished(outcome: AttemptOutcome): void;
+  /** A new attempt was dispatched after `after` ended the previous one before the first byte. */
+  failover(after: AttemptOutcome): void;
+  settlementLabelled(label: SettlementLabel): void;
+}
+
+export const noopMetrics: MetricsPort = {
+  httpResponse() {},
+  requestCompleted() {},
+  attemptFinished() {},
+  failover() {},
+  settlementLabelled() {},
+};
+
+/** Live state read at scrape time. */
+export interface MetricsSources {
+  providerViews(): Iterable<ProviderView>;
+  /** Provider sockets still in the handshake. */
+  handshakingSessions(): number;
+  ignoredFrames(): number;
+  liveRequests(): number;
+  draining(): boolean;
+}
+
+export interface PrometheusMetrics extends MetricsPort {
+  readonly registry: Registry;
+  readonly contentType: string;
+  /** The exposition text for GET /metrics. */
+  render(): Promise<string>;
+}
+
+const TIERS = ["pinned", "provisional"] as const;
+const STATES = ["ready", "busy", "asleep", "draining"] as const;
+const ATTEMPT_OUTCOMES: readonly AttemptOutcome[] = [
+  "completed",
+  "length_limited",
+  "declined",
+  "lost",
+  "provider_error",
+  "timeout",
+  "bad_sequence",
+  "cancelled",
+];
+const SETTLEMENT_LABELS: readonly SettlementLabel[] = ["pending", "verified", "quarantined", "zero_settled"];
+
+/** Routes get their own label value; anything else is `other`, so scanners cannot grow the series. */
+export const KNOWN_ROUTES: ReadonlySet<string> = new Set([
+  "/v1/chat/completions",
+  "/v1/messages",
+  "/v1/responses",
+  "/v1/models",
+  "/v1/status",
+  "/v1/catalog",
+  "/v1/catalog/pubkey",
+  "/healthz",
+  "/metrics",
+  "/account",
+  "/demo",
+  "/auth/demo-session",
+]);
+
+export const routeLabel = (pathname: string): string => (KNOWN_ROUTES.has(pathname) ? pathname : "other");
+
+const streamLabel = (stream: boolean | null) => (stream === null ? "unknown" : stream ? "yes" : "no");
+
+/** Creates the metrics of one gateway on a fresh Registry. */
+export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetrics {
+  const registry = new Registry();
+  const registers = [registry];
+
+  const httpRequests = new Counter({
+    name: "gateway_http_requests_total",
+    help: "HTTP responses by route (known paths, else other) and status code.",
+    labelNames: ["route", "status"] as const,
+    registers,
+  });
+  const requests = new Counter({
+    name: "gateway_requests_total",
+    help: "Buyer inference requests by route, outcome, HTTP status given to the buyer (499 = buyer left first) and stream.",
+    labelNames: ["route", "outcome", "status", "stream"] as const,
+    registers,
+  });
+  const tokens = new Counter({
+    name: "gateway_tokens_total",
+    help: "Tokens of finished requests: input = prompt tokens as the provider reported them (capped by the gateway's bound), output = tokens relayed to buyers.",
+    labelNames: ["direction"] as const,
+    registers,
+  });
+  const attempts = new Counter({
+    name: "gateway_attempts_total",
+    help: "Provider attempts by how they ended.",
+    labelNames: ["outcome"] as const,
+    registers,
+  });
+  const failovers = new Counter({
+    name: "gateway_failovers_total",
+    help: "Attempts dispatched after an earlier attempt of the same request failed before the first byte, by how that one ended.",
+    labelNames: ["after"] as const,
+    registers,
+  });
+  const settlements = new Counter({
+    name: "gateway_settlements_total",
+    help: "Settled provider attempts by label. Placeholder: stays 0 until settlement is implemented.",
+    labelNames: ["label"] as const,
+    registers,
+  });
+  const ttft = new Histogram({
+    name: "gateway_time_to_first_token_seconds",
+    help: "From the buyer request's arrival to the first output chunk of the attempt that served it.",
+    labelNames: ["stream"] as const,
+    buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers,
+  });
+  const duration = new Histogram({
+    name: "gateway_request_duration_seconds",
+    help: "From the buyer request's arrival to the end of its response.",
+    labelNames: ["stream"] as const,
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
+    registers,
+  });
+  const overhead = new Histogram({
+    name: "gateway_overhead_seconds",
+    help: "Request duration minus the time spent waiting on providers (see docs/operator.md).",
+    labelNames: ["stream"] as const,
+    buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+    registers,
+  });
+
+  // Pool gauges: computed from the live registry at scrape time.
+  new Gauge({
+    name: "gateway_provider_sessions",
+    help: "Admitted provider sessions by tier and state; state=handshaking counts sockets not yet admitted.",
+    labelNames: ["tier", "state"] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const tier of TIERS) for (const state of STATES) this.set({ tier, state }, 0);
+      for (const v of sources.providerViews()) this.inc({ tier: v.tier, state: v.state });
+      this.set({ tier: "none", state: "handshaking" }, sources.handshakingSessions());
+    },
+  });
+  new Gauge({
+    name: "gateway_provider_free_slots",
+    help: "Free job slots on ready provider sessions.",
+    registers,
+    collect() {
+      let n = 0;
+      for (const v of sources.providerViews()) if (v.state === "ready") n += v.freeSlots;
+      this.set(n);
+    },
+  });
+  new Gauge({
+    name: "gateway_provider_in_flight_attempts",
+    help: "Attempts in flight on admitted provider sessions.",
+    registers,
+    collect() {
+      let n = 0;
+      for (const v of sources.providerViews()) n += v.inFlight;
+      this.set(n);
+    },
+  });
+  new Gauge({
+    name: "gateway_warm_models",
+    help: "Distinct model ids warm on at least one awake provider.",
+    registers,
+    collect() {
+      const ids = new Set<string>();
+      for (const v of sources.providerViews()) if (v.state !== "asleep") for (const m of v.warmModels) ids.add(m);
+      this.set(ids.size);
+    },
+  });
+  new Gauge({
+    name: "gateway_live_requests",
+    help: "Buyer requests with a live request actor.",
+    registers,
+    collect() {
+      this.set(sources.liveRequests());
+    },
+  });
+  new Gauge({
+    name: "gateway_draining",
+    help: "1 while the gateway drains (after SIGTERM), else 0.",
+    registers,
+    collect() {
+      this.set(sources.draining() ? 1 : 0);
+    },
+  });
+  new Counter({
+    name: "gateway_provider_frames_ignored_total",
+    help: "Provider frames about jobs the session does not hold (DESIGN §3).",
+    registers,
+    collect() {
+      // The registry owns the count; mirror it (a counter cannot be set, so reset and add).
+      this.reset();
+      this.inc(sources.ignoredFrames());
+    },
+  });
+
+  // Known label values start at 0 so rate() works from the first scrape and dashboards see every series.
+  for (const outcome of ATTEMPT_OUTCOMES) attempts.inc({ outcome }, 0);
+  for (const label of SETTLEMENT_LABELS) settlements.inc({ label }, 0);
+  tokens.inc({ direction: "input" }, 0);
+  tokens.inc({ direction: "output" }, 0);
+
+  return {
+    registry,
+    contentType: registry.contentType,
+    render: () => registry.metrics(),
+    httpResponse(route, status) {
+      httpRequests.inc({ route, status: String(status) });
+    },
+    requestCompleted(s) {
+      const stream = streamLabel(s.stream);
+      requests.inc({ route: s.route, outcome: s.outcome, status: String(s.status), stream });
+      if (s.inputTokens > 0) tokens.inc({ direction: "input" }, s.inputTokens);
+      if (s.outputTokens > 0) tokens.inc({ direction: "output" }, s.outputTokens);
+      if (s.outcome === "rejected") return;
+      if (s.ttftMs !== null) ttft.observe({ stream }, s.ttftMs / 1000);
+      duration.observe({ stream }, s.totalMs / 1000);
+      overhead.observe({ stream }, s.overheadMs / 1000);
+    },
+    attemptFinished(outcome) {
+      attempts.inc({ outcome });
+    },
+    failover(after) {
+      failovers.inc({ after });
+    },
+    settlementLabelled(label) {
+      settlements.inc({ label });
+    },
+  };
+}

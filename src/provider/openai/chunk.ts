@@ -1,0 +1,141 @@
+// Upstream chunk payloads → what the engine relays. Pure, with per-stream state (token counting and
+// tool-call index mapping). Quirks handled here are listed in fixtures/upstreams/README.md.
+import type { DeclineCode, ToolCallDelta } from "../../wire/frames.ts";
+import { declineCodeFor, isErrorPayload } from "./errors.ts";
+import { completionChecker, streamChunkChecker, type ToolCallFragment, type UpstreamUsage } from "./schema.ts";
+import { OutputTokenCounter } from "./tokens.ts";
+
+/** What one upstream payload means for the stream. */
+export type MappedPayload =
+  | {
+      kind: "chunk";
+      /** Text to relay; absent when the chunk has none (role-only, reasoning-only, finish or usage chunks). */
+      content?: string;
+      tool_calls?: ToolCallDelta[];
+      /** Output tokens of this chunk (0 unless it relays something). */
+      tokens: number;
+      /** True when the chunk carried reasoning text, which is not relayed (no protocol field holds it). */
+      reasoning: boolean;
+      finishReason: string | null;
+      promptTokens: number | null;
+    }
+  | { kind: "error"; code: DeclineCode }
+  | { kind: "malformed" };
+
+const FINISH_REASONS: ReadonlySet<string> = new Set(["stop", "length", "tool_calls", "content_filter", "function_call"]);
+
+/**
+ * The finish reason as the buyer will see it: `""` and null mean "not finished" (Ollama 2024 sends
+ * `""` on every content chunk); OpenAI's values pass through; anything else a server invents is "stop".
+ */
+export function normalizeFinishReason(value: string | null | undefined): string | null {
+  if (value === null || value === undefined || value === "") return null;
+  return FINISH_REASONS.has(value) ? value : "stop";
+}
+
+function promptTokensOf(usage: UpstreamUsage | null | undefined): number | null {
+  return typeof usage?.prompt_tokens === "number" ? usage.prompt_tokens : null;
+}
+
+/**
+ * Maps upstream tool-call indices to the indices relayed. Ollama 0.20.x sends every parallel call
+ * with `index: 0`, telling them apart only by `id`: a new id on a known index starts a new call.
+ */
+class ToolCallIndices {
+  private readonly byUpstream = new Map<number, { id: string | null; index: number }>();
+  private next = 0;
+
+  map(fragments: readonly ToolCallFragment[]): ToolCallDelta[] {
+    const out: ToolCallDelta[] = [];
+    fragments.forEach((fragment, position) => {
+      const upstream = fragment.index ?? position;
+      const id = fragment.id ?? null;
+      let entry = this.byUpstream.get(upstream);
+      if (!entry || (id !== null && entry.id !== null && id !== entry.id)) {
+        entry = { id, index: this.next++ };
+        this.byUpstream.set(upstream, entry);
+      } else if (id !== null) entry.id = id;
+      // Absent keys rather than undefined or empty values: only what the fragment actually carries.
+      const delta: ToolCallDelta = { index: entry.index };
+      if (fragment.id) delta.id = fragment.id;
+      if (fragment.function?.name) delta.name = fragment.function.name;
+      if (fragment.function?.arguments) delta.arguments = fragment.function.arguments;
+      if (delta.id !== undefined || delta.name !== undefined || delta.arguments !== undefined) out.push(delta);
+    });
+    return out;
+  }
+}
+
+export interface ChunkMapper {
+  /** Maps one parsed `data:` payload of a stream. */
+  chunk(payload: unknown): MappedPayload;
+  /** Maps a whole non-streaming `chat.completion` (an upstream that ignored `stream: true`). */
+  completion(payload: unknown): MappedPayload;
+}
+
+/** A mapper for one upstream stream. */
+export function createChunkMapper(): ChunkMapper {
+  const counter = new OutputTokenCounter();
+  const toolIndices = new ToolCallIndices();
+
+  function chunk(payload: unknown): MappedPayload {
+    // An error object is checked before `choices` (mid-stream `data: {"error": …}` frames).
+    if (isErrorPayload(payload)) return { kind: "error", code: declineCodeFor(200, payload) };
+    if (!streamChunkChecker.Check(payload)) return { kind: "malformed" };
+    const choices = payload.choices ?? [];
+    // Only the first choice is relayed (the gateway asks for n = 1); `choices: []` is a usage chunk.
+    const choice = choices.find((c) => (c.index ?? 0) === 0) ?? choices[0];
+    const delta = choice?.delta ?? {};
+    const content = typeof delta.content === "string" && delta.content !== "" ? delta.content : undefined;
+    const toolCalls = delta.tool_calls ? toolIndices.map(delta.tool_calls) : [];
+    const reasoning = Boolean(delta.reasoning_content || delta.reasoning);
+    const relayed = content !== undefined || toolCalls.length > 0;
+    let tokens = 0;
+    if (relayed || reasoning) {
+      // A cumulative count counts only when it rides on a chunk with choices (not the final usage chunk).
+      const cumulative = payload.usage?.completion_tokens ?? payload.timings?.predicted_n ?? null;
+      tokens = counter.count(relayed, choice ? cumulative : null);
+    }
+    const mapped: MappedPayload = {
+      kind: "chunk",
+      tokens,
+      reasoning,
+      finishReason: normalizeFinishReason(choice?.finish_reason),
+      promptTokens: promptTokensOf(payload.usage),
+    };
+    if (content !== undefined) mapped.content = content;
+    if (toolCalls.length > 0) mapped.tool_calls = toolCalls;
+    return mapped;
+  }
+
+  function completion(payload: unknown): MappedPayload {
+    if (isErrorPayload(payload)) return { kind: "error", code: declineCodeFor(200, payload) };
+    if (!completionChecker.Check(payload)) return { kind: "malformed" };
+    const choice = payload.choices.find((c) => (c.index ?? 0) === 0) ?? payload.choices[0];
+    if (!choice) return { kind: "malformed" };
+    const { message } = choice;
+    const content = message.content ? message.content : undefined;
+    const toolCalls = message.tool_calls ? toolIndices.map(message.tool_calls) : [];
+    const reasoning = Boolean(message.reasoning_content || message.reasoning);
+    const relayed = content !== undefined || toolCalls.length > 0;
+    // One delta holds the whole answer: its tokens are the reported completion tokens, unless part of
+    // them went to reasoning (not relayed), where the relayed share is unknown: then bytes / 4.
+    const reported = payload.usage?.completion_tokens ?? null;
+    const relayedText = (content ?? "") + (toolCalls.length > 0 ? JSON.stringify(toolCalls) : "");
+    const estimate = Math.max(1, Math.ceil(Buffer.byteLength(relayedText, "utf8") / 4));
+    const tokens = !relayed ? 0 : reported !== null && !reasoning ? Math.floor(reported) : Math.min(estimate, reported ?? estimate);
+    const mapped: MappedPayload = {
+      kind: "chunk",
+      tokens,
+      reasoning,
+      // A complete body is a finished answer even when a server leaves finish_reason out.
+      finishReason: normalizeFinishReason(choice.finish_reason) ?? (toolCalls.length > 0 ? "tool_calls" : "stop"),
+      promptTokens: promptTokensOf(payload.usage),
+    };
+    if (content !== undefined) mapped.content = content;
+    if (toolCalls.length > 0) mapped.tool_calls = toolCalls;
+    return mapped;
+  }
+
+  return { chunk, completion };
+}

@@ -1,0 +1,9 @@
+// Public face of the `openai` engine (DESIGN §2): forwards provider jobs to a local OpenAI-compatible server.
+export {
+  createOpenAIEngine,
+  DEFAULT_FIRST_TOKEN_TIMEOUT_MS,
+  DEFAULT_IDLE_TIMEOUT_MS,
+  type FetchFn,
+  type OpenAIEngineOptions,
+} from "./engine.ts";
+export { chatCompletionsUrl } from "./request.ts";

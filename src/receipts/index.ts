@@ -1,0 +1,55 @@
+// Receipts v0.4 (DESIGN §4): canonical JSON, the hashes a receipt binds, the envelope, the provider's
+// signer and the gateway's pure verifier. Nothing here does I/O besides node:crypto.
+export { canonicalBytes, canonicalize, JcsError, MAX_JCS_DEPTH } from "./jcs.ts";
+export {
+  accountScope,
+  chunksWithinBytes,
+  DeliveredPrefixBuilder,
+  deliveredNothing,
+  deliveredPrefixOf,
+  jcsSha256,
+  outputHash,
+  promptHash,
+  promptTokenBound,
+  receiptKeyId,
+  routeSnapshotDigest,
+  sha256Hex,
+  ToolCallAssembler,
+  type DeliveredChunk,
+  type DeliveredPrefix,
+  type DeliveredToolCall,
+  type OutputHashInput,
+} from "./hashes.ts";
+export {
+  hasReceiptFieldSet,
+  RECEIPT_FIELDS,
+  RECEIPT_USAGE_FIELDS,
+  RECEIPT_VERSION,
+  ReceiptBody,
+  receiptBodyChecker,
+  ReceiptUsage,
+  SETTLEMENT_POLICY_VERSION,
+  SIGNATURE_KEY_ALG,
+  SnapshotMode,
+} from "./schema.ts";
+export {
+  encodeEnvelope,
+  MAX_ENVELOPE_CHARS,
+  parseEnvelope,
+  verifySignature,
+  type EnvelopeError,
+  type ParsedEnvelope,
+  type ParseEnvelopeResult,
+} from "./envelope.ts";
+export { jobRouteOf, ROUTE_SNAPSHOT_VERSION, RouteSnapshot, routeSnapshotChecker, snapshotDigest } from "./snapshot.ts";
+export { createReceiptSigner, type ReceiptFacts, type ReceiptSigner } from "./signer.ts";
+export {
+  ISSUED_AT_TOLERANCE_MS,
+  judgeAcceptedMeasurement,
+  SETTLEMENT_REASONS,
+  verifyReceipt,
+  type QuarantineReason,
+  type ReceiptVerdict,
+  type SettlementReason,
+  type VerifyReceiptInput,
+} from "./verify.ts";

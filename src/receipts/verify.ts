@@ -1,0 +1,178 @@
+// The settlement verdict for one receipt (DESIGN §4): pure — every input is a value the gateway
+// persisted before the receipt arrived, so a receipt judged after a restart gets the same verdict.
+import { parseEnvelope, verifySignature } from "./envelope.ts";
+import { receiptKeyId, type DeliveredPrefix } from "./hashes.ts";
+import type { ReceiptBody } from "./schema.ts";
+import type { RouteSnapshot } from "./snapshot.ts";
+
+/**
+ * Every reason an attempt settles other than `verified`, one list for the whole system (receipts
+ * list, `settled` frames, the buyer's receipt view, docs/receipts.md). Short snake_case words.
+ */
+export const SETTLEMENT_REASONS = [
+  // envelope and field set
+  "malformed", // not base64(JCS).base64(sig) with a 64-byte signature
+  "not_canonical", // payload not UTF-8 JSON in RFC 8785 canonical form
+  "field_set", // a field of T (or T.usage) missing or extra
+  "field_invalid", // a field of T with the wrong type or value (e.g. receipt_version ≠ "4")
+  // who signed
+  "wrong_key", // provider_receipt_key_id is not the key the session authenticated with
+  "bad_signature", // signature does not verify under the session's key
+  // binding to this attempt
+  "replayed", // request_id, attempt_n, provider_id or account_scope of another attempt or account
+  "echo_mismatch", // a route.* field or model_id differs from the persisted snapshot
+  // the model
+  "measurement_mismatch", // model_hash ≠ the `accepted` measurement (or no measurement was taken)
+  "model_hash_not_in_catalog", // model_hash ≠ the snapshot's catalog hash, or the catalog did not know the model
+  // the delivered output
+  "terminal_state_mismatch", // terminal_state ≠ how the gateway saw the attempt end
+  "byte_range", // output_prefix_*_byte / delivered_output_bytes ≠ what the gateway delivered
+  "output_mismatch", // output_hash ≠ the hash of what the gateway delivered
+  "output_tokens_inflated", // observed or billable output tokens above the delivered chunk tokens
+  "output_tokens_mismatch", // observed output tokens below the delivered chunk tokens
+  "input_tokens_inflated", // billable prompt tokens above the gateway's own bound for the prompt
+  "billable_above_observed", // billable input or output above observed
+  "billable_not_observed", // normal_done with billable ≠ observed
+  // time
+  "issued_at_out_of_window", // issued_at outside [request start − 60 s, arrival + 60 s]
+  "late", // arrived after the pending deadline
+  // outcomes without a verdict on a receipt
+  "no_receipt", // no receipt by the pending deadline
+  "nothing_delivered", // zero_settled: no byte and no tool call reached the buyer
+  "interrupted", // the gateway lost its own delivered record (stopped mid-attempt): never charged
+] as const;
+export type SettlementReason = (typeof SETTLEMENT_REASONS)[number];
+
+/** Quarantine reasons a receipt verification can give (everything but the no-receipt outcomes). */
+export type QuarantineReason = Exclude<SettlementReason, "no_receipt" | "nothing_delivered" | "interrupted">;
+
+/** Clock tolerance of the issued_at window on both sides (DESIGN §4). */
+export const ISSUED_AT_TOLERANCE_MS = 60_000;
+
+export interface VerifyReceiptInput {
+  envelope: string;
+  /** Raw 32-byte Ed25519 key the provider's session authenticated with (never one from the receipt). */
+  sessionPublicKey: Uint8Array;
+  /** The snapshot persisted before dispatch, and its persisted digest. */
+  snapshot: RouteSnapshot;
+  snapshotDigest: string;
+  /** `accepted.model_hash`, persisted when it arrived; null when the attempt was never accepted. */
+  acceptedModelHash: string | null;
+  /** What the gateway itself delivered for this attempt. */
+  delivered: Pick<DeliveredPrefix, "output_hash" | "start_byte" | "end_byte" | "tokens" | "terminal_state">;
+  /** The gateway's own prompt-token bound for this prompt. */
+  promptTokenBound: number;
+  requestStartMs: number;
+  /** When the receipt reached the gateway. */
+  arrivalMs: number;
+  /** The attempt being settled, from the gateway's own records. */
+  expected: { request_id: string; attempt_n: number; provider_id: string; account_scope: string };
+  /** Absolute pending deadline; a receipt arriving after it is `late`. Omit when not applicable. */
+  pendingDeadlineMs?: number;
+}
+
+export type ReceiptVerdict =
+  | { label: "verified"; receipt: ReceiptBody }
+  | { label: "quarantined"; reason: QuarantineReason; receipt: ReceiptBody | null };
+
+/** The route fields a receipt echoes verbatim (DESIGN §4), compared with the snapshot. */
+const ECHOED = [
+  "model_id",
+  "catalog_id",
+  "catalog_body_digest",
+  "expected_catalog_model_hash",
+  "route_snapshot_mode",
+  "route_snapshot_policy_version",
+  "prompt_hash",
+] as const satisfies readonly (keyof ReceiptBody & keyof RouteSnapshot)[];
+
+/**
+ * Applies every rule of DESIGN §4 to one receipt. Rules are checked in a fixed order and the first
+ * failing one names the reason, so one receipt always gets one reason. The order: can the envelope be
+ * read → whose key → bound to this attempt → the model → the output → the usage → time.
+ */
+export function verifyReceipt(input: VerifyReceiptInput): ReceiptVerdict {
+  const parsed = parseEnvelope(input.envelope);
+  if (!parsed.ok) return { label: "quarantined", reason: parsed.code, receipt: null };
+  const r = parsed.envelope.body;
+  const q = (reason: QuarantineReason): ReceiptVerdict => ({ label: "quarantined", reason, receipt: r });
+
+  if (input.pendingDeadlineMs !== undefined && input.arrivalMs > input.pendingDeadlineMs) return q("late");
+
+  // The key id is checked before the signature so "signed by another provider's key" reads as such.
+  if (r.provider_receipt_key_id !== receiptKeyId(input.sessionPublicKey)) return q("wrong_key");
+  if (!verifySignature(parsed.envelope, input.sessionPublicKey)) return q("bad_signature");
+
+  const { expected, snapshot } = input;
+  if (
+    r.request_id !== expected.request_id ||
+    r.attempt_n !== expected.attempt_n ||
+    r.provider_id !== expected.provider_id ||
+    r.account_scope !== expected.account_scope
+  ) {
+    return q("replayed");
+  }
+  // The snapshot must describe the same attempt; a mismatch here is a gateway bug, never a charge.
+  if (
+    snapshot.request_id !== expected.request_id ||
+    snapshot.attempt_n !== expected.attempt_n ||
+    snapshot.provider_id !== expected.provider_id ||
+    snapshot.account_scope !== expected.account_scope
+  ) {
+    return q("echo_mismatch");
+  }
+  if (r.route_snapshot_digest !== input.snapshotDigest) return q("echo_mismatch");
+  for (const field of ECHOED) if (r[field] !== snapshot[field]) return q("echo_mismatch");
+
+  if (input.acceptedModelHash === null || r.model_hash !== input.acceptedModelHash) return q("measurement_mismatch");
+  // An empty expected hash (observe mode, uncatalogued model) can never verify.
+  if (snapshot.expected_catalog_model_hash === "" || r.model_hash !== snapshot.expected_catalog_model_hash) {
+    return q("model_hash_not_in_catalog");
+  }
+
+  const d = input.delivered;
+  if (r.terminal_state !== d.terminal_state) return q("terminal_state_mismatch");
+  if (
+    r.output_prefix_start_byte !== d.start_byte ||
+    r.output_prefix_end_byte !== d.end_byte ||
+    r.usage.delivered_output_bytes !== d.end_byte - d.start_byte
+  ) {
+    return q("byte_range");
+  }
+  if (r.output_hash !== d.output_hash) return q("output_mismatch");
+
+  const u = r.usage;
+  if (u.observed_output_tokens > d.tokens || u.billable_output_tokens > d.tokens) return q("output_tokens_inflated");
+  if (u.observed_output_tokens !== d.tokens) return q("output_tokens_mismatch");
+  if (u.billable_input_tokens > input.promptTokenBound) return q("input_tokens_inflated");
+  if (u.billable_input_tokens > u.observed_input_tokens || u.billable_output_tokens > u.observed_output_tokens) {
+    return q("billable_above_observed");
+  }
+  if (
+    r.terminal_state === "normal_done" &&
+    (u.billable_input_tokens !== u.observed_input_tokens || u.billable_output_tokens !== u.observed_output_tokens)
+  ) {
+    return q("billable_not_observed");
+  }
+
+  if (
+    r.issued_at_unix_ms < input.requestStartMs - ISSUED_AT_TOLERANCE_MS ||
+    r.issued_at_unix_ms > input.arrivalMs + ISSUED_AT_TOLERANCE_MS
+  ) {
+    return q("issued_at_out_of_window");
+  }
+  return { label: "verified", receipt: r };
+}
+
+/**
+ * Judges an `accepted` measurement against the snapshot at the moment it arrives (DESIGN §3): null
+ * when the attempt may relay output; otherwise the attempt ends before any byte, fails over, and is
+ * quarantined with this reason. In observe mode an uncatalogued model (expected hash "") may run.
+ */
+export function judgeAcceptedMeasurement(
+  snapshot: Pick<RouteSnapshot, "expected_catalog_model_hash">,
+  acceptedModelHash: string,
+): "model_hash_not_in_catalog" | null {
+  if (snapshot.expected_catalog_model_hash === "") return null;
+  return acceptedModelHash === snapshot.expected_catalog_model_hash ? null : "model_hash_not_in_catalog";
+}
