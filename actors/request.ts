@@ -42,6 +42,8 @@ export type RequestEvent =
   | { type: "route.dispatched"; attempt: AttemptRef }
   | { type: "route.unavailable"; code: FailureCode; message: string }
   | { type: "provider.accepted"; modelHash: string }
+  /** The gateway refused the attempt's `accepted` measurement (hash ≠ the catalog's): fail over. */
+  | { type: "provider.rejected" }
   | { type: "provider.declined"; code: DeclineCode }
   | { type: "provider.chunk"; frame: ChunkFrame }
   | { type: "provider.ended"; frame: EndFrame }
@@ -187,6 +189,10 @@ export const requestMachine = setup({
       },
       on: {
         "provider.declined": "attemptFailed",
+        "provider.rejected": {
+          target: "attemptFailed",
+          actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }],
+        },
         "provider.lost": "attemptFailed",
         "provider.chunk": [
           { guard: "seqOutOfOrder", target: "attemptFailed", actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }] },

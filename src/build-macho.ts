@@ -14,6 +14,15 @@ export type SignatureCheck = { ok: true; pages: number } | { ok: false; reason: 
 
 /** Checks that a thin 64-bit Mach-O carries an embedded SHA-256 CodeDirectory whose page hashes all match. */
 export function checkMachoAdhocSignature(file: Uint8Array): SignatureCheck {
+  try {
+    return check(file);
+  } catch (error) {
+    if (error instanceof RangeError) return { ok: false, reason: "truncated or malformed Mach-O" };
+    throw error;
+  }
+}
+
+function check(file: Uint8Array): SignatureCheck {
   const view = new DataView(file.buffer, file.byteOffset, file.byteLength);
   if (file.byteLength < 32 || view.getUint32(0, true) !== MH_MAGIC_64) return { ok: false, reason: "not a thin 64-bit Mach-O" };
   const ncmds = view.getUint32(16, true);

@@ -2,7 +2,7 @@
 // `gateway` — one entry point for every subcommand (DESIGN §2).
 import { configUsage } from "./config/index.ts";
 import { runCatalogCommand } from "./catalog/cli.ts";
-import { runAccountsCommand, runBackupCommand, runKeysCommand, runProvidersCommand, type OperatorContext } from "./cli/operator.ts";
+import { runAccountsCommand, runCreditsCommand, runBackupCommand, runKeysCommand, runProvidersCommand, type OperatorContext } from "./cli/operator.ts";
 import { runProviderCommand } from "./provider/cli.ts";
 import { catalogLookupFrom } from "./ledger/audit.ts";
 import { runLedgerCommand, runReceiptsCommand } from "./ledger/cli.ts";
@@ -17,6 +17,7 @@ commands:
   serve         run the gateway (gateway serve --help for its options)
   accounts      create and list buyer accounts
   keys          create, list and revoke API keys
+  credits       grant prepaid credits to a paid account, show its balance
   providers     pin, unpin, ban and list provider ids
   catalog       the signed model catalog: init, add, remove, show, sign, history
   provider      run a provider machine's runtime (gateway provider --help)
@@ -63,6 +64,8 @@ async function main(argv: string[]): Promise<number> {
       return runOperator(runAccountsCommand, rest);
     case "keys":
       return runOperator(runKeysCommand, rest);
+    case "credits":
+      return runOperator(runCreditsCommand, rest);
     case "providers":
       return runOperator(runProvidersCommand, rest);
     case "catalog":

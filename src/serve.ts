@@ -9,12 +9,23 @@ import { loadOrCreateProviderKey } from "./provider/keys.ts";
 import { startProviderRuntime, type ProviderRuntime } from "./provider/runtime.ts";
 import { createSyntheticEngine } from "./provider/synthetic.ts";
 import type { Store } from "./store/index.ts";
+import type { CatalogModel } from "./catalog/index.ts";
 
 /** The demo's models: synthetic engines, with stand-in hashes derived from their names. */
 export const DEMO_MODELS = ["demo-chat", "demo-chat-fast"].map((model_id) => ({
   model_id,
   model_hash: createHash("sha256").update(`synthetic-weights:${model_id}`).digest("hex"),
   max_context_tokens: 8192,
+}));
+
+/** The demo's models as signed catalog entries, so they route and settle in enforce mode. */
+const DEMO_CATALOG_MODELS: CatalogModel[] = DEMO_MODELS.map((m) => ({
+  model_id: m.model_id,
+  model_hash: m.model_hash,
+  hash_scope: "gguf-file-v1",
+  min_ram_gb: 0,
+  rate_card_row: "default",
+  capabilities: { tools: true, structured_output: true },
 }));
 
 const DEMO_KEY_LABEL = "demo-dev-key";
@@ -65,7 +76,14 @@ export async function runServe(argv: string[]): Promise<number> {
     return 64;
   }
   const inspector = config.inspect === undefined ? null : startInspector(config.inspect, { log });
-  const gateway = startGateway(config, { log, inspect: inspector?.inspect });
+  let gateway: RunningGateway;
+  try {
+    gateway = startGateway(config, { log, inspect: inspector?.inspect, catalogModels: config.demo ? DEMO_CATALOG_MODELS : undefined });
+  } catch (error) {
+    console.error(`gateway serve: ${(error as Error).message}`);
+    inspector?.stop();
+    return 1;
+  }
   const demo: ProviderRuntime[] = [];
   if (config.demo) {
     demo.push(...(await startDemoProviders(config, gateway, log)));

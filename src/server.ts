@@ -14,6 +14,9 @@ import { errorResponse, gatewayError } from "./http/errors.ts";
 import { createLog, type Log } from "./log.ts";
 import { createPrometheusMetrics, type PrometheusMetrics } from "./metrics.ts";
 import { openStore, type Store } from "./store/index.ts";
+import { pollCatalog, startCatalog, type CatalogLive, type CatalogModel } from "./catalog/index.ts";
+import { buildRateCard, RateRowConfig } from "./ledger/index.ts";
+import { createSettlements, type Settlements } from "./gateway/settlements.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
 
@@ -24,6 +27,8 @@ export interface GatewayPorts {
   inspect?: (event: InspectionEvent) => void;
   /** High-resolution clock (ms) for latency metrics; default performance.now. */
   monotonicNow?: () => number;
+  /** Models added to (or updated in) the signed catalog at start, e.g. the demo's. */
+  catalogModels?: readonly CatalogModel[];
 }
 
 export interface RunningGateway {
@@ -31,6 +36,9 @@ export interface RunningGateway {
   port: number;
   store: Store;
   registry: Registry;
+  /** The signed catalog in force (reloaded on change). */
+  catalog: CatalogLive;
+  settlements: Settlements;
   /** This gateway's own metrics (its own prom-client Registry). */
   metrics: PrometheusMetrics;
   /** Stops taking requests, tells providers to drain, resolves when idle or the grace period ends. */
@@ -43,6 +51,17 @@ const DRAIN_FLUSH_MS = 1000;
 
 const hexId = (prefix: string, random: (n: number) => Uint8Array) => () => prefix + Buffer.from(random(12)).toString("hex");
 
+/** The `rateCard` setting: a JSON array of rows (validated by buildRateCard). */
+function parseRateCardSetting(text: string | undefined): { ok: true; rows: RateRowConfig[] } | { ok: false; message: string } {
+  if (text === undefined || text.trim() === "") return { ok: true, rows: [] };
+  try {
+    const rows: unknown = JSON.parse(text);
+    return Array.isArray(rows) ? { ok: true, rows: rows as RateRowConfig[] } : { ok: false, message: "must be a JSON array of rows" };
+  } catch {
+    return { ok: false, message: "is not valid JSON" };
+  }
+}
+
 export function databasePath(dataDir: string): string {
   return join(dataDir, "gateway.db");
 }
@@ -53,6 +72,19 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   const log = ports.log ?? createLog(config.logLevel);
   const store = openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now });
   const gatewaySecret = store.getOrCreateSecret("gateway_hmac", 32);
+  const catalogStart = startCatalog({ dataDir: config.dataDir, store, now, random, models: ports.catalogModels });
+  if (!catalogStart.ok) {
+    store.close();
+    throw new Error(`catalog: ${catalogStart.message}`);
+  }
+  const catalog = catalogStart.live;
+  const rateCardRows = parseRateCardSetting(config.rateCard);
+  const builtCard = rateCardRows.ok ? buildRateCard({ rows: rateCardRows.rows }) : rateCardRows;
+  if (!builtCard.ok) {
+    store.close();
+    throw new Error(`rateCard: ${builtCard.message}`);
+  }
+  const rateCard = builtCard.card;
   const buyerSurface = createBuyerSurface({ config, store, gatewaySecret, now, randomBytes: random, log });
   const registry = new Registry();
 
@@ -80,6 +112,25 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     draining: () => supervisor.getSnapshot().matches("draining"),
   });
 
+  const settlements = createSettlements({
+    store,
+    now,
+    mode: config.settlementMode,
+    pendingDeadlineMs: config.pendingDeadlineMs,
+    gatewaySecret,
+    catalog: () => catalog.current(),
+    rateCard: () => rateCard,
+    sendToProvider: (providerId, frame) => registry.admittedByProvider.get(providerId)?.send(frame),
+    log,
+    inspect: ports.inspect,
+    onSettled: (label) => metrics.settlementLabelled(label),
+  });
+  const resumed = settlements.resumePending();
+  if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
+  const stopCatalogPoll = pollCatalog(catalog, (result) =>
+    log.info("catalog_reloaded", { ok: result.ok, catalog_id: catalog.current()?.catalog_id ?? null }),
+  );
+
   const runner = createRequestRunner({
     registry,
     now,
@@ -92,6 +143,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     log,
     metrics,
     monotonicNow,
+    settlements,
   });
 
   const newRequestId = hexId("req_", random);
@@ -121,6 +173,10 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     monotonicNow,
     messagesFacade: config.messagesFacade,
     responsesFacade: config.responsesFacade,
+    catalog,
+    rateCard: () => rateCard,
+    settlements,
+    dailyTokens: { free: config.freeDailyTokens, demo: config.demoDailyTokens },
   });
 
   const websocket = providerWebSocketHandler({
@@ -140,7 +196,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     randomBytes: random,
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     handshakeTimeoutMs: config.handshakeTimeoutMs,
-    catalogId: () => "",
+    catalogId: () => catalog.current()?.catalog_id ?? "",
+    settlements,
     onAdmitted: () => supervisor.send({ type: "session.admitted" }),
     onClosed: (_session, wasAdmitted) => {
       if (wasAdmitted) supervisor.send({ type: "session.closed" });
@@ -181,6 +238,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     port,
     store,
     registry,
+    catalog,
+    settlements,
     metrics,
     async drain() {
       supervisor.send({ type: "gateway.drain" });
@@ -197,6 +256,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
       server.stop(true);
       for (const session of registry.sessions.values()) session.close(1001, "gateway_stopping");
       supervisor.stop();
+      stopCatalogPoll();
+      settlements.stop();
       store.close();
     },
   };

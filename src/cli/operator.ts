@@ -35,6 +35,11 @@ const PROVIDERS_USAGE = [
   "       gateway providers list [--json]",
 ];
 
+const CREDITS_USAGE = [
+  "usage: gateway credits grant --account ID --credits N [--memo TEXT]",
+  "       gateway credits balance --account ID",
+];
+
 type Subcommand = (argv: readonly string[], ctx: OperatorContext, usage: readonly string[]) => number;
 
 /** Runs `gateway accounts …`; `argv` starts after the word `accounts`. */
@@ -55,6 +60,11 @@ export function runProvidersCommand(argv: readonly string[], ctx: OperatorContex
     ban: providersBan,
     list: providersList,
   });
+}
+
+/** Runs `gateway credits …`; `argv` starts after the word `credits`. */
+export function runCreditsCommand(argv: readonly string[], ctx: OperatorContext): Promise<number> {
+  return dispatch(argv, ctx, CREDITS_USAGE, { grant: creditsGrant, balance: creditsBalance });
 }
 
 async function dispatch(
@@ -115,6 +125,42 @@ function parse<const S extends FlagSpec>(
 }
 
 const json = (value: unknown) => JSON.stringify(value);
+
+// ── credits ───────────────────────────────────────────────────────────────────────────────────────
+
+/** Prepaid credits of a paid account (DESIGN §6): a balanced posting funding → buyer. */
+const creditsGrant: Subcommand = (argv, ctx, usage) => {
+  const p = parse(argv, { account: { kind: "string" }, credits: { kind: "string" }, memo: { kind: "string" } }, [], ctx, usage);
+  if (typeof p === "number") return p;
+  if (!p.flags.account) return usageError(ctx, usage, "--account is required");
+  const credits = Number(p.flags.credits);
+  if (!p.flags.credits || !Number.isSafeInteger(credits) || credits <= 0) {
+    return usageError(ctx, usage, "--credits must be a positive whole number of credits");
+  }
+  const account = ctx.store.getAccount(p.flags.account);
+  if (!account) return failure(ctx, `unknown account ${p.flags.account}`);
+  if (account.tier !== "paid") return failure(ctx, `account ${p.flags.account} is free tier: free-tier usage is paid by the promotion account`);
+  const granted = ctx.store.grantCredits(account.account_id, credits, p.flags.memo);
+  if (!granted.ok) return failure(ctx, `cannot grant ${credits} credits (${granted.code})`);
+  ctx.stdout(json({ account_id: account.account_id, granted_credits: credits, available_credits: ctx.store.availableCredits(account.account_id) }));
+  return EXIT_OK;
+};
+
+const creditsBalance: Subcommand = (argv, ctx, usage) => {
+  const p = parse(argv, { account: { kind: "string" } }, [], ctx, usage);
+  if (typeof p === "number") return p;
+  if (!p.flags.account) return usageError(ctx, usage, "--account is required");
+  const account = ctx.store.getAccount(p.flags.account);
+  if (!account) return failure(ctx, `unknown account ${p.flags.account}`);
+  ctx.stdout(
+    json({
+      account_id: account.account_id,
+      balance_credits: ctx.store.ledgerBalance(`buyer:${account.account_id}`),
+      available_credits: ctx.store.availableCredits(account.account_id),
+    }),
+  );
+  return EXIT_OK;
+};
 
 // ── accounts ──────────────────────────────────────────────────────────────────────────────────────
 

@@ -58,6 +58,10 @@ export const settingSpecs = [
   s("oidcProviders", "string", undefined, "Sign-up identity providers: a JSON array of {name, issuer, clientId, clientSecret} (see docs/signup.md). Prefer the env or config file: flags show in ps."),
   s("trustedProxies", "string", undefined, "Comma-separated IPs/CIDRs of reverse proxies whose X-Forwarded-For names the client (default: none; the socket address is the client)."),
   s("demoSessionsPerHour", "integer", 10, "Browser demo sessions issued per client IP (/32 or /64) per hour.", { min: 0 }),
+  s("pendingDeadlineMs", "integer", 300_000, "How long an ended attempt waits for its provider's receipt before it is quarantined (no_receipt).", { min: 1 }),
+  s("rateCard", "string", undefined, "Rate-card rows besides `default`: a JSON array of {slug, prompt_credits_per_million, completion_credits_per_million} (see docs/ledger.md)."),
+  s("freeDailyTokens", "integer", 100_000, "Tokens a free-tier account may use per UTC day (reserved at admission: prompt bound + max_tokens).", { min: 0 }),
+  s("demoDailyTokens", "integer", 1_000, "Tokens one demo client IP (/32 or /64) may use per UTC day.", { min: 0 }),
 ] as const satisfies readonly SettingSpec[];
 
 export interface GatewayConfig {
@@ -88,6 +92,10 @@ export interface GatewayConfig {
   oidcProviders: string | undefined;
   trustedProxies: string | undefined;
   demoSessionsPerHour: number;
+  pendingDeadlineMs: number;
+  rateCard: string | undefined;
+  freeDailyTokens: number;
+  demoDailyTokens: number;
 }
 
 export const DEFAULT_INSPECT_URL = "ws://127.0.0.1:8090";

@@ -7,6 +7,7 @@ import { decodeProviderFrame, encodeFrame } from "../wire/codec.ts";
 import { CloseCode, MAX_FRAME_BYTES, type ProviderFrame } from "../wire/frames.ts";
 import { attemptKey, type Registry, type SessionHandle } from "./registry.ts";
 import type { Log } from "../log.ts";
+import type { Settlements } from "./settlements.ts";
 
 export interface SocketData {
   session?: SessionHandle;
@@ -24,6 +25,8 @@ export interface ProviderEndpointDeps {
   onClosed: (session: SessionHandle, wasAdmitted: boolean) => void;
   inspect?: Observer<InspectionEvent> | ((event: InspectionEvent) => void);
   log: Log;
+  /** Measurements, `end` frames and receipts feed settlement; absent → only counted. */
+  settlements?: Pick<Settlements, "accepted" | "endReceived" | "receiptArrived">;
 }
 
 /** Builds the Bun WebSocket handler for provider connections. */
@@ -44,6 +47,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
     const session: SessionHandle = {
       sessionId,
       attempts: new Set(),
+      refusedModels: new Set(),
       send: (frame) => void ws.send(frame, false),
       close: (code, reason) => ws.close(code, reason),
       actor: undefined as unknown as SessionHandle["actor"],
@@ -116,22 +120,33 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
       case "heartbeat":
         if (!admitted) break;
         return session.actor.send({ type: "provider.heartbeat", state: frame.state, slotsFree: frame.slots_free, models: frame.models });
-      case "receipt":
+      case "receipt": {
         if (!admitted) break;
-        // Settlement of late receipts arrives with the settlement actors; until then they are counted.
-        registry.ignoredFrames++;
+        // Accepted for any still-pending attempt of this provider id, from any of its sessions.
+        const providerId = snapshot.context.hello!.provider_id;
+        if (deps.settlements) deps.settlements.receiptArrived(providerId, frame.request_id, frame.attempt_n, frame.receipt);
+        else registry.ignoredFrames++;
         return;
+      }
       default: {
         if (!admitted) break;
+        const providerId = snapshot.context.hello!.provider_id;
+        // An `end` may come after the gateway let the attempt go (e.g. answering our cancel): it still
+        // carries the receipt that settles the attempt.
+        const settling = frame.type === "end" && deps.settlements?.endReceived(providerId, frame) === true;
         const attempt = registry.attempts.get(attemptKey(frame.request_id, frame.attempt_n));
         if (!attempt || attempt.session !== session) {
-          registry.ignoredFrames++;
+          if (!settling) registry.ignoredFrames++;
           return;
         }
         switch (frame.type) {
           case "chunk":
             return attempt.request.send({ type: "provider.chunk", frame });
           case "accepted":
+            if (deps.settlements && !deps.settlements.accepted(frame.request_id, frame.attempt_n, frame.model_hash)) {
+              session.refusedModels.add(attempt.model);
+              return attempt.request.send({ type: "provider.rejected" });
+            }
             return attempt.request.send({ type: "provider.accepted", modelHash: frame.model_hash });
           case "declined":
             return attempt.request.send({ type: "provider.declined", code: frame.code });

@@ -13,12 +13,16 @@ export interface SessionHandle {
   close(code: number, reason: string): void;
   /** Keys of attempts in flight on this session. */
   attempts: Set<string>;
+  /** Models this session measured with a hash other than the catalog's: not routed here again (DESIGN §3). */
+  refusedModels: Set<string>;
 }
 
 export interface AttemptHandle {
   key: string;
   requestId: string;
   attemptN: number;
+  /** The model the job asked for. */
+  model: string;
   request: ActorRefFrom<RequestMachine>;
   session: SessionHandle;
 }

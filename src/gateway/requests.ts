@@ -14,7 +14,9 @@ import type { NormalizedChat } from "../http/chat/normalize.ts";
 import { encodeFrame } from "../wire/codec.ts";
 import type { EndFrame, JobRoute } from "../wire/frames.ts";
 import { attemptKey, type Registry } from "./registry.ts";
-import { chooseProvider } from "./routing.ts";
+import { chooseProvider, type ProviderView } from "./routing.ts";
+import type { Settlements } from "./settlements.ts";
+import type { Payer } from "../store/index.ts";
 import { requestLogFields, type Log } from "../log.ts";
 import { noopMetrics, type AttemptOutcome, type MetricsPort, type RequestOutcome, type RequestSummary } from "../metrics.ts";
 
@@ -30,6 +32,8 @@ export interface RequestSpec {
   arrivedAt?: number;
   /** The buyer route, for metrics labels; default /v1/chat/completions. */
   buyerRoute?: string;
+  /** Who pays the request's attempts (the reservation was taken at admission). */
+  payer?: Payer;
 }
 
 interface RequestHandle extends RequestSpec {
@@ -67,6 +71,8 @@ export interface RequestRunnerDeps {
   metrics?: MetricsPort;
   /** High-resolution clock (ms) for latency metrics; default performance.now. */
   monotonicNow?: () => number;
+  /** Route snapshots, delivered prefixes and receipts of every attempt. */
+  settlements?: Settlements;
 }
 
 /** How the attempt being released ended, from the event that ended it (see actors/request.ts). */
@@ -101,7 +107,22 @@ const unavailableMessages = {
 } as const;
 
 export function createRequestRunner(deps: RequestRunnerDeps) {
-  const { registry, log } = deps;
+  const { registry, log, settlements } = deps;
+
+  /**
+   * Sessions that may serve `model`: when the catalog knows the model, only those advertising its
+   * hash and not caught measuring another one on this session (DESIGN §3).
+   */
+  const routableViews = (model: string): Iterable<ProviderView> => {
+    const views = registry.providerViews();
+    const expected = settlements?.expectedHash(model) ?? null;
+    if (expected === null) return views;
+    return [...views].filter((view) => {
+      const session = registry.sessions.get(view.sessionId);
+      if (!session || session.refusedModels.has(model)) return false;
+      return session.actor.getSnapshot().context.models.some((m) => m.model_id === model && m.model_hash === expected);
+    });
+  };
   const metrics = deps.metrics ?? noopMetrics;
   const clock = deps.monotonicNow ?? (() => performance.now());
   const handles = new Map<string, RequestHandle>();
@@ -120,7 +141,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     const handle = handles.get(input.requestId);
     if (!handle) return;
     const { chat } = handle;
-    const choice = chooseProvider(registry.providerViews(), chat.model, input.excludedProviders);
+    const choice = chooseProvider(routableViews(chat.model), chat.model, input.excludedProviders);
     if (!choice.ok) {
       sendBack({ type: "route.unavailable", code: choice.code, message: unavailableMessages[choice.code](chat.model) });
       return;
@@ -128,6 +149,23 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     const session = registry.sessions.get(choice.provider.sessionId)!;
     const key = attemptKey(input.requestId, input.attemptN);
     const remaining = Math.max(1, deps.requestDeadlineMs - (deps.now() - handle.startedAtMs));
+    const route = settlements
+      ? settlements.openAttempt({
+          requestId: input.requestId,
+          attemptN: input.attemptN,
+          providerId: choice.provider.providerId,
+          providerPublicKey: session.actor.getSnapshot().context.hello!.receipt_public_key,
+          chat,
+          accountId: handle.accountId ?? "",
+          payer: handle.payer ?? "promotion",
+          requestStartedAtMs: handle.startedAtMs,
+          promptBound: handle.promptBound,
+        })
+      : handle.route;
+    if (!route) {
+      sendBack({ type: "route.unavailable", code: "model_not_available", message: unavailableMessages.model_not_available(chat.model) });
+      return;
+    }
     // Encoded before the attempt is registered: encoding can throw on pathological buyer input (e.g.
     // deeply nested tool_calls overflow the stack), and a throw after addAttempt would leak the slot.
     const job = encodeFrame({
@@ -137,10 +175,10 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       model_id: chat.model,
       messages: chat.messages,
       params: chat.params,
-      route: handle.route,
+      route,
       deadline_ms: remaining,
     });
-    registry.addAttempt({ key, requestId: input.requestId, attemptN: input.attemptN, request: handle.actor, session });
+    registry.addAttempt({ key, requestId: input.requestId, attemptN: input.attemptN, model: chat.model, request: handle.actor, session });
     session.send(job);
     handle.timing.waitingSince = clock();
     if (input.attemptN > 0 && handle.timing.lastAttemptOutcome) metrics.failover(handle.timing.lastAttemptOutcome);
@@ -162,6 +200,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         stopWaiting(t, at);
         t.firstTokenAt ??= at;
         handle.responder.relay(frame);
+        if (context.current) settlements?.relayed(context.requestId, context.current.attemptN, frame);
         t.waitingSince = clock();
       },
       discardPartialOutput: ({ context }) => {
@@ -170,6 +209,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         // The discarded attempt's first token was never the answer's.
         handle.timing.firstTokenAt = null;
         handle.responder.discard();
+        if (context.current) settlements?.discarded(context.requestId, context.current.attemptN);
       },
       finishSuccess: ({ context, event }) => {
         const handle = handles.get(context.requestId);
@@ -203,25 +243,32 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
           gatewayError("provider_disconnected", "The provider disconnected after the stream started. Retrying sends a new, separately billed request."),
         );
       },
-      cancelAttempt: ({ context }, { reason }) => {
+      cancelAttempt: ({ context, event }, { reason }) => {
         const key = currentKey(context);
         const attempt = key ? registry.attempts.get(key) : undefined;
         if (!attempt || !context.current) return;
+        // A non-streaming body is written only on success, and the only cancel on the way to success
+        // is the length cap (a chunk past max_tokens). Any other cancel (buyer gone, deadline, stall)
+        // abandons the buffered output: nothing reached the buyer, so nothing may be charged (DESIGN §6).
+        const abandoned = !context.streaming && event.type !== "provider.chunk";
+        if (abandoned) settlements?.discarded(context.requestId, context.current.attemptN);
         attempt.session.send(
           encodeFrame({
             type: "cancel",
             request_id: context.requestId,
             attempt_n: context.current.attemptN,
             reason,
-            delivered_output_bytes: context.deliveredBytes,
+            delivered_output_bytes: abandoned ? 0 : context.deliveredBytes,
           }),
         );
+        settlements?.cancelSent(context.requestId, context.current.attemptN, reason);
         log.debug("attempt_cancelled", { request_id: context.requestId, attempt_n: context.current.attemptN, reason });
       },
       releaseAttempt: ({ context, event }) => {
         const key = currentKey(context);
         if (!key) return;
         registry.releaseAttempt(key);
+        settlements?.released(context.requestId, context.current!.attemptN);
         // Invariant: `current` is cleared after every release, so each attempt is counted once here.
         const handle = handles.get(context.requestId);
         const outcome = attemptOutcome(event, context);
@@ -259,14 +306,18 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     actor.subscribe({
       complete: () => {
         handles.delete(spec.requestId);
+        settlements?.requestEnded(spec.requestId);
         report(handle);
         deps.onClosed();
       },
       error: (err) => {
         // A bug in one request ends that request only.
         log.error("request_actor_failed", { request_id: spec.requestId, error: String(err) });
-        const key = currentKey(actor.getSnapshot().context);
+        const context = actor.getSnapshot().context;
+        const key = currentKey(context);
         if (key) registry.releaseAttempt(key);
+        if (context.current) settlements?.released(spec.requestId, context.current.attemptN);
+        settlements?.requestEnded(spec.requestId);
         spec.responder.fail(gatewayError("internal_error", "The gateway hit an internal error. Retry the request."));
         handles.delete(spec.requestId);
         timing.errorCode = "internal_error";

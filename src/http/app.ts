@@ -6,7 +6,10 @@ import { errorResponse, gatewayError } from "./errors.ts";
 import { chatCompletionsHandler, type ChatRouteDeps } from "./chat/route.ts";
 import { messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
 import { responsesHandler, RESPONSES_ROUTE } from "./responses/route.ts";
-import { modelsBody, statusBody } from "./pool.ts";
+import { modelsBody, statusBody, type CatalogView } from "./pool.ts";
+import { buyerReceiptsBody } from "./receipts.ts";
+import { eligibleModelIds, handleCatalog, handleCatalogPublicKey, handleCatalogSignature, type CatalogLive } from "../catalog/index.ts";
+import { rateCardHandler, type RateCard } from "../ledger/index.ts";
 import { demoRoutes } from "./demo/routes.ts";
 import { signupRoutes, type DemoOptions, type SignupOptions } from "./signup/index.ts";
 import type { ProviderView } from "../gateway/routing.ts";
@@ -33,6 +36,12 @@ export interface HttpDeps extends ChatRouteDeps {
   signup?: SignupOptions;
   /** Browser demo sessions and page (/auth/demo-session, /demo); absent → not mounted. */
   demo?: DemoOptions;
+  /** The signed catalog (served at /v1/catalog*, disclosed in /v1/models); absent → not mounted. */
+  catalog?: CatalogLive;
+  /** The rate card in force (GET /v1/rate-card); absent → not mounted. */
+  rateCard?: () => RateCard;
+  /** Configured addresses that reach providers outside settlement, named in the disclosure. */
+  excludedEntrypoints?: readonly string[];
 }
 
 const CHAT_ROUTE = "/v1/chat/completions";
@@ -131,6 +140,10 @@ export function createHttpApp(deps: HttpDeps) {
     deps.log.info("request_completed", requestLogFields(summary));
   }
 
+  const notFound = (request: Request) => errorResponse(gatewayError("not_found", "The requested route does not exist."), idsOf(request).responseRequestId);
+  const catalogRoute = (request: Request, handler: typeof handleCatalog) =>
+    deps.catalog ? handler(deps.catalog, request, idsOf(request).responseRequestId) : notFound(request);
+
   const metricsTokenDigest = deps.metricsToken ? createHash("sha256").update(deps.metricsToken).digest() : null;
   const metricsAuthorized = (request: Request): boolean => {
     if (!metricsTokenDigest) return true;
@@ -138,6 +151,31 @@ export function createHttpApp(deps: HttpDeps) {
     // Digests have equal length, so the comparison is constant-time whatever the caller sent.
     return token !== null && timingSafeEqual(createHash("sha256").update(token).digest(), metricsTokenDigest);
   };
+
+  const coveredEntrypoints = [
+    CHAT_ROUTE,
+    ...(deps.messagesFacade ? [MESSAGES_ROUTE] : []),
+    ...(deps.responsesFacade ? [RESPONSES_ROUTE] : []),
+  ];
+  const catalogView = (): CatalogView => {
+    const state = deps.catalog?.current() ?? null;
+    const eligible = state ? eligibleModelIds(state) : [];
+    const card = deps.rateCard?.();
+    return {
+      catalogId: state?.catalog_id ?? null,
+      eligible,
+      priced: state && card ? state.body.models.filter((m) => card.rows.has(m.rate_card_row) && m.rate_card_row !== "default").map((m) => m.model_id) : [],
+      coveredEntrypoints,
+      excludedEntrypoints: deps.excludedEntrypoints ?? [],
+    };
+  };
+  const rateCard = deps.rateCard
+    ? rateCardHandler({
+        card: deps.rateCard,
+        now: deps.now,
+        models: () => deps.catalog?.current()?.body.models ?? [],
+      })
+    : null;
 
   const app = new Elysia()
     .onError(({ code, request, error }) => {
@@ -154,9 +192,24 @@ export function createHttpApp(deps: HttpDeps) {
       const rid = idsOf(request).responseRequestId;
       const auth = authenticateBuyer(deps.store, request, "demo_allowed");
       if (!auth.ok) return errorResponse(auth.error, rid);
-      return json(modelsBody(deps.providerViews(), deps.settlementMode), rid);
+      return json(modelsBody(deps.providerViews(), deps.settlementMode, catalogView()), rid);
     })
-    .get("/v1/status", ({ request }) => json(statusBody(deps.providerViews(), deps.accepting(), deps.now()), idsOf(request).responseRequestId))
+    .get("/v1/status", ({ request }) => {
+      const health = deps.catalog?.health(deps.now());
+      const catalog = !health || health.status === "ok" ? { status: "ok" as const } : { status: "degraded" as const, reason: health.reason };
+      return json(statusBody(deps.providerViews(), deps.accepting(), deps.now(), catalog), idsOf(request).responseRequestId);
+    })
+    .get("/v1/receipts/:request_id", ({ request, params }) => {
+      const rid = idsOf(request).responseRequestId;
+      const auth = authenticateBuyer(deps.store, request, "api_key_only");
+      if (!auth.ok) return errorResponse(auth.error, rid);
+      const body = buyerReceiptsBody(deps.store, auth.principal.account_id, params.request_id, deps.settlementMode);
+      return body ? json(body, rid) : errorResponse(gatewayError("not_found", "No request with this id belongs to this account."), rid);
+    })
+    .get("/v1/catalog", ({ request }) => catalogRoute(request, handleCatalog))
+    .get("/v1/catalog.sig", ({ request }) => catalogRoute(request, handleCatalogSignature))
+    .get("/v1/catalog/pubkey", ({ request }) => catalogRoute(request, handleCatalogPublicKey))
+    .get("/v1/rate-card", ({ request }) => (rateCard ? rateCard() : notFound(request)))
     .get("/healthz", ({ request }) => {
       // 503 while draining, so a load balancer stops sending new requests before the process exits.
       const running = deps.accepting();

@@ -10,6 +10,9 @@ import type { ChatResponder } from "./chat/responders.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
 import type { Store } from "../store/index.ts";
 import type { JobRoute } from "../wire/frames.ts";
+import type { Settlements } from "../gateway/settlements.ts";
+import { reservationCredits, type Rates } from "../ledger/index.ts";
+import type { Payer } from "../store/index.ts";
 
 export interface PipelineDeps {
   store: Store;
@@ -20,6 +23,10 @@ export interface PipelineDeps {
   gatewaySecret: Uint8Array;
   accepting: () => boolean;
   now: () => number;
+  /** Route-time pricing and settlement; absent in bare unit apps (no catalog, no reservation). */
+  settlements?: Settlements;
+  /** Daily token quotas (UTC day) taken at admission. */
+  dailyTokens?: { free: number; demo: number };
 }
 
 export interface RequestIds {
@@ -80,6 +87,8 @@ export interface PipelineRequest {
   chat: NormalizedChat;
   /** The buyer route, for logs and metrics labels; default /v1/chat/completions. */
   buyerRoute?: string;
+  /** Renders a refusal before dispatch (unknown model, quota) in the entrypoint's error envelope. */
+  refuse: (error: GatewayError) => Response;
   /** Builds the entrypoint's wire-format responder. */
   responder: (context: ResponderContext) => ChatResponder;
 }
@@ -92,6 +101,21 @@ export interface PipelineRequest {
 export function runChatPipeline(deps: PipelineDeps, input: PipelineRequest): Promise<Response> {
   const { request, ids, principal, chat } = input;
   const rid = ids.responseRequestId;
+  const promptBound = promptTokenBound(chat.messages, chat.params.tools);
+  let payer: Payer = "promotion";
+  if (deps.settlements) {
+    const admission = deps.settlements.admitModel(chat.model);
+    if (!admission.ok) {
+      return Promise.resolve(
+        input.refuse(
+          gatewayError("model_not_available", `The model '${chat.model}' is not available. List available models with GET /v1/models.`, { param: "model" }),
+        ),
+      );
+    }
+    const reserved = reserveForRequest(deps, principal, ids.requestId, promptBound, chat.params.max_tokens, admission.rates);
+    if (!reserved.ok) return Promise.resolve(input.refuse(reserved.error));
+    payer = reserved.payer;
+  }
   const route: JobRoute = {
     account_scope: createHmac("sha256", deps.gatewaySecret).update(principal.account_id).digest("hex"),
     catalog_id: "",
@@ -113,9 +137,10 @@ export function runChatPipeline(deps: PipelineDeps, input: PipelineRequest): Pro
     requestId: ids.requestId,
     chat,
     route,
-    promptBound: promptTokenBound(chat.messages, chat.params.tools),
+    promptBound,
     responder,
     accountId: principal.account_id,
+    payer,
     buyerRoute: input.buyerRoute,
   });
   abort = started.abort;
@@ -123,3 +148,51 @@ export function runChatPipeline(deps: PipelineDeps, input: PipelineRequest): Pro
   request.signal.addEventListener("abort", started.abort, { once: true });
   return responder.response;
 }
+
+/**
+ * Holds the request's worst case at admission (DESIGN §6): prompt bound + max_tokens against the
+ * daily token quota, and its price against a paid account's balance. Free-tier and demo traffic is
+ * paid from the operator's promotion account.
+ */
+function reserveForRequest(
+  deps: PipelineDeps,
+  principal: BuyerPrincipal,
+  requestId: string,
+  promptBound: number,
+  maxTokens: number,
+  rates: Rates,
+): { ok: true; payer: Payer } | { ok: false; error: GatewayError } {
+  const paid = principal.kind === "api_key" && principal.tier === "paid";
+  const payer: Payer = paid ? "buyer" : "promotion";
+  const price = reservationCredits(promptBound, maxTokens, rates);
+  if (!price.ok) return { ok: false, error: gatewayError("invalid_request", "The request is too large to price.") };
+  const limit = paid ? undefined : principal.kind === "demo" ? deps.dailyTokens?.demo : deps.dailyTokens?.free;
+  const day = new Date(deps.now()).toISOString().slice(0, 10);
+  const reserved = deps.store.reserve(
+    {
+      request_id: requestId,
+      account_id: principal.account_id,
+      payer,
+      day,
+      tokens: promptBound + maxTokens,
+      credits: price.charge.debit_credits,
+      daily_token_limit: limit,
+    },
+    deps.now(),
+  );
+  if (reserved.ok) return { ok: true, payer };
+  switch (reserved.code) {
+    case "insufficient_balance":
+      return { ok: false, error: gatewayError("quota_exhausted", "The account's credit balance does not cover this request. Add credits or lower max_tokens.", { retryAfterSeconds: 60 }) };
+    case "quota_exhausted":
+      return { ok: false, error: gatewayError("quota_exhausted", "The daily token quota is used up. It resets at 00:00 UTC.", { retryAfterSeconds: secondsToUtcMidnight(deps.now()) }) };
+    default:
+      return { ok: false, error: gatewayError("internal_error", "The gateway hit an internal error. Retry the request.") };
+  }
+}
+
+const secondsToUtcMidnight = (nowMs: number): number => {
+  const midnight = new Date(nowMs);
+  midnight.setUTCHours(24, 0, 0, 0);
+  return Math.max(1, Math.ceil((midnight.getTime() - nowMs) / 1000));
+};

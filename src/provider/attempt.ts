@@ -1,22 +1,40 @@
 // One job attempt on the provider side: accepted → chunk (seq 0, 1, …) → end, or declined.
-// The attempt owns the protocol invariants; the engine only produces content.
-import type { CancelFrame, ChunkFrame, DeclineCode, JobFrame, ProviderFrame } from "../wire/frames.ts";
+// The attempt owns the protocol invariants; the engine only produces content. Every `end` carries a
+// signed v0.4 receipt binding what the gateway can have delivered (DESIGN §4).
+import type { ReceiptSigner } from "../receipts/index.ts";
+import type { CancelFrame, ChunkFrame, DeclineCode, EndFrame, JobFrame, ProviderFrame, TerminalState } from "../wire/frames.ts";
 import type { Engine, EngineChunk, EngineOutcome, EngineResult } from "./engine.ts";
 import type { LogFn } from "./events.ts";
+import { issueReceipt, observedInputTokens, type IssuedReceipt } from "./receipts.ts";
 
 export interface AttemptDeps {
   engine: Engine;
-  /** Sends a frame on the attempt's session (a no-op once the session is closed). */
-  send(frame: ProviderFrame): void;
+  /**
+   * Sends a frame on the attempt's session. Returns false when it could not be handed to the socket
+   * (session closed): such a chunk never reached the gateway, so no receipt may bind it.
+   */
+  send(frame: ProviderFrame): boolean | void;
   /** False once the session is gone: then nothing more is sent for this attempt. */
   live(): boolean;
   die(): void;
   log: LogFn;
+  /** Signs the attempt's receipt; without one, `end` carries none (tests of the bare protocol). */
+  signer?: ReceiptSigner;
+  /** Wall clock for the receipt's timestamps. */
+  now?: () => number;
+  /**
+   * A receipt that matters (something was delivered) and may not have reached the gateway: `sent`
+   * says whether it went out in `end` on the live session. The runtime keeps it until settled.
+   */
+  keep?(receipt: IssuedReceipt, sent: boolean): void;
 }
 
 export interface Attempt {
-  /** Gateway cancel: the engine stops; `end` carries `reason` as its terminal state. */
-  cancel(reason: CancelFrame["reason"]): void;
+  /**
+   * Gateway cancel: the engine stops; `end` carries `reason` as its terminal state and a receipt that
+   * binds exactly the chunks within `deliveredOutputBytes`.
+   */
+  cancel(reason: CancelFrame["reason"], deliveredOutputBytes?: number): void;
   /** The session is lost: stop work, send nothing. */
   abandon(): void;
   /** Settles when the engine has returned and the last frame was sent. */
@@ -39,9 +57,35 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
   const controller = new AbortController();
   const signal = controller.signal;
   let cancelReason: CancelFrame["reason"] | null = null;
+  let cancelBytes: number | null = null;
   let accepted = false;
   let nextSeq = 0;
   let sentTokens = 0;
+  // What reached the socket, kept until the end: a cancel binds a prefix of it (chunksWithinBytes).
+  const sent: EngineChunk[] = [];
+  const now = deps.now ?? Date.now;
+
+  const sign = (terminal_state: TerminalState, finish_reason: string | null, inputTokens: number, bytes: number | null) => {
+    if (!deps.signer) return null;
+    const at = now();
+    try {
+      return issueReceipt(deps.signer, {
+        job,
+        modelHash,
+        sent,
+        terminal_state,
+        finish_reason,
+        cancelDeliveredBytes: bytes,
+        engineInputTokens: inputTokens,
+        terminalAtMs: at,
+        issuedAtMs: at,
+      });
+    } catch (error) {
+      // A bug, never an expected failure; the end still goes out (the gateway quarantines: no_receipt).
+      deps.log("receipt_error", { ...ids, error: error instanceof Error ? error.name : typeof error });
+      return null;
+    }
+  };
 
   const accept = () => {
     if (accepted) return;
@@ -57,11 +101,31 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
     if (chunk.content !== undefined) frame.content = chunk.content;
     if (chunk.tool_calls !== undefined) frame.tool_calls = chunk.tool_calls;
     sentTokens += tokens;
-    deps.send(frame);
+    if (deps.send(frame) === false) return;
+    const kept: EngineChunk = { tokens };
+    if (frame.content !== undefined) kept.content = frame.content;
+    if (frame.tool_calls !== undefined) kept.tool_calls = frame.tool_calls;
+    sent.push(kept);
+  };
+
+  // The session was lost before `end` could go out. The gateway records such an attempt as its own
+  // cancel's reason when it had cancelled, else as a provider_error, with finish_reason null and what
+  // it relayed (src/gateway/settlements.ts `released`). The receipt binds the same: the cancel's
+  // prefix, or every chunk that reached the socket. It is handed to the runtime for a later session.
+  const lost = (outcome: EngineOutcome) => {
+    if (!accepted) return;
+    const inputTokens = outcome.kind === "ended" ? outcome.result.usage.input_tokens : 0;
+    const receipt =
+      cancelReason !== null
+        ? sign(cancelReason, null, inputTokens, cancelBytes)
+        : sign("provider_error", null, inputTokens, null);
+    if (receipt === null || receipt.deliveredNothing) return; // settled zero_settled without a receipt
+    deps.log("receipt_held", { ...ids, reason: "session_lost" });
+    deps.keep?.(receipt, false);
   };
 
   const finish = (outcome: EngineOutcome) => {
-    if (!deps.live()) return;
+    if (!deps.live()) return lost(outcome);
     if (outcome.kind === "declined" && !accepted) return declineJob(job, outcome.code, deps);
     // Declining after accepting is an engine bug: the attempt ends as a provider error.
     const result = outcome.kind === "ended" ? outcome.result : providerError();
@@ -71,9 +135,14 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
     let finish_reason = cancelReason !== null ? null : result.finish_reason;
     if (terminal_state === "normal_done") finish_reason ??= "stop";
     // Usage reports what was actually sent: the gateway checks output tokens against delivered chunks.
-    const usage = { input_tokens: Math.max(0, Math.floor(result.usage.input_tokens)), output_tokens: sentTokens };
-    deps.send({ type: "end", ...ids, terminal_state, finish_reason, usage });
-    deps.log("job_ended", { ...ids, terminal_state, finish_reason, chunks: nextSeq, ...usage });
+    // Input is capped at the gateway's own bound for the prompt, as in the receipt.
+    const usage = { input_tokens: observedInputTokens(job, result.usage.input_tokens), output_tokens: sentTokens };
+    const receipt = sign(terminal_state, finish_reason, result.usage.input_tokens, cancelReason !== null ? cancelBytes : null);
+    const end: EndFrame = { type: "end", ...ids, terminal_state, finish_reason, usage };
+    if (receipt !== null) end.receipt = receipt.envelope;
+    const delivered = deps.send(end) !== false;
+    deps.log("job_ended", { ...ids, terminal_state, finish_reason, chunks: nextSeq, ...usage, receipt: receipt !== null });
+    if (receipt !== null && !receipt.deliveredNothing) deps.keep?.(receipt, delivered);
   };
 
   // `new Promise` so that an engine throwing synchronously is handled like a rejection.
@@ -90,9 +159,11 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
     .catch(() => deps.log("attempt_error", ids));
 
   return {
-    cancel(reason) {
+    cancel(reason, deliveredOutputBytes) {
       if (cancelReason !== null || signal.aborted) return;
       cancelReason = reason;
+      // Without a byte count (never from the wire: the schema requires it) nothing is claimed as delivered.
+      cancelBytes = deliveredOutputBytes ?? 0;
       controller.abort(reason);
     },
     abandon() {

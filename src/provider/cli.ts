@@ -1,11 +1,16 @@
 // `gateway provider …` (DESIGN §2): flag parsing and wiring of key, engine and runtime.
 // Exit codes: 0 ok, 1 runtime failure (e.g. unreadable key file), 64 usage error.
 import { totalmem } from "node:os";
+import { basename, dirname, extname, join } from "node:path";
 import { parseArgs, type ParseArgsConfig } from "node:util";
+import { hashWeights } from "../catalog/weights.ts";
 import type { ModelEntry } from "../wire/frames.ts";
+import { catalogPinPathFor, catalogUrlsFor, createCatalogWatcher, DEFAULT_CATALOG_REFRESH_MS, parsePublicKey } from "./catalogFeed.ts";
+import { createEarningsLog, earningsPathFor, formatEarnings, readEarnings, summarizeEarnings } from "./earnings.ts";
 import type { Engine } from "./engine.ts";
 import type { LogFn } from "./events.ts";
 import { loadOrCreateProviderKey } from "./keys.ts";
+import { ReceiptOutbox } from "./outbox.ts";
 import { DEFAULT_WATCHDOG, startProviderRuntime } from "./runtime.ts";
 import { createSyntheticEngine, parseSyntheticFault } from "./synthetic.ts";
 import { chatCompletionsUrl, createOpenAIEngine, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS } from "./openai/index.ts";
@@ -20,8 +25,9 @@ export const PROVIDER_USAGE = `usage:
                    [--backoff-min-ms N] [--backoff-max-ms N] [--ping-interval-ms N] [--ping-timeout-ms N]
                    [--upstream URL] [--upstream-key KEY] [--upstream-model SERVE_ID=NAME]...
                    [--upstream-first-token-timeout-ms N] [--upstream-idle-timeout-ms N]
-                   [--catalog-url URL] [--catalog-pubkey B64]
-  gateway provider keygen --key-file F`;
+                   [--catalog-url URL] [--catalog-pubkey B64] [--catalog-refresh-ms N] [--advertise-uncatalogued]
+  gateway provider keygen --key-file F
+  gateway provider earnings --key-file F [--json]`;
 
 export interface CommandIo {
   stdout(line: string): void;
@@ -60,6 +66,8 @@ const PROVIDER_OPTIONS = {
   "upstream-idle-timeout-ms": { type: "string" },
   "catalog-url": { type: "string" },
   "catalog-pubkey": { type: "string" },
+  "catalog-refresh-ms": { type: "string" },
+  "advertise-uncatalogued": { type: "boolean" },
   help: { type: "boolean" },
 } as const;
 
@@ -92,10 +100,20 @@ function numberFlag(
   return n;
 }
 
-/** `SERVE_ID=HASH_OR_PATH`, split on the first `=` because model names may hold `:` and `=`. */
-function parseModels(values: string[] | undefined, maxContextTokens: number): ModelEntry[] {
-  if (!values || values.length === 0) throw new UsageError("at least one --model SERVE_ID=HASH is required");
-  const models: ModelEntry[] = [];
+/** One `--model`: a hash given as is, or a weights path to hash (DESIGN §5). */
+interface ModelSpec {
+  model_id: string;
+  hash: string | null;
+  path: string | null;
+}
+
+/**
+ * `SERVE_ID=HASH_OR_PATH`, split on the first `=` because model names may hold `:` and `=`. 64 hex
+ * characters are a hash; anything else is a weights path (`./` in front of a file named like a hash).
+ */
+function parseModels(values: string[] | undefined): ModelSpec[] {
+  if (!values || values.length === 0) throw new UsageError("at least one --model SERVE_ID=HASH_OR_PATH is required");
+  const specs: ModelSpec[] = [];
   for (const value of values) {
     const at = value.indexOf("=");
     const modelId = at > 0 ? value.slice(0, at) : "";
@@ -103,11 +121,38 @@ function parseModels(values: string[] | undefined, maxContextTokens: number): Mo
     if (modelId === "" || modelId.length > 256 || target === "") {
       throw new UsageError(`--model ${JSON.stringify(value)}: expected SERVE_ID=HASH_OR_PATH`);
     }
-    if (!/^[0-9a-fA-F]{64}$/.test(target)) {
-      throw new UsageError(`--model ${modelId}: pass a 64-hex model hash; weights hashing comes later`);
+    if (specs.some((m) => m.model_id === modelId)) throw new UsageError(`--model ${modelId} given twice`);
+    const isHash = /^[0-9a-fA-F]{64}$/.test(target);
+    specs.push({ model_id: modelId, hash: isHash ? target.toLowerCase() : null, path: isHash ? null : target });
+  }
+  return specs;
+}
+
+/**
+ * The model entries, hashing weights paths with src/catalog's hashWeights (the very code `gateway
+ * catalog add --weights` uses, so both sides agree): a directory → snapshot-manifest-v1, a single
+ * GGUF file → gguf-file-v1. Weights are streamed, never read whole. Returns an error message or entries.
+ */
+async function resolveModels(specs: readonly ModelSpec[], maxContextTokens: number, log: LogFn): Promise<ModelEntry[] | string> {
+  const models: ModelEntry[] = [];
+  for (const spec of specs) {
+    let hash = spec.hash;
+    if (spec.path !== null) {
+      const started = performance.now();
+      const result = await hashWeights(spec.path);
+      if (!result.ok) return `--model ${spec.model_id}: cannot hash ${spec.path}: ${result.message} (${result.code})`;
+      hash = result.model_hash;
+      log("model_hashed", {
+        model_id: spec.model_id,
+        path: spec.path,
+        hash_scope: result.hash_scope,
+        model_hash: hash,
+        files: result.files,
+        bytes: result.bytes,
+        ms: Math.round(performance.now() - started),
+      });
     }
-    if (models.some((m) => m.model_id === modelId)) throw new UsageError(`--model ${modelId} given twice`);
-    models.push({ model_id: modelId, model_hash: target.toLowerCase(), max_context_tokens: maxContextTokens });
+    models.push({ model_id: spec.model_id, model_hash: hash!, max_context_tokens: maxContextTokens });
   }
   return models;
 }
@@ -128,6 +173,25 @@ async function keygen(args: string[], io: CommandIo): Promise<number> {
   }
   if (key.insecureMode) io.stderr("warning: the key file is readable by group or others (chmod 600 it)");
   io.stdout(JSON.stringify({ public_key: key.publicKeyBase64 }));
+  return 0;
+}
+
+/** `gateway provider earnings --key-file F [--json]`: totals of the local earnings log. */
+async function earnings(args: string[], io: CommandIo): Promise<number> {
+  const { values } = parse(args, { "key-file": { type: "string" }, json: { type: "boolean" } });
+  const file = earningsPathFor(required(values["key-file"], "key-file"));
+  let read;
+  try {
+    read = await readEarnings(file);
+  } catch (error) {
+    io.stderr(`gateway provider earnings: cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? "error"}`);
+    return 1;
+  }
+  if (read.insecureMode) io.stderr("warning: the earnings log is readable by group or others (chmod 600 it)");
+  if (read.malformed > 0) io.stderr(`warning: ${read.malformed} unreadable line(s) in ${file} were skipped`);
+  const summary = summarizeEarnings(read.records);
+  if (values.json) io.stdout(JSON.stringify({ earnings_file: file, ...summary }));
+  else for (const line of formatEarnings(summary, file)) io.stdout(line);
   return 0;
 }
 
@@ -221,9 +285,11 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
   if (!/^[A-Za-z0-9._-]{1,64}$/.test(providerId)) throw new UsageError("--id must match [A-Za-z0-9._-]{1,64}");
   const keyFile = required(values["key-file"], "key-file");
   const maxContextTokens = numberFlag(values["max-context-tokens"], "max-context-tokens", 8192, 1, 1e9);
-  const models = parseModels(values.model, maxContextTokens);
+  const specs = parseModels(values.model);
+  // Engines only look at serve ids here (e.g. --upstream-model names); hashes are resolved below.
+  const provisional: ModelEntry[] = specs.map((s) => ({ model_id: s.model_id, model_hash: "0".repeat(64), max_context_tokens: maxContextTokens }));
   const log = jsonLogger(io);
-  const engine = buildEngine(values, models, log);
+  const engine = buildEngine(values, provisional, log);
   const maxConcurrency = numberFlag(values["max-concurrency"], "max-concurrency", 1, 1, 1024);
   const defaultRamGb = Math.round((totalmem() / 2 ** 30) * 10) / 10;
   const ramGb = numberFlag(values["ram-gb"], "ram-gb", defaultRamGb, 0, 1e6, false);
@@ -231,10 +297,15 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
   const maxMs = numberFlag(values["backoff-max-ms"], "backoff-max-ms", Math.max(30_000, minMs), minMs, 3_600_000);
   const pingIntervalMs = numberFlag(values["ping-interval-ms"], "ping-interval-ms", DEFAULT_WATCHDOG.pingIntervalMs, 10, 600_000);
   const pingTimeoutMs = numberFlag(values["ping-timeout-ms"], "ping-timeout-ms", Math.max(DEFAULT_WATCHDOG.timeoutMs, 3 * pingIntervalMs), pingIntervalMs + 1, 3_600_000);
-  const catalogPubkey = values["catalog-pubkey"];
-  if (catalogPubkey !== undefined && Buffer.from(catalogPubkey, "base64").byteLength !== 32) {
+  const catalogPubkey = values["catalog-pubkey"] !== undefined ? parsePublicKey(values["catalog-pubkey"]) : undefined;
+  if (catalogPubkey === null) {
     throw new UsageError("--catalog-pubkey must be the standard base64 of a raw 32-byte Ed25519 key");
   }
+  const catalogUrl = values["catalog-url"];
+  if (catalogUrl !== undefined && (!URL.canParse(catalogUrl) || !/^https?:$/.test(new URL(catalogUrl).protocol))) {
+    throw new UsageError("--catalog-url must be an http:// or https:// URL (the feed, e.g. https://HOST/v1/catalog)");
+  }
+  const catalogRefreshMs = numberFlag(values["catalog-refresh-ms"], "catalog-refresh-ms", DEFAULT_CATALOG_REFRESH_MS, 10, 86_400_000);
 
   let key;
   try {
@@ -244,10 +315,32 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
     return 1;
   }
   if (key.created) log("key_created", { key_file: keyFile, public_key: key.publicKeyBase64 });
-  if (key.insecureMode) log("key_file_insecure_mode", { key_file: keyFile });
-  if (values["catalog-url"] !== undefined || catalogPubkey !== undefined) {
-    log("catalog_check_unavailable", { note: "catalog feed verification is not implemented yet" });
+  if (key.insecureMode) {
+    // Reported, not repaired (as for the operator's catalog key): the owner decides, and sees it.
+    log("key_file_insecure_mode", { key_file: keyFile, fix: `chmod 600 ${keyFile}` });
+    io.stderr("warning: the key file is readable by group or others (chmod 600 it)");
   }
+
+  const resolved = await resolveModels(specs, maxContextTokens, log);
+  if (typeof resolved === "string") {
+    io.stderr(`gateway provider: ${resolved}`);
+    return 1;
+  }
+  const models = resolved;
+
+  // State kept beside the key file (docs/provider-machines.md). The outbox is rewritten whole, so it
+  // is named after the key file: two identities sharing a folder must not overwrite each other's.
+  const outboxFile = join(dirname(keyFile), `${basename(keyFile, extname(keyFile))}.receipts-outbox.json`);
+  const outbox = await ReceiptOutbox.load({ file: outboxFile, log });
+  const earningsLog = createEarningsLog({ file: earningsPathFor(keyFile), providerId, log });
+  const catalog = createCatalogWatcher({
+    urls: catalogUrlsFor(gatewayUrl, catalogUrl),
+    models,
+    ...(catalogPubkey !== undefined ? { publicKey: catalogPubkey } : { pinFile: catalogPinPathFor(keyFile) }),
+    allowUncatalogued: values["advertise-uncatalogued"] === true,
+    log,
+  });
+  await catalog.refresh(); // before hello: advertise from the start only what the catalog allows
 
   const until = io.until ?? firstSignal();
   const runtime = startProviderRuntime({
@@ -256,6 +349,8 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
     key,
     engine,
     models,
+    advertisedModels: () => catalog.advertised(),
+    outbox,
     maxConcurrency,
     hardware: { ram_gb: ramGb },
     runtime: { name: "gateway-provider", version: pkg.version },
@@ -264,11 +359,16 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
     log,
     die: () => process.exit(1), // exit faults: the whole provider process dies, as a crash would
   });
+  runtime.on("settled", (frame) => void earningsLog.append(frame));
+  catalog.onChange(() => runtime.modelsChanged());
+  catalog.start(catalogRefreshMs);
   const modelIds = models.map((m) => m.model_id);
   log("started", { provider_id: providerId, engine: engine.name, models: modelIds, max_concurrency: maxConcurrency });
   const signal = await until;
   log("stopping", { signal: typeof signal === "string" ? signal : null });
+  catalog.stop();
   await runtime.stop();
+  await earningsLog.flushed();
   return 0;
 }
 
@@ -287,7 +387,9 @@ function firstSignal(): Promise<string> {
 /** Runs `gateway provider …` (argv after the word `provider`); resolves to the exit code. */
 export async function runProviderCommand(argv: string[], io: CommandIo = processIo): Promise<number> {
   try {
-    return argv[0] === "keygen" ? await keygen(argv.slice(1), io) : await serve(argv, io);
+    if (argv[0] === "keygen") return await keygen(argv.slice(1), io);
+    if (argv[0] === "earnings") return await earnings(argv.slice(1), io);
+    return await serve(argv, io);
   } catch (error) {
     if (!(error instanceof UsageError)) throw error;
     io.stderr(`gateway provider: ${error.message}`);

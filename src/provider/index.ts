@@ -13,3 +13,15 @@ export {
   type SyntheticOptions,
 } from "./synthetic.ts";
 export { PROVIDER_USAGE, runProviderCommand, type CommandIo } from "./cli.ts";
+export { issueReceipt, observedInputTokens, boundChunks, type AttemptEnding, type IssuedReceipt } from "./receipts.ts";
+export { ReceiptOutbox, DEFAULT_RECEIPT_DEADLINE_MS, type ReceiptOutboxOptions } from "./outbox.ts";
+export { createEarningsLog, readEarnings, summarizeEarnings, earningsPathFor, type EarningRecord, type EarningsSummary } from "./earnings.ts";
+export {
+  catalogModels,
+  catalogUrlsFor,
+  createCatalogWatcher,
+  DEFAULT_CATALOG_REFRESH_MS,
+  type CatalogStatus,
+  type CatalogWatcher,
+  type CatalogWatcherOptions,
+} from "./catalogFeed.ts";

@@ -17,6 +17,8 @@ import type { Engine } from "./engine.ts";
 import { signHandshake } from "../wire/handshake.ts";
 import { Emitter, type LogFn, type RuntimeEvents } from "./events.ts";
 import { declineJob, startAttempt, type Attempt } from "./attempt.ts";
+import { createReceiptSigner, type ReceiptSigner } from "../receipts/index.ts";
+import { ReceiptOutbox } from "./outbox.ts";
 
 export type { LogFn, RuntimeEvents } from "./events.ts";
 
@@ -53,8 +55,15 @@ export interface ProviderRuntimeOptions {
   stopTimeoutMs?: number;
   /** Liveness watchdog of the socket (see DEFAULT_WATCHDOG). */
   watchdog?: { pingIntervalMs?: number; timeoutMs?: number };
-  /** Wall clock for the watchdog; default Date.now. */
+  /** Wall clock for the watchdog and the receipts' timestamps; default Date.now. */
   now?: () => number;
+  /**
+   * The models to advertise now (hello, heartbeats, which jobs to take); default `models`. The CLI
+   * passes the catalog watcher's list, so a model retired from the catalog stops being advertised.
+   */
+  advertisedModels?: () => ModelEntry[];
+  /** Receipts the gateway may not have yet (default: a fresh in-memory outbox). */
+  outbox?: ReceiptOutbox;
 }
 
 /**
@@ -75,6 +84,8 @@ export interface ProviderRuntime {
   on<E extends keyof RuntimeEvents>(event: E, fn: RuntimeEvents[E]): () => void;
   /** Closes the session cleanly (1000) and stops reconnecting. */
   stop(): Promise<void>;
+  /** The advertised models changed: tell the gateway now rather than at the next heartbeat. */
+  modelsChanged(): void;
 }
 
 const OPERATOR_REFUSALS: ReadonlySet<number> = new Set([
@@ -121,6 +132,8 @@ class Runtime implements ProviderRuntime {
   private stopped = false;
   private reconnectTimer: unknown = null;
   private failures = 0; // connection attempts since the last welcome: the backoff exponent
+  private readonly signer: ReceiptSigner;
+  private readonly outbox: ReceiptOutbox;
 
   constructor(private readonly options: ProviderRuntimeOptions) {
     this.log = options.log ?? (() => {});
@@ -137,6 +150,19 @@ class Runtime implements ProviderRuntime {
       throw new Error("maxConcurrency must be a positive integer");
     }
     this.events.onListenerError = (event) => this.log("listener_error", { hook: event });
+    // The receipt key is the session key (`hello.receipt_public_key`): the gateway verifies receipts
+    // under the key the session authenticated with.
+    this.signer = createReceiptSigner(options.key.privateKey, options.providerId);
+    this.outbox = options.outbox ?? new ReceiptOutbox({ now: this.now, log: this.log });
+  }
+
+  private models(): ModelEntry[] {
+    return this.options.advertisedModels?.() ?? this.options.models;
+  }
+
+  modelsChanged(): void {
+    const session = this.session;
+    if (session?.phase === "admitted") this.sendHeartbeat(session);
   }
 
   get connected(): boolean {
@@ -205,19 +231,29 @@ class Runtime implements ProviderRuntime {
       });
       await Promise.race([session.closed, timedOut]);
       this.timers.clearTimeout(fallback);
+      // Abandoned attempts sign their receipts into the outbox as their engines return; wait for
+      // them (bounded) so the outbox file holds those receipts before the process exits.
+      let giveUp: unknown;
+      const enough = new Promise<void>((resolve) => (giveUp = this.timers.setTimeout(resolve, this.options.stopTimeoutMs ?? 2000)));
+      await Promise.race([Promise.all([...session.jobs.values()].map((a) => a.done)), enough]);
+      this.timers.clearTimeout(giveUp);
     }
+    await this.outbox.saved();
     this.log("stopped", {});
   }
 
   // ---- session ----
 
-  private send(session: Session, frame: ProviderFrame): void {
-    if (session.phase === "closed" || session.ws.readyState !== WebSocket.OPEN) return;
+  /** False when the frame could not be handed to the socket (closed or closing). */
+  private send(session: Session, frame: ProviderFrame): boolean {
+    if (session.phase === "closed" || session.ws.readyState !== WebSocket.OPEN) return false;
     session.ws.send(encodeFrame(frame));
+    return true;
   }
 
   private sendHello(session: Session): void {
-    const { providerId, key, models, hardware, runtime } = this.options;
+    const { providerId, key, hardware, runtime } = this.options;
+    const models = this.models();
     this.log("connected", { url: this.options.gatewayUrl });
     this.send(session, {
       type: "hello",
@@ -268,7 +304,8 @@ class Runtime implements ProviderRuntime {
         const { privateKey } = this.options.key;
         const signature = signHandshake(privateKey, frame.session_id, this.options.providerId, frame.nonce);
         session.phase = "auth_sent";
-        return this.send(session, { type: "auth", signature });
+        this.send(session, { type: "auth", signature });
+        return;
       }
       case "welcome":
         return this.onWelcome(session, frame);
@@ -294,17 +331,19 @@ class Runtime implements ProviderRuntime {
     const { session_id, tier, heartbeat_interval_ms, catalog_id } = frame;
     this.log("welcome", { session_id, tier, heartbeat_interval_ms, catalog_id });
     this.events.emit("welcome", frame);
+    this.flushOutbox();
   }
 
   private sendHeartbeat(session: Session): void {
     const slotsFree = Math.max(0, this.maxConcurrency - session.jobs.size);
     const state = session.draining ? "draining" : slotsFree === 0 ? "busy" : "ready";
-    this.send(session, { type: "heartbeat", state, slots_free: slotsFree, models: this.options.models });
+    this.send(session, { type: "heartbeat", state, slots_free: slotsFree, models: this.models() });
   }
 
   private onSettled(frame: SettledFrame): void {
     const { request_id, attempt_n, label, reason, provider_credits } = frame;
     this.log("settled", { request_id, attempt_n, label, reason, provider_credits });
+    this.outbox.settled(frame, label);
     this.events.emit("settled", frame);
   }
 
@@ -328,6 +367,13 @@ class Runtime implements ProviderRuntime {
     this.reconnectTimer = this.timers.setTimeout(() => this.connect(), delayMs);
   }
 
+  /** Sends held receipts on the current session, when one is admitted (DESIGN §3 `receipt`). */
+  private flushOutbox(): void {
+    const session = this.session;
+    if (session?.phase !== "admitted") return;
+    this.outbox.flush(session, (frame) => this.send(session, frame));
+  }
+
   // ---- jobs ----
 
   private onJob(session: Session, job: JobFrame): void {
@@ -337,7 +383,7 @@ class Runtime implements ProviderRuntime {
     const key = jobKey(job);
     if (session.jobs.has(key)) return this.log("frame_ignored", { type: "job", ...ids, why: "duplicate" });
     const send = (frame: ProviderFrame) => this.send(session, frame);
-    const model = this.options.models.find((m) => m.model_id === job.model_id);
+    const model = this.models().find((m) => m.model_id === job.model_id);
     if (!model) return declineJob(job, "model_not_loaded", { send, log: this.log });
     // Draining takes no new work; queue_full sends the request elsewhere without blaming the model.
     if (session.draining || session.jobs.size >= this.maxConcurrency) {
@@ -349,6 +395,12 @@ class Runtime implements ProviderRuntime {
       live: () => session.phase === "admitted",
       die: this.options.die ?? (() => session.ws.terminate()),
       log: this.log,
+      signer: this.signer,
+      now: this.now,
+      keep: (receipt, sent) => {
+        this.outbox.keep(job, receipt.envelope, receipt.body.terminal_state_ts_unix_ms, sent ? session : null);
+        if (!sent) this.flushOutbox(); // the attempt's session is gone, but a newer one may be up already
+      },
     });
     session.jobs.set(key, attempt);
     void attempt.done.then(() => session.jobs.delete(key));
@@ -360,7 +412,7 @@ class Runtime implements ProviderRuntime {
     this.events.emit("cancel", frame.request_id, frame.attempt_n, frame.reason);
     const attempt = session.jobs.get(jobKey(frame));
     if (!attempt) return this.log("frame_ignored", { type: "cancel", ...ids, why: "unknown_job" });
-    attempt.cancel(frame.reason);
+    attempt.cancel(frame.reason, frame.delivered_output_bytes);
   }
 }
 

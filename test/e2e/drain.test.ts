@@ -50,7 +50,7 @@ async function spawnServe(extraArgs: string[]): Promise<ServeProcess> {
   const created = Bun.spawnSync(["bun", MAIN, "accounts", "create", "--name", "drain", "--data-dir", dataDir]);
   expect(created.exitCode).toBe(0);
   const { api_key } = JSON.parse(created.stdout.toString());
-  const proc = Bun.spawn(["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", ...extraArgs], { stdout: "pipe", stderr: "pipe" });
+  const proc = Bun.spawn(["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", "--settlement-mode", "observe", ...extraArgs], { stdout: "pipe", stderr: "pipe" });
   cleanup.push(() => {
     if (proc.exitCode === null) proc.kill("SIGKILL");
   });

@@ -24,7 +24,7 @@ async function loggedGateway() {
   const dataDir = tempDir();
   const loaded = loadConfig([], {});
   if (!loaded.ok) throw new Error(loaded.message);
-  const gateway = startGateway({ ...loaded.config, port: 0, dataDir }, { log: createLog("debug", (l) => lines.push(l)) });
+  const gateway = startGateway({ ...loaded.config, port: 0, dataDir, settlementMode: "observe" }, { log: createLog("debug", (l) => lines.push(l)) });
   const { account_id } = gateway.store.createAccount({ name: "logs", tier: "free" });
   const { api_key } = gateway.store.createApiKey({ account_id });
   const gw: TestGateway = {

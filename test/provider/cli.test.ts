@@ -24,7 +24,6 @@ describe("gateway provider flags", () => {
   test.each([
     ["unknown flag", ["--bogus"], /Unknown option '--bogus'/],
     ["openai without --upstream", ["--engine", "openai", "--model", `m=${HASH}`], /--upstream is required/],
-    ["weights path", ["--engine", "synthetic", "--model", "m=./weights/model.gguf"], /weights hashing comes later/],
     ["no model", ["--engine", "synthetic"], /at least one --model/],
     ["unknown fault", ["--engine", "synthetic", "--model", `m=${HASH}`, "--synthetic-fault", "explode"], /not a known fault/],
     ["zero concurrency", ["--engine", "synthetic", "--model", `m=${HASH}`, "--max-concurrency", "0"], /--max-concurrency must be an integer/],

@@ -50,7 +50,14 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): P
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-export function startFakeGateway(options: { heartbeatIntervalMs?: number; tls?: { cert: string; key: string } } = {}): FakeGateway {
+export interface FakeGatewayOptions {
+  heartbeatIntervalMs?: number;
+  tls?: { cert: string; key: string };
+  /** Answers plain HTTP requests on the gateway's port (e.g. the catalog feed); undefined → 426. */
+  http?: (request: Request) => Response | Promise<Response> | undefined;
+}
+
+export function startFakeGateway(options: FakeGatewayOptions = {}): FakeGateway {
   const sessions: FakeSession[] = [];
   const bySocket = new Map<ServerWebSocket<unknown>, Session>();
   const sessionWaiters: Array<() => void> = [];
@@ -144,6 +151,10 @@ export function startFakeGateway(options: { heartbeatIntervalMs?: number; tls?: 
     hostname: "127.0.0.1",
     ...(options.tls ? { tls: options.tls } : {}),
     fetch(req, srv) {
+      if (req.headers.get("upgrade")?.toLowerCase() !== "websocket") {
+        const answer = options.http?.(req);
+        if (answer !== undefined) return answer;
+      }
       return srv.upgrade(req) ? undefined : new Response("upgrade required", { status: 426 });
     },
     websocket: {

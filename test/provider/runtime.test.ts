@@ -124,6 +124,7 @@ describe("provider runtime", () => {
       terminal_state: "normal_done",
       finish_reason: "stop",
       usage: { input_tokens: estimateInputTokens(job.messages), output_tokens: expected.length },
+      receipt: expect.any(String), // its contents: test/provider/receipts.test.ts
     });
     // accepted precedes every chunk, and end comes last
     const order = session.frames.filter((f) => f.type !== "heartbeat").map((f) => f.type);

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { createHash } from "node:crypto";
 import { loadConfig, type GatewayConfig } from "../../src/config/index.ts";
 import { silentLog } from "../../src/log.ts";
+import type { CatalogModel } from "../../src/catalog/index.ts";
 import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "../../src/server.ts";
 
 export const MAIN = join(import.meta.dir, "../../src/main.ts");
@@ -27,12 +28,33 @@ export interface TestGateway {
   close(): Promise<void>;
 }
 
-export async function startTestGateway(overrides: Partial<GatewayConfig> = {}): Promise<TestGateway> {
+/** A catalog entry for a test model, with the hash test providers advertise (modelHash). */
+export const catalogModel = (modelId: string, extra: Partial<CatalogModel> = {}): CatalogModel => ({
+  model_id: modelId,
+  model_hash: modelHash(modelId),
+  hash_scope: "gguf-file-v1",
+  min_ram_gb: 0,
+  rate_card_row: "default",
+  capabilities: { tools: true, structured_output: true },
+  ...extra,
+});
+
+export interface TestGatewayOptions {
+  /** Model ids put in the signed catalog at start (with modelHash hashes). */
+  catalog?: readonly (string | CatalogModel)[];
+}
+
+/**
+ * A gateway on a random port. Settlement runs in observe mode unless the test asks for enforce: most
+ * tests use uncatalogued models and test something other than billing (DESIGN §4 lets observe route them).
+ */
+export async function startTestGateway(overrides: Partial<GatewayConfig> = {}, options: TestGatewayOptions = {}): Promise<TestGateway> {
   const dataDir = tempDir();
   const loaded = loadConfig([], {});
   if (!loaded.ok) throw new Error(loaded.message);
-  const config: GatewayConfig = { ...loaded.config, port: 0, dataDir, logLevel: "error", ...overrides };
-  const gateway = startGateway(config, { log: silentLog });
+  const config: GatewayConfig = { ...loaded.config, port: 0, dataDir, logLevel: "error", settlementMode: "observe", ...overrides };
+  const catalogModels = options.catalog?.map((m) => (typeof m === "string" ? catalogModel(m) : m));
+  const gateway = startGateway(config, { log: silentLog, catalogModels });
   const { account_id } = gateway.store.createAccount({ name: "test", tier: "free" });
   const { api_key } = gateway.store.createApiKey({ account_id });
   return {
@@ -108,6 +130,9 @@ export function spawnProvider(gw: TestGateway, o: ProviderProcessOptions): Provi
       ? []
       : ["--synthetic-ttft-ms", String(o.ttftMs ?? 0), "--synthetic-tokens-per-second", String(o.tokensPerSecond ?? 500)]),
     ...models.flatMap((m) => ["--model", `${m}=${modelHash(m)}`]),
+    // Test gateways run in observe mode with uncatalogued models; the runtime advertises only catalog
+    // models unless told otherwise (a retired or mismatched one is withheld either way).
+    "--advertise-uncatalogued",
     ...(o.fault ? ["--synthetic-fault", o.fault] : []),
     ...(o.extraArgs ?? []),
   ];
@@ -139,6 +164,64 @@ export function spawnProvider(gw: TestGateway, o: ProviderProcessOptions): Provi
     },
     async kill() {
       proc.kill("SIGKILL");
+      await proc.exited;
+    },
+  };
+}
+
+export interface GatewayProcess {
+  proc: ReturnType<typeof Bun.spawn>;
+  port: number;
+  url: string;
+  baseURL: string;
+  wsUrl: string;
+  /** Parsed JSON log lines of the child's stdout, as they arrive. */
+  events: Record<string, unknown>[];
+  /** SIGKILL, and wait for the exit. */
+  kill(): Promise<void>;
+}
+
+/**
+ * `gateway serve` as a child process on a random loopback port (`--port 0`), for tests that need a
+ * real process: signals, restarts on the same data dir. Resolves once it logged `gateway_listening`.
+ */
+export async function spawnGatewayProcess(dataDir: string, extraArgs: string[] = [], timeoutMs = 10_000): Promise<GatewayProcess> {
+  const proc = Bun.spawn(["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", ...extraArgs], { stdout: "pipe", stderr: "pipe" });
+  const events: Record<string, unknown>[] = [];
+  void (async () => {
+    const decoder = new TextDecoder();
+    let buffered = "";
+    for await (const bytes of proc.stdout as ReadableStream<Uint8Array>) {
+      buffered += decoder.decode(bytes, { stream: true });
+      let nl: number;
+      while ((nl = buffered.indexOf("\n")) >= 0) {
+        const line = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
+        try {
+          events.push(JSON.parse(line));
+        } catch {}
+      }
+    }
+  })();
+  try {
+    await waitFor(() => events.some((e) => e.event === "gateway_listening") || proc.exitCode !== null, timeoutMs, "gateway_listening");
+  } catch (e) {
+    proc.kill("SIGKILL");
+    throw e;
+  }
+  const listening = events.find((e) => e.event === "gateway_listening");
+  if (!listening) throw new Error(`gateway exited with ${proc.exitCode}: ${await new Response(proc.stderr as ReadableStream).text()}`);
+  const port = listening.port as number;
+  const url = `http://127.0.0.1:${port}`;
+  return {
+    proc,
+    port,
+    url,
+    baseURL: `${url}/v1`,
+    wsUrl: `ws://127.0.0.1:${port}${PROVIDER_CONNECT_PATH}`,
+    events,
+    async kill() {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
       await proc.exited;
     },
   };

@@ -28,6 +28,7 @@ export function chatCompletionsHandler(deps: ChatRouteDeps) {
       ids,
       principal: admitted.principal,
       chat,
+      refuse: (error) => errorResponse(error, rid),
       responder: (ctx) => {
         const options = {
           completionId: `chatcmpl-${ids.requestId}`,

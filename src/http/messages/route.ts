@@ -49,6 +49,7 @@ export function messagesHandler(deps: PipelineDeps) {
       ids,
       principal: admitted.principal,
       chat,
+      refuse: (error) => messagesErrorResponse(error, rid),
       buyerRoute: MESSAGES_ROUTE,
       responder: (context) => (chat.stream ? messagesStreamResponder({ context, model: chat.model }) : messagesJsonResponder({ context, model: chat.model })),
     });

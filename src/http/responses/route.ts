@@ -29,6 +29,7 @@ export function responsesHandler(deps: PipelineDeps) {
       ids,
       principal: admitted.principal,
       chat,
+      refuse: (error) => errorResponse(error, rid),
       buyerRoute: RESPONSES_ROUTE,
       responder: (context) => {
         const options = { context, model: chat.model, echo };

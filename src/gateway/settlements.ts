@@ -1,0 +1,508 @@
+// The gateway's side of settlement (DESIGN §4): the route snapshot persisted before dispatch, the
+// delivered prefix measured as chunks reach the buyer, receipts judged by the pure verifier, one
+// `settlement` actor per attempt, and each outcome written to the ledger in one transaction.
+import { createActor, type ActorRefFrom, type InspectionEvent } from "xstate";
+import { settlementMachine, type ReceiptVerdict as ActorVerdict, type SettlementLabel } from "../../actors/settlement.ts";
+import { lookupModel, routeCatalogFields, type CatalogState } from "../catalog/index.ts";
+import { observedBilling, rowFor, type RateCard } from "../ledger/index.ts";
+import {
+  accountScope,
+  canonicalize,
+  DeliveredPrefixBuilder,
+  judgeAcceptedMeasurement,
+  jobRouteOf,
+  promptHash,
+  ROUTE_SNAPSHOT_VERSION,
+  SETTLEMENT_POLICY_VERSION,
+  snapshotDigest,
+  verifyReceipt,
+  type DeliveredPrefix,
+  type RouteSnapshot,
+} from "../receipts/index.ts";
+import type { Log } from "../log.ts";
+import type { NormalizedChat } from "../http/chat/normalize.ts";
+import type { DeliveredRecord, Payer, SettlementRow, Store } from "../store/index.ts";
+import { encodeFrame } from "../wire/codec.ts";
+import type { ChunkFrame, EndFrame, JobRoute, TerminalState } from "../wire/frames.ts";
+import { attemptKey } from "./registry.ts";
+
+export type SettlementMode = "observe" | "enforce";
+
+export interface SettlementDeps {
+  store: Store;
+  now: () => number;
+  mode: SettlementMode;
+  pendingDeadlineMs: number;
+  gatewaySecret: Uint8Array;
+  catalog: () => CatalogState | null;
+  rateCard: () => RateCard;
+  /** Sends a frame to the provider id's live session, when it has one. */
+  sendToProvider: (providerId: string, frame: Uint8Array) => void;
+  log: Log;
+  inspect?: (event: InspectionEvent) => void;
+  /** Called once per attempt with its final label (metrics). */
+  onSettled?: (label: Exclude<SettlementLabel, "pending">) => void;
+}
+
+export interface OpenAttemptInput {
+  requestId: string;
+  attemptN: number;
+  providerId: string;
+  /** Raw Ed25519 key the provider's session authenticated with. */
+  providerPublicKey: Uint8Array;
+  chat: NormalizedChat;
+  accountId: string;
+  payer: Payer;
+  requestStartedAtMs: number;
+  promptBound: number;
+}
+
+/** What the pipeline needs at admission to price and route a model. */
+export type ModelAdmission =
+  | { ok: true; rates: { prompt_credits_per_million: number; completion_credits_per_million: number; provider_share_bps: number } }
+  | { ok: false; code: "model_not_available" };
+
+interface OpenAttempt {
+  requestId: string;
+  attemptN: number;
+  providerId: string;
+  providerPublicKey: Uint8Array;
+  snapshot: RouteSnapshot;
+  digest: string;
+  builder: DeliveredPrefixBuilder;
+  actor: ActorRefFrom<typeof settlementMachine>;
+  acceptedHash: string | null;
+  cancelReason: TerminalState | null;
+  /** The provider's `end`, when it came (before or after the gateway released the attempt). */
+  end: EndFrame | null;
+  /** The gateway's own record of the attempt, fixed when it released the attempt. */
+  delivered: Pick<DeliveredPrefix, "output_hash" | "start_byte" | "end_byte" | "tokens" | "terminal_state"> | null;
+  deadlineAtMs: number | null;
+  /** A receipt that arrived before the attempt was released: judged at release. */
+  earlyReceipt: string | null;
+  /** The envelope that was judged, for the ledger row. */
+  judged: { envelope: string; receivedAtMs: number; billable: { prompt_tokens: number; completion_tokens: number } | null } | null;
+}
+
+const toActorVerdict = (v: ReturnType<typeof verifyReceipt>): ActorVerdict =>
+  v.label === "verified" ? { label: "verified" } : { label: "quarantined", reason: v.reason };
+
+const b64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64");
+
+export function createSettlements(deps: SettlementDeps) {
+  const { store, log } = deps;
+  const open = new Map<string, OpenAttempt>();
+
+  /** The catalog entry (if any) and the rate-card row in force for a model. */
+  function pricing(modelId: string) {
+    const catalog = deps.catalog();
+    const entry = catalog ? lookupModel(catalog, modelId) : undefined;
+    return { catalog, entry, row: rowFor(deps.rateCard(), entry?.rate_card_row) };
+  }
+
+  /** Route-time pricing of a model, and whether it may route at all in this mode (DESIGN §4). */
+  function admitModel(modelId: string): ModelAdmission {
+    const { entry, row } = pricing(modelId);
+    if (!entry && deps.mode === "enforce") return { ok: false, code: "model_not_available" };
+    return {
+      ok: true,
+      rates: {
+        prompt_credits_per_million: row.prompt_credits_per_million,
+        completion_credits_per_million: row.completion_credits_per_million,
+        provider_share_bps: row.provider_share_bps,
+      },
+    };
+  }
+
+  /** The hash a provider must advertise for a model to be routed to it; null: any (observe, uncatalogued). */
+  function expectedHash(modelId: string): string | null {
+    return pricing(modelId).entry?.model_hash ?? null;
+  }
+
+  function startActor(att: Omit<OpenAttempt, "actor">, resumedPendingMs: number | null): OpenAttempt {
+    const key = attemptKey(att.requestId, att.attemptN);
+    const actor = createActor(
+      settlementMachine.provide({
+        actions: {
+          settleVerified: () => settle(key, "verified", null),
+          settleQuarantined: ({ context }) => settle(key, "quarantined", context.reason),
+          settleZero: ({ context }) => settle(key, "zero_settled", context.reason),
+        },
+      }),
+      {
+        input: {
+          requestId: att.requestId,
+          attemptN: att.attemptN,
+          resumedPending: resumedPendingMs !== null,
+          pendingDeadlineMs: resumedPendingMs ?? deps.pendingDeadlineMs,
+        },
+        inspect: deps.inspect,
+      },
+    );
+    const full: OpenAttempt = { ...att, actor };
+    open.set(key, full);
+    actor.start();
+    return full;
+  }
+
+  /**
+   * Builds and persists the attempt's route snapshot (before the job is sent) and opens its
+   * settlement; returns the job's `route`, or null when the snapshot could not be persisted.
+   */
+  function openAttempt(input: OpenAttemptInput): JobRoute | null {
+    const { chat } = input;
+    const { catalog, row } = pricing(chat.model);
+    // Observe mode routes uncatalogued models with empty catalog fields; they can never verify.
+    const catalogFields = (catalog ? routeCatalogFields(catalog, chat.model) : null) ?? {
+      catalog_id: "",
+      catalog_body_digest: "",
+      expected_catalog_model_hash: "",
+    };
+    const admission = admitModel(chat.model);
+    if (!admission.ok) return null;
+    const now = deps.now();
+    const snapshot: RouteSnapshot = {
+      snapshot_version: ROUTE_SNAPSHOT_VERSION,
+      request_id: input.requestId,
+      attempt_n: input.attemptN,
+      provider_id: input.providerId,
+      provider_public_key: b64(input.providerPublicKey),
+      model_id: chat.model,
+      account_scope: accountScope(deps.gatewaySecret, input.accountId),
+      ...catalogFields,
+      route_snapshot_mode: deps.mode,
+      route_snapshot_policy_version: SETTLEMENT_POLICY_VERSION,
+      prompt_hash: promptHash({ model_id: chat.model, messages: chat.messages, params: chat.params }),
+      prompt_token_bound: input.promptBound,
+      max_tokens: chat.params.max_tokens,
+      rate_card_row: row.slug,
+      ...admission.rates,
+      request_started_at_unix_ms: input.requestStartedAtMs,
+      routed_at_unix_ms: now,
+    };
+    const digest = snapshotDigest(snapshot);
+    const recorded = store.recordRouteSnapshot(
+      {
+        request_id: input.requestId,
+        attempt_n: input.attemptN,
+        provider_id: input.providerId,
+        account_id: input.accountId,
+        payer: input.payer,
+        mode: deps.mode,
+        snapshot_json: canonicalize(snapshot),
+        digest,
+        rates: admission.rates,
+      },
+      now,
+    );
+    if (!recorded.ok) {
+      log.error("route_snapshot_refused", { request_id: input.requestId, attempt_n: input.attemptN, code: recorded.code });
+      return null;
+    }
+    startActor(
+      {
+        requestId: input.requestId,
+        attemptN: input.attemptN,
+        providerId: input.providerId,
+        providerPublicKey: input.providerPublicKey,
+        snapshot,
+        digest,
+        builder: new DeliveredPrefixBuilder(0),
+        acceptedHash: null,
+        cancelReason: null,
+        end: null,
+        delivered: null,
+        deadlineAtMs: null,
+        earlyReceipt: null,
+        judged: null,
+      },
+      null,
+    );
+    return jobRouteOf(snapshot, digest);
+  }
+
+  /** `accepted`: persists the measurement; false when it contradicts the catalog (the attempt must end). */
+  function accepted(requestId: string, attemptN: number, modelHash: string): boolean {
+    const att = open.get(attemptKey(requestId, attemptN));
+    if (!att || att.acceptedHash !== null) return true;
+    att.acceptedHash = modelHash;
+    store.recordAcceptedMeasurement(requestId, attemptN, modelHash);
+    const refusal = judgeAcceptedMeasurement(att.snapshot, modelHash);
+    if (refusal === null) return true;
+    log.warn("measurement_mismatch", { request_id: requestId, attempt_n: attemptN, provider_id: att.providerId, reason: refusal });
+    // The reason judgeAcceptedMeasurement names (docs/receipts.md): the measured hash is not the catalog's.
+    att.actor.send({ type: "attempt.rejected", reason: refusal });
+    return false;
+  }
+
+  /** A chunk reached the buyer (streaming) or the buyer's pending body (non-streaming). */
+  function relayed(requestId: string, attemptN: number, frame: ChunkFrame): void {
+    open.get(attemptKey(requestId, attemptN))?.builder.add(frame);
+  }
+
+  /** A non-streaming attempt's buffered output was dropped for failover: nothing of it was delivered. */
+  function discarded(requestId: string, attemptN: number): void {
+    const att = open.get(attemptKey(requestId, attemptN));
+    if (att && !att.delivered) att.builder = new DeliveredPrefixBuilder(0);
+  }
+
+  function cancelSent(requestId: string, attemptN: number, reason: "buyer_cancel" | "gateway_timeout"): void {
+    const att = open.get(attemptKey(requestId, attemptN));
+    if (att && att.cancelReason === null) att.cancelReason = reason;
+  }
+
+  /** The provider's `end` for an attempt of this provider (live or already released). */
+  function endReceived(providerId: string, frame: EndFrame): boolean {
+    const att = open.get(attemptKey(frame.request_id, frame.attempt_n));
+    if (!att || att.providerId !== providerId || att.end) return false;
+    att.end = frame;
+    if (frame.receipt !== undefined) receiptArrived(providerId, frame.request_id, frame.attempt_n, frame.receipt);
+    return true;
+  }
+
+  /**
+   * The gateway is done with the attempt: nothing more reaches the buyer from it. Fixes the delivered
+   * record, persists it with the pending deadline, and lets the actor move on.
+   */
+  function released(requestId: string, attemptN: number): void {
+    const att = open.get(attemptKey(requestId, attemptN));
+    if (!att || att.delivered) return;
+    // The terminal state the provider's receipt must name: what its `end` said when it came first,
+    // else the reason of our cancel, else a provider failure (lost socket, no end).
+    const terminal: TerminalState = att.end?.terminal_state ?? att.cancelReason ?? "provider_error";
+    const finishReason = att.end && att.end.terminal_state === terminal ? att.end.finish_reason : null;
+    const prefix = att.builder.finish(terminal, finishReason);
+    att.delivered = prefix;
+    const now = deps.now();
+    att.deadlineAtMs = now + deps.pendingDeadlineMs;
+    const record: DeliveredRecord = {
+      output_hash: prefix.output_hash,
+      start_byte: prefix.start_byte,
+      end_byte: prefix.end_byte,
+      tokens: prefix.tokens,
+      terminal_state: prefix.terminal_state,
+      finish_reason: prefix.finish_reason,
+      tool_calls_delivered: prefix.tool_calls_delivered,
+      reported_input_tokens: att.end ? att.end.usage.input_tokens : null,
+    };
+    store.recordAttemptEnd(requestId, attemptN, record, att.deadlineAtMs, now);
+    const deliveredNothing = prefix.end_byte === prefix.start_byte && !prefix.tool_calls_delivered;
+    if (att.earlyReceipt !== null) {
+      const envelope = att.earlyReceipt;
+      att.earlyReceipt = null;
+      judge(att, envelope);
+    }
+    att.actor.send({ type: "attempt.ended", deliveredNothing });
+  }
+
+  /** A receipt (in `end` or a late `receipt` frame) for any still-pending attempt of this provider id. */
+  function receiptArrived(providerId: string, requestId: string, attemptN: number, envelope: string): void {
+    const att = open.get(attemptKey(requestId, attemptN));
+    if (!att || att.providerId !== providerId) {
+      const known = store.getSettlement(requestId, attemptN);
+      const disposition = known && known.provider_id === providerId ? "after_final" : "unknown_attempt";
+      store.recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition }, deps.now());
+      return;
+    }
+    if (att.judged) {
+      store.recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition: "after_final" }, deps.now());
+      return;
+    }
+    if (!att.delivered) {
+      att.earlyReceipt ??= envelope;
+      return;
+    }
+    judge(att, envelope);
+  }
+
+  function judge(att: OpenAttempt, envelope: string): void {
+    const arrival = deps.now();
+    store.recordReceiptArrival(
+      { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, envelope, disposition: "judged" },
+      arrival,
+    );
+    const verdict = verifyReceipt({
+      envelope,
+      sessionPublicKey: att.providerPublicKey,
+      snapshot: att.snapshot,
+      snapshotDigest: att.digest,
+      acceptedModelHash: att.acceptedHash,
+      delivered: att.delivered!,
+      promptTokenBound: att.snapshot.prompt_token_bound,
+      requestStartMs: att.snapshot.request_started_at_unix_ms,
+      arrivalMs: arrival,
+      expected: {
+        request_id: att.requestId,
+        attempt_n: att.attemptN,
+        provider_id: att.providerId,
+        account_scope: att.snapshot.account_scope,
+      },
+      pendingDeadlineMs: att.deadlineAtMs ?? undefined,
+    });
+    att.judged = {
+      envelope,
+      receivedAtMs: arrival,
+      billable:
+        verdict.receipt === null
+          ? null
+          : { prompt_tokens: verdict.receipt.usage.billable_input_tokens, completion_tokens: verdict.receipt.usage.billable_output_tokens },
+    };
+    if (verdict.label === "quarantined") {
+      log.warn("receipt_quarantined", { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, reason: verdict.reason });
+    }
+    att.actor.send({ type: "receipt.judged", verdict: toActorVerdict(verdict) });
+  }
+
+  /** The settlement actor reached a final state: one ledger transaction, then the `settled` frame. */
+  function settle(key: string, label: Exclude<SettlementLabel, "pending">, reason: string | null): void {
+    const att = open.get(key);
+    if (!att) return;
+    open.delete(key);
+    const observed = (): { prompt_tokens: number; completion_tokens: number } =>
+      observedBilling({
+        delivered_tokens: att.delivered?.tokens ?? 0,
+        reported_input_tokens: att.end?.usage.input_tokens ?? att.judged?.billable?.prompt_tokens ?? 0,
+        prompt_token_bound: att.snapshot.prompt_token_bound,
+      });
+    // enforce: only verified attempts are charged, at the receipt's billable usage. observe: billing
+    // follows observed usage whatever the receipt says, except for attempts that delivered nothing.
+    const billed =
+      label === "zero_settled"
+        ? null
+        : deps.mode === "observe"
+          ? observed()
+          : label === "verified"
+            ? att.judged!.billable
+            : null;
+    const result = store.settleAttempt(
+      {
+        request_id: att.requestId,
+        attempt_n: att.attemptN,
+        label,
+        reason,
+        receipt: att.judged ? { envelope: att.judged.envelope, received_at_ms: att.judged.receivedAtMs } : undefined,
+        billed,
+      },
+      deps.now(),
+    );
+    if (!result.ok) {
+      log.error("settlement_not_written", { request_id: att.requestId, attempt_n: att.attemptN, code: result.code });
+      return;
+    }
+    deps.onSettled?.(label);
+    log.info("attempt_settled", {
+      request_id: att.requestId,
+      attempt_n: att.attemptN,
+      provider_id: att.providerId,
+      label,
+      reason,
+      debit_credits: result.settlement.debit_credits,
+      provider_credits: result.settlement.provider_credits,
+    });
+    deps.sendToProvider(
+      att.providerId,
+      encodeFrame({
+        type: "settled",
+        request_id: att.requestId,
+        attempt_n: att.attemptN,
+        label,
+        reason,
+        provider_credits: result.settlement.provider_credits,
+      }),
+    );
+  }
+
+  /** The request starts no more attempts: its reservation resolves once none is pending. */
+  function requestEnded(requestId: string): void {
+    store.markRequestEnded(requestId, deps.now());
+  }
+
+  /**
+   * After a restart: attempts still pending resume their deadline (a late receipt can still settle
+   * them); attempts the gateway was still relaying when it stopped have no delivered record and are
+   * never charged.
+   */
+  function resumePending(): { resumed: number; interrupted: number } {
+    let resumed = 0;
+    let interrupted = 0;
+    const pending = store.listSettlements({ label: "pending" });
+    for (const row of pending) {
+      const stored = store.getRouteSnapshot(row.request_id, row.attempt_n);
+      const snapshot = stored ? (JSON.parse(stored.snapshot_json) as RouteSnapshot) : null;
+      if (!row.delivered || !snapshot || !stored) {
+        store.settleAttempt({ request_id: row.request_id, attempt_n: row.attempt_n, label: "quarantined", reason: "interrupted", billed: null }, deps.now());
+        interrupted++;
+        continue;
+      }
+      resumeRow(row, snapshot, stored.digest);
+      resumed++;
+    }
+    // No request outlives the process: each of these will start no more attempts, so its reservation
+    // resolves with its last settlement (now, for interrupted ones) instead of staying held forever.
+    for (const requestId of new Set(pending.map((row) => row.request_id))) store.markRequestEnded(requestId, deps.now());
+    return { resumed, interrupted };
+  }
+
+  function resumeRow(row: SettlementRow, snapshot: RouteSnapshot, digest: string): void {
+    const delivered = row.delivered!;
+    const deadlineAtMs = row.pending_deadline_at_ms ?? deps.now();
+    startActor(
+      {
+        requestId: row.request_id,
+        attemptN: row.attempt_n,
+        providerId: row.provider_id,
+        providerPublicKey: new Uint8Array(Buffer.from(snapshot.provider_public_key, "base64")),
+        snapshot,
+        digest,
+        builder: new DeliveredPrefixBuilder(0),
+        acceptedHash: row.accepted_model_hash,
+        cancelReason: null,
+        end:
+          delivered.reported_input_tokens === null
+            ? null
+            : {
+                type: "end",
+                request_id: row.request_id,
+                attempt_n: row.attempt_n,
+                terminal_state: delivered.terminal_state as TerminalState,
+                finish_reason: delivered.finish_reason,
+                usage: { input_tokens: delivered.reported_input_tokens, output_tokens: delivered.tokens },
+              },
+        delivered: {
+          output_hash: delivered.output_hash,
+          start_byte: delivered.start_byte,
+          end_byte: delivered.end_byte,
+          tokens: delivered.tokens,
+          terminal_state: delivered.terminal_state as TerminalState,
+        },
+        deadlineAtMs,
+        earlyReceipt: null,
+        judged: null,
+      },
+      deadlineAtMs - deps.now(),
+    );
+  }
+
+  return {
+    admitModel,
+    expectedHash,
+    openAttempt,
+    accepted,
+    relayed,
+    discarded,
+    cancelSent,
+    endReceived,
+    released,
+    receiptArrived,
+    requestEnded,
+    resumePending,
+    /** Attempts not settled yet (metrics, tests). */
+    openCount: () => open.size,
+    stop: () => {
+      for (const att of open.values()) att.actor.stop();
+      open.clear();
+    },
+  };
+}
+
+export type Settlements = ReturnType<typeof createSettlements>;

@@ -1,0 +1,28 @@
+// GET /v1/receipts/{request_id}: a buyer's view of their own request's settlement (spec §3.1) —
+// labels, reasons and charges per attempt; never prompts, outputs or provider identities.
+import type { Store } from "../store/index.ts";
+
+/** Ids buyers see (`chatcmpl-<id>`, `msg_<id>`, `resp_<id>`) all carry the gateway's request id. */
+const REQUEST_ID_IN = /(req_[0-9a-f]+)$/;
+
+export function buyerReceiptsBody(store: Store, accountId: string, requestId: string, settlementMode: "observe" | "enforce") {
+  const id = REQUEST_ID_IN.exec(requestId)?.[1];
+  if (!id) return null;
+  const attempts = store.listSettlements({ request_id: id });
+  // Another account's request is indistinguishable from an unknown one.
+  if (attempts.length === 0 || attempts.some((a) => a.account_id !== accountId)) return null;
+  return {
+    object: "request.receipts",
+    request_id: id,
+    settlement_mode: settlementMode,
+    charged_credits: attempts.reduce((n, a) => n + (a.payer === "buyer" ? a.debit_credits : 0), 0),
+    attempts: attempts.map((a) => ({
+      attempt_n: a.attempt_n,
+      label: a.label,
+      reason: a.reason,
+      billed_prompt_tokens: a.billed_prompt_tokens,
+      billed_completion_tokens: a.billed_completion_tokens,
+      debit_credits: a.debit_credits,
+    })),
+  };
+}
