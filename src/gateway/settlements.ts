@@ -439,7 +439,9 @@ export function createSettlements(deps: SettlementDeps) {
     }
     // No request outlives the process: each of these will start no more attempts, so its reservation
     // resolves with its last settlement (now, for interrupted ones) instead of staying held forever.
-    for (const requestId of new Set(pending.map((row) => row.request_id))) store.markRequestEnded(requestId, deps.now());
+    // The same holds for requests cut before or between attempts, which have no pending attempt at all.
+    const cut = new Set([...pending.map((row) => row.request_id), ...store.unendedHeldReservations()]);
+    for (const requestId of cut) store.markRequestEnded(requestId, deps.now());
     return { resumed, interrupted };
   }
 

@@ -439,6 +439,12 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
         .immediate();
     },
 
+    unendedHeldReservations() {
+      return (db.query("SELECT request_id FROM reservations WHERE state = 'held' AND request_ended = 0").all() as { request_id: string }[]).map(
+        (r) => r.request_id,
+      );
+    },
+
     getReservation(request_id) {
       const row = db.query("SELECT * FROM reservations WHERE request_id = ?").get(request_id) as ReservationDbRow | null;
       return row === null ? null : toReservation(row);

@@ -186,6 +186,8 @@ export interface LedgerStore {
   reserve(input: ReserveInput, now_ms?: number): ReserveResult;
   /** The request will start no more attempts; its reservation resolves once no attempt is pending. */
   markRequestEnded(request_id: string, now_ms?: number): ReservationRow | null;
+  /** Requests whose reservation is held and not yet marked ended (after a restart: requests the crash cut). */
+  unendedHeldReservations(): string[];
   getReservation(request_id: string): ReservationRow | null;
   /** Tokens of `day` counted against the account's daily quota (held + finalised usage). */
   tokensCountedOn(account_id: string, day: string): number;

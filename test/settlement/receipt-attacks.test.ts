@@ -180,6 +180,30 @@ describe("time and finality", () => {
     expect(provider.settled.length).toBe(receiptsBefore);
   });
 
+  test("a `receipt` frame from another provider for a pending attempt is ignored; the owner's late receipt settles it", async () => {
+    const requestId = await runRequest(answerWith(() => null));
+    const intruder = await ScriptedProvider.connect({ url: gw.wsUrl, id: "intruder-prov", models: [MODEL], script: () => {} });
+    try {
+      // The owner's honest receipt, delivered by another provider id (its session key differs too).
+      intruder.send({ type: "receipt", request_id: requestId, attempt_n: 0, receipt: provider.attempt(requestId).receipt() });
+      const forged = provider.attempt(requestId).receipt({ signWith: intruder.key, values: { key: intruder.key, provider_id: "intruder-prov" } });
+      intruder.send({ type: "receipt", request_id: requestId, attempt_n: 0, receipt: forged });
+      const { Database } = await import("bun:sqlite");
+      const db = new Database(`${gw.dataDir}/gateway.db`, { readonly: true });
+      try {
+        await waitForCount(() => (db.query("SELECT COUNT(*) AS n FROM receipts_received WHERE request_id = ? AND disposition = 'unknown_attempt'").get(requestId) as { n: number }).n, 2);
+      } finally {
+        db.close();
+      }
+      expect(gw.gateway.store.getSettlement(requestId, 0)?.label).toBe("pending");
+      provider.attempt(requestId).sendReceipt(provider.attempt(requestId).receipt());
+      expect((await settledRow(gw, requestId)).label).toBe("verified");
+      expect(intruder.settled).toEqual([]);
+    } finally {
+      await intruder.close();
+    }
+  });
+
   test("a second receipt after `verified` changes nothing (no second charge, no new verdict)", async () => {
     const requestId = await runRequest(answerWith(() => ({})));
     const first = await settledRow(gw, requestId);
@@ -208,31 +232,37 @@ describe("time and finality", () => {
 
 test("after the whole table: the ledger balances and the audit is clean", () => {
   expectLedgerBalanced(gw);
-  // Only the two honest baselines and the one verified finality case were charged.
+  // Only the two honest baselines and the two verified finality cases were charged.
   const charged = gw.gateway.store.listSettlements().filter((s) => s.debit_credits > 0);
   expect(charged.every((s) => s.label === "verified")).toBe(true);
-  expect(charged).toHaveLength(3);
+  expect(charged).toHaveLength(4);
   const audit = ledgerAudit(gw.dataDir);
   expect(audit.report.findings).toEqual([]);
   expect(audit.exitCode).toBe(0);
   expect(provider.errors).toEqual([]);
 });
 
+async function waitForCount(count: () => number, n: number): Promise<void> {
+  const deadline = performance.now() + 5000;
+  while (count() < n) {
+    if (performance.now() > deadline) throw new Error(`only ${count()} of ${n} receipts logged`);
+    await Bun.sleep(5);
+  }
+}
+
 /**
  * Waits until the gateway has logged `n` receipts for the request after its settlement: a receipt
- * after the final outcome is recorded (receipts_received) and otherwise changes nothing.
+ * after the final outcome is recorded (receipts_received; the store has no reader for that log, so
+ * the test reads the table) and otherwise changes nothing.
  */
 async function waitForReceiptLogged(requestId: string, n = 1): Promise<void> {
   const { Database } = await import("bun:sqlite");
   const db = new Database(`${gw.dataDir}/gateway.db`, { readonly: true });
   try {
-    const count = () =>
-      (db.query("SELECT COUNT(*) AS n FROM receipts_received WHERE request_id = ? AND disposition = 'after_final'").get(requestId) as { n: number }).n;
-    const deadline = performance.now() + 5000;
-    while (count() < n) {
-      if (performance.now() > deadline) throw new Error(`receipt for ${requestId} never logged`);
-      await Bun.sleep(5);
-    }
+    await waitForCount(
+      () => (db.query("SELECT COUNT(*) AS n FROM receipts_received WHERE request_id = ? AND disposition = 'after_final'").get(requestId) as { n: number }).n,
+      n,
+    );
   } finally {
     db.close();
   }
