@@ -177,6 +177,10 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     rateCard: () => rateCard,
     settlements,
     dailyTokens: { free: config.freeDailyTokens, demo: config.demoDailyTokens },
+    excludedEntrypoints: (config.excludedEntrypoints ?? "")
+      .split(",")
+      .map((e) => e.trim())
+      .filter(Boolean),
   });
 
   const websocket = providerWebSocketHandler({

@@ -41,7 +41,7 @@ export const settingSpecs = [
   s("settlementMode", "enum", "enforce", "Settlement mode.", { values: ["observe", "enforce"] }),
   s("keyPrefix", "string", "gw", "Service prefix of API keys (keys look like <prefix>_...)."),
   s("maxBodyBytes", "integer", 512 * 1024, "Largest accepted buyer request body in bytes.", { min: 1024 }),
-  s("requestTokenCap", "integer", 4096, "Largest max_tokens one request may ask for.", { min: 1 }),
+  s("requestTokenCap", "integer", 4096, "Largest max_tokens one free-tier request may ask for (an absent max_tokens reserves up to it).", { min: 1 }),
   s("maxAttempts", "integer", 3, "Provider attempts per request before giving up (failover before the first byte).", { min: 1 }),
   s("firstByteTimeoutMs", "integer", 30_000, "How long an attempt may take to its first content delta before failover.", { min: 1 }),
   s("streamIdleTimeoutMs", "integer", 60_000, "Longest silence between two chunks of a running attempt before it counts as failed.", { min: 1 }),
@@ -62,6 +62,14 @@ export const settingSpecs = [
   s("rateCard", "string", undefined, "Rate-card rows besides `default`: a JSON array of {slug, prompt_credits_per_million, completion_credits_per_million} (see docs/ledger.md)."),
   s("freeDailyTokens", "integer", 100_000, "Tokens a free-tier account may use per UTC day (reserved at admission: prompt bound + max_tokens).", { min: 0 }),
   s("demoDailyTokens", "integer", 1_000, "Tokens one demo client IP (/32 or /64) may use per UTC day.", { min: 0 }),
+  s("excludedEntrypoints", "string", undefined, "Comma-separated addresses that reach providers outside this gateway's settlement (legacy or direct endpoints), named as excluded in /v1/models' tier1_disclosure."),
+  s("freeConcurrentRequests", "integer", 2, "Requests one free-tier account may have running at once (a slot is held until the response ends).", { min: 1 }),
+  s("paidDailyTokens", "integer", 0, "Tokens a paid account may use per UTC day; 0 = no daily token limit (the credit balance is the limit).", { min: 0 }),
+  s("paidRequestTokenCap", "integer", 4096, "Largest max_tokens one paid-tier request may ask for (an absent max_tokens reserves up to it).", { min: 1 }),
+  s("paidConcurrentRequests", "integer", 2, "Requests one paid account may have running at once.", { min: 1 }),
+  s("demoRequestTokenCap", "integer", 512, "Largest max_tokens one demo request may ask for (an absent max_tokens reserves up to it).", { min: 1 }),
+  s("demoConcurrentRequests", "integer", 2, "Requests one demo client IP (/32 or /64) may have running at once.", { min: 1 }),
+  s("feedbackPerHour", "integer", 60, "POST /v1/feedback submissions accepted per client IP (/32 or /64) per hour.", { min: 0 }),
 ] as const satisfies readonly SettingSpec[];
 
 export interface GatewayConfig {
@@ -96,6 +104,14 @@ export interface GatewayConfig {
   rateCard: string | undefined;
   freeDailyTokens: number;
   demoDailyTokens: number;
+  excludedEntrypoints: string | undefined;
+  freeConcurrentRequests: number;
+  paidDailyTokens: number;
+  paidRequestTokenCap: number;
+  paidConcurrentRequests: number;
+  demoRequestTokenCap: number;
+  demoConcurrentRequests: number;
+  feedbackPerHour: number;
 }
 
 export const DEFAULT_INSPECT_URL = "ws://127.0.0.1:8090";
