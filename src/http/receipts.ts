@@ -2,12 +2,13 @@
 // labels, reasons and charges per attempt; never prompts, outputs or provider identities.
 import type { Store } from "../store/index.ts";
 
-/** Ids buyers see (`chatcmpl-<id>`, `msg_<id>`, `resp_<id>`) all carry the gateway's request id. */
-const REQUEST_ID_IN = /(req_[0-9a-f]+)$/;
+/** Ids buyers see (`req_<hex>`, `chatcmpl-req_<hex>`, `msg_<hex>`, `resp_<hex>`) all end with the request id's hex. */
+const REQUEST_HEX_IN = /(?:^|[_-])([0-9a-f]{24})$/;
 
 export function buyerReceiptsBody(store: Store, accountId: string, requestId: string, settlementMode: "observe" | "enforce") {
-  const id = REQUEST_ID_IN.exec(requestId)?.[1];
-  if (!id) return null;
+  const hex = REQUEST_HEX_IN.exec(requestId)?.[1];
+  if (!hex) return null;
+  const id = `req_${hex}`;
   const attempts = store.listSettlements({ request_id: id });
   // Another account's request is indistinguishable from an unknown one.
   if (attempts.length === 0 || attempts.some((a) => a.account_id !== accountId)) return null;
