@@ -5,7 +5,7 @@ import { afterEach, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import OpenAI, { APIError } from "openai";
 import { PROVIDER_CONNECT_PATH } from "../../src/server.ts";
-import { MAIN, spawnProvider, tempDir, waitFor, type ProviderProcess, type TestGateway } from "../support/harness.ts";
+import { collectJsonLines, MAIN, spawnProvider, tempDir, waitFor, type ProviderProcess, type TestGateway } from "../support/harness.ts";
 
 const messages = [{ role: "user" as const, content: "Tell a slow story." }];
 
@@ -23,25 +23,6 @@ afterEach(async () => {
   for (const c of cleanup.reverse()) await c();
   cleanup = [];
 });
-
-/** Collects the JSON log lines of a child's stdout as they arrive. */
-function collectJsonLines(stream: ReadableStream<Uint8Array>, into: Record<string, unknown>[]): void {
-  void (async () => {
-    const decoder = new TextDecoder();
-    let buffered = "";
-    for await (const bytes of stream) {
-      buffered += decoder.decode(bytes, { stream: true });
-      let nl: number;
-      while ((nl = buffered.indexOf("\n")) >= 0) {
-        const line = buffered.slice(0, nl);
-        buffered = buffered.slice(nl + 1);
-        try {
-          into.push(JSON.parse(line));
-        } catch {}
-      }
-    }
-  })();
-}
 
 /** `gateway serve` as a child process on a random port, with a buyer key made by `gateway accounts create`. */
 async function spawnServe(extraArgs: string[]): Promise<ServeProcess> {

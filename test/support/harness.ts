@@ -85,6 +85,25 @@ export function waitForReadyProviders(gw: TestGateway, n: number, timeoutMs = 80
   return waitFor(() => [...gw.gateway.registry.providerViews()].filter((v) => v.state === "ready").length >= n, timeoutMs, `${n} ready providers`);
 }
 
+/** Collects the JSON log lines of a child's stdout as they arrive (other lines are skipped). */
+export function collectJsonLines(stream: ReadableStream<Uint8Array>, into: Record<string, unknown>[]): void {
+  void (async () => {
+    const decoder = new TextDecoder();
+    let buffered = "";
+    for await (const bytes of stream) {
+      buffered += decoder.decode(bytes, { stream: true });
+      let nl: number;
+      while ((nl = buffered.indexOf("\n")) >= 0) {
+        const line = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
+        try {
+          into.push(JSON.parse(line));
+        } catch {}
+      }
+    }
+  })();
+}
+
 export interface ProviderProcessOptions {
   id: string;
   models?: string[];
@@ -138,21 +157,7 @@ export function spawnProvider(gw: TestGateway, o: ProviderProcessOptions): Provi
   ];
   const proc = Bun.spawn(args, { stdout: "pipe", stderr: "pipe" });
   const events: Record<string, unknown>[] = [];
-  void (async () => {
-    const decoder = new TextDecoder();
-    let buffered = "";
-    for await (const bytes of proc.stdout as ReadableStream<Uint8Array>) {
-      buffered += decoder.decode(bytes, { stream: true });
-      let nl: number;
-      while ((nl = buffered.indexOf("\n")) >= 0) {
-        const line = buffered.slice(0, nl);
-        buffered = buffered.slice(nl + 1);
-        try {
-          events.push(JSON.parse(line));
-        } catch {}
-      }
-    }
-  })();
+  collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
   return {
     id: o.id,
     proc,
@@ -188,21 +193,7 @@ export interface GatewayProcess {
 export async function spawnGatewayProcess(dataDir: string, extraArgs: string[] = [], timeoutMs = 10_000): Promise<GatewayProcess> {
   const proc = Bun.spawn(["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", ...extraArgs], { stdout: "pipe", stderr: "pipe" });
   const events: Record<string, unknown>[] = [];
-  void (async () => {
-    const decoder = new TextDecoder();
-    let buffered = "";
-    for await (const bytes of proc.stdout as ReadableStream<Uint8Array>) {
-      buffered += decoder.decode(bytes, { stream: true });
-      let nl: number;
-      while ((nl = buffered.indexOf("\n")) >= 0) {
-        const line = buffered.slice(0, nl);
-        buffered = buffered.slice(nl + 1);
-        try {
-          events.push(JSON.parse(line));
-        } catch {}
-      }
-    }
-  })();
+  collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
   try {
     await waitFor(() => events.some((e) => e.event === "gateway_listening") || proc.exitCode !== null, timeoutMs, "gateway_listening");
   } catch (e) {
