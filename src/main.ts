@@ -2,7 +2,15 @@
 // `gateway` — one entry point for every subcommand (DESIGN §2).
 import { configUsage } from "./config/index.ts";
 import { runCatalogCommand } from "./catalog/cli.ts";
-import { runAccountsCommand, runCreditsCommand, runBackupCommand, runKeysCommand, runProvidersCommand, type OperatorContext } from "./cli/operator.ts";
+import {
+  runAccountsCommand,
+  runBackupCommand,
+  runCreditsCommand,
+  runFeedbackCommand,
+  runKeysCommand,
+  runProvidersCommand,
+  type OperatorContext,
+} from "./cli/operator.ts";
 import { runProviderCommand } from "./provider/cli.ts";
 import { catalogLookupFrom } from "./ledger/audit.ts";
 import { runLedgerCommand, runReceiptsCommand } from "./ledger/cli.ts";
@@ -18,6 +26,7 @@ commands:
   accounts      create and list buyer accounts
   keys          create, list and revoke API keys
   credits       grant prepaid credits to a paid account, show its balance
+  feedback      list buyers' ratings of their requests (gateway feedback list [--json])
   providers     pin, unpin, ban and list provider ids
   catalog       the signed model catalog: init, add, remove, show, sign, history
   provider      run a provider machine's runtime (gateway provider --help)
@@ -66,6 +75,8 @@ async function main(argv: string[]): Promise<number> {
       return runOperator(runKeysCommand, rest);
     case "credits":
       return runOperator(runCreditsCommand, rest);
+    case "feedback":
+      return runOperator(runFeedbackCommand, rest);
     case "providers":
       return runOperator(runProvidersCommand, rest);
     case "catalog":

@@ -9,6 +9,8 @@ import { providerWebSocketHandler, type SocketData } from "./gateway/providerEnd
 import { Registry } from "./gateway/registry.ts";
 import { createRequestRunner } from "./gateway/requests.ts";
 import { createHttpApp } from "./http/app.ts";
+import { createReplayCache } from "./http/idempotency.ts";
+import { quotaPolicy } from "./http/quotas.ts";
 import { createBuyerSurface } from "./http/signup/index.ts";
 import { errorResponse, gatewayError } from "./http/errors.ts";
 import { createLog, type Log } from "./log.ts";
@@ -70,7 +72,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   const now = ports.now ?? Date.now;
   const random = ports.randomBytes ?? ((n: number) => new Uint8Array(randomBytes(n)));
   const log = ports.log ?? createLog(config.logLevel);
-  const store = openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now });
+  // Group commit: the request path's ledger writes share one durable commit per event-loop turn.
+  const store = openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, groupCommit: true });
   const gatewaySecret = store.getOrCreateSecret("gateway_hmac", 32);
   const catalogStart = startCatalog({ dataDir: config.dataDir, store, now, random, models: ports.catalogModels });
   if (!catalogStart.ok) {
@@ -176,7 +179,9 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     catalog,
     rateCard: () => rateCard,
     settlements,
-    dailyTokens: { free: config.freeDailyTokens, demo: config.demoDailyTokens },
+    quotas: quotaPolicy(config),
+    replays: createReplayCache({ now }),
+    feedbackPerHour: config.feedbackPerHour,
     excludedEntrypoints: (config.excludedEntrypoints ?? "")
       .split(",")
       .map((e) => e.trim())

@@ -40,6 +40,8 @@ const CREDITS_USAGE = [
   "       gateway credits balance --account ID",
 ];
 
+const FEEDBACK_USAGE = ["usage: gateway feedback list [--account ID] [--limit N] [--json]"];
+
 type Subcommand = (argv: readonly string[], ctx: OperatorContext, usage: readonly string[]) => number;
 
 /** Runs `gateway accounts …`; `argv` starts after the word `accounts`. */
@@ -65,6 +67,11 @@ export function runProvidersCommand(argv: readonly string[], ctx: OperatorContex
 /** Runs `gateway credits …`; `argv` starts after the word `credits`. */
 export function runCreditsCommand(argv: readonly string[], ctx: OperatorContext): Promise<number> {
   return dispatch(argv, ctx, CREDITS_USAGE, { grant: creditsGrant, balance: creditsBalance });
+}
+
+/** Runs `gateway feedback …`; `argv` starts after the word `feedback`. */
+export function runFeedbackCommand(argv: readonly string[], ctx: OperatorContext): Promise<number> {
+  return dispatch(argv, ctx, FEEDBACK_USAGE, { list: feedbackList });
 }
 
 async function dispatch(
@@ -159,6 +166,26 @@ const creditsBalance: Subcommand = (argv, ctx, usage) => {
       available_credits: ctx.store.availableCredits(account.account_id),
     }),
   );
+  return EXIT_OK;
+};
+
+// ── feedback ──────────────────────────────────────────────────────────────────────────────────────
+
+/** Buyer ratings for review, newest first (POST /v1/feedback). Comments are the buyer's own words. */
+const feedbackList: Subcommand = (argv, ctx, usage) => {
+  const p = parse(argv, { account: { kind: "string" }, limit: { kind: "string" }, json: { kind: "boolean" } }, [], ctx, usage);
+  if (typeof p === "number") return p;
+  const limit = p.flags.limit === undefined ? undefined : Number(p.flags.limit);
+  if (limit !== undefined && (!Number.isSafeInteger(limit) || limit <= 0)) return usageError(ctx, usage, "--limit must be a positive whole number");
+  const rows = ctx.store.listFeedback({ account_id: p.flags.account, limit });
+  if (p.flags.json) rows.forEach((row) => ctx.stdout(json(row)));
+  else {
+    table(
+      ctx,
+      ["REQUEST_ID", "ACCOUNT_ID", "RATING", "UPDATED", "COMMENT"],
+      rows.map((r) => [r.request_id, r.account_id, r.rating, iso(r.updated_at_ms), (r.comment ?? "").replace(/\s+/g, " ")]),
+    );
+  }
   return EXIT_OK;
 };
 

@@ -178,15 +178,37 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       route,
       deadline_ms: remaining,
     });
+    // The slot is taken now, so requests routed in the same turn see it taken.
     registry.addAttempt({ key, requestId: input.requestId, attemptN: input.attemptN, model: chat.model, request: handle.actor, session });
-    session.send(job);
-    handle.timing.waitingSince = clock();
-    if (input.attemptN > 0 && handle.timing.lastAttemptOutcome) metrics.failover(handle.timing.lastAttemptOutcome);
-    log.debug("attempt_dispatched", { request_id: input.requestId, attempt_n: input.attemptN, provider_id: choice.provider.providerId });
-    sendBack({
-      type: "route.dispatched",
-      attempt: { attemptN: input.attemptN, sessionId: session.sessionId, providerId: choice.provider.providerId },
-    });
+    // Group commit (src/store/groupCommit.ts): the job leaves only once its reservation and route
+    // snapshot are durable — at the end of this event-loop turn, shared with the turn's other writes.
+    let stopped = false;
+    const send = (committed: boolean) => {
+      if (stopped || !committed) {
+        // Left `routing` meanwhile (buyer gone, deadline) or the commit failed: the job never left,
+        // so the attempt ends having delivered nothing.
+        registry.releaseAttempt(key);
+        settlements?.released(input.requestId, input.attemptN);
+        if (!stopped) sendBack({ type: "route.unavailable", code: "coordinator_unavailable", message: unavailableMessages.coordinator_unavailable() });
+        return;
+      }
+      // The session closed while the snapshot was committing: its attempts were already lost.
+      const lost = !registry.attempts.has(key);
+      if (!lost) session.send(job);
+      handle.timing.waitingSince = clock();
+      if (input.attemptN > 0 && handle.timing.lastAttemptOutcome) metrics.failover(handle.timing.lastAttemptOutcome);
+      log.debug("attempt_dispatched", { request_id: input.requestId, attempt_n: input.attemptN, provider_id: choice.provider.providerId });
+      sendBack({
+        type: "route.dispatched",
+        attempt: { attemptN: input.attemptN, sessionId: session.sessionId, providerId: choice.provider.providerId },
+      });
+      if (lost) sendBack({ type: "provider.lost" });
+    };
+    if (settlements) settlements.afterCommit(send);
+    else send(true);
+    return () => {
+      stopped = true;
+    };
   });
 
   const machine = requestMachine.provide({

@@ -389,6 +389,17 @@ export function createSettlements(deps: SettlementDeps) {
       log.error("settlement_not_written", { request_id: att.requestId, attempt_n: att.attemptN, code: result.code });
       return;
     }
+    // Group commit (src/store/groupCommit.ts): the outcome is announced only once it is durable.
+    store.afterCommit((committed) => {
+      if (!committed) {
+        log.error("settlement_not_written", { request_id: att.requestId, attempt_n: att.attemptN, code: "commit_failed" });
+        return;
+      }
+      announceSettled(att, label, reason, result.settlement);
+    });
+  }
+
+  function announceSettled(att: OpenAttempt, label: Exclude<SettlementLabel, "pending">, reason: string | null, settlement: SettlementRow): void {
     deps.onSettled?.(label);
     log.info("attempt_settled", {
       request_id: att.requestId,
@@ -396,8 +407,8 @@ export function createSettlements(deps: SettlementDeps) {
       provider_id: att.providerId,
       label,
       reason,
-      debit_credits: result.settlement.debit_credits,
-      provider_credits: result.settlement.provider_credits,
+      debit_credits: settlement.debit_credits,
+      provider_credits: settlement.provider_credits,
     });
     deps.sendToProvider(
       att.providerId,
@@ -407,7 +418,7 @@ export function createSettlements(deps: SettlementDeps) {
         attempt_n: att.attemptN,
         label,
         reason,
-        provider_credits: result.settlement.provider_credits,
+        provider_credits: settlement.provider_credits,
       }),
     );
   }
@@ -498,6 +509,8 @@ export function createSettlements(deps: SettlementDeps) {
     receiptArrived,
     requestEnded,
     resumePending,
+    /** Runs `effect` once the writes made so far are durable (group commit; see src/store/groupCommit.ts). */
+    afterCommit: (effect: (committed: boolean) => void) => store.afterCommit(effect),
     /** Attempts not settled yet (metrics, tests). */
     openCount: () => open.size,
     stop: () => {

@@ -8,6 +8,9 @@ import { messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
 import { responsesHandler, RESPONSES_ROUTE } from "./responses/route.ts";
 import { modelsBody, statusBody, type CatalogView } from "./pool.ts";
 import { buyerReceiptsBody } from "./receipts.ts";
+import { usageBody } from "./usage.ts";
+import { FEEDBACK_ROUTE, feedbackHandler } from "./feedback.ts";
+import { REPLAYED_HEADER } from "./idempotency.ts";
 import { eligibleModelIds, handleCatalog, handleCatalogPublicKey, handleCatalogSignature, type CatalogLive } from "../catalog/index.ts";
 import { rateCardHandler, type RateCard } from "../ledger/index.ts";
 import { demoRoutes } from "./demo/routes.ts";
@@ -42,6 +45,8 @@ export interface HttpDeps extends ChatRouteDeps {
   rateCard?: () => RateCard;
   /** Configured addresses that reach providers outside settlement, named in the disclosure. */
   excludedEntrypoints?: readonly string[];
+  /** POST /v1/feedback submissions per client IP key per hour (default 60). */
+  feedbackPerHour?: number;
 }
 
 const CHAT_ROUTE = "/v1/chat/completions";
@@ -54,7 +59,7 @@ const corsHeaders = {
   "access-control-allow-origin": "*",
   "access-control-allow-methods": "GET, POST, OPTIONS",
   "access-control-allow-headers": "authorization, content-type, x-api-key, x-request-id, idempotency-key, x-stainless-retry-count, anthropic-version",
-  "access-control-expose-headers": "x-request-id, retry-after, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset",
+  "access-control-expose-headers": "x-request-id, retry-after, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, x-ratelimit-scope, idempotent-replayed",
   "access-control-max-age": "86400",
 };
 
@@ -105,7 +110,8 @@ export function createHttpApp(deps: HttpDeps) {
     arrivals.set(ids.requestId, arrivedAt);
     try {
       const response = await handler(request, ids);
-      if (arrivals.has(ids.requestId)) await reportRejected(route, ids.requestId, response, arrivedAt);
+      // A replayed result (DESIGN §7) ran no request: it is neither a rejection nor a second request.
+      if (arrivals.has(ids.requestId) && !response.headers.has(REPLAYED_HEADER)) await reportRejected(route, ids.requestId, response, arrivedAt);
       return response;
     } finally {
       arrivals.delete(ids.requestId);
@@ -177,6 +183,8 @@ export function createHttpApp(deps: HttpDeps) {
       })
     : null;
 
+  const feedback = feedbackHandler({ store: deps.store, now: deps.now, perHour: deps.feedbackPerHour ?? 60 });
+
   const app = new Elysia()
     .onError(({ code, request, error }) => {
       const rid = idsOf(request).responseRequestId;
@@ -206,6 +214,15 @@ export function createHttpApp(deps: HttpDeps) {
       const body = buyerReceiptsBody(deps.store, auth.principal.account_id, params.request_id, deps.settlementMode);
       return body ? json(body, rid) : errorResponse(gatewayError("not_found", "No request with this id belongs to this account."), rid);
     })
+    .get("/v1/usage", ({ request }) => {
+      const rid = idsOf(request).responseRequestId;
+      const auth = authenticateBuyer(deps.store, request, "api_key_only");
+      if (!auth.ok) return errorResponse(auth.error, rid);
+      if (auth.principal.kind !== "api_key") return notFound(request);
+      const body = usageBody({ ...deps, coveredEntrypoints, excludedEntrypoints: deps.excludedEntrypoints ?? [] }, auth.principal);
+      return new Response(JSON.stringify(body), { headers: { "content-type": "application/json", "x-request-id": rid, "cache-control": "no-store" } });
+    })
+    .post(FEEDBACK_ROUTE, ({ request }) => feedback(request, idsOf(request).responseRequestId), { parse: "none" })
     .get("/v1/catalog", ({ request }) => catalogRoute(request, handleCatalog))
     .get("/v1/catalog.sig", ({ request }) => catalogRoute(request, handleCatalogSignature))
     .get("/v1/catalog/pubkey", ({ request }) => catalogRoute(request, handleCatalogPublicKey))

@@ -12,6 +12,7 @@ export const errorTable = {
   method_not_allowed: { status: 405, type: "invalid_request_error", retryable: false },
   model_not_available: { status: 404, type: "not_found_error", retryable: false },
   duplicate_request_id: { status: 409, type: "invalid_request_error", retryable: false },
+  idempotency_key_reused: { status: 422, type: "invalid_request_error", retryable: false },
   unsupported_parameter: { status: 400, type: "invalid_request_error", retryable: false },
   context_length_exceeded: { status: 400, type: "invalid_request_error", retryable: false },
   quota_exhausted: { status: 429, type: "rate_limit_error", retryable: true },

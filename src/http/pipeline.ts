@@ -12,7 +12,9 @@ import type { Store } from "../store/index.ts";
 import type { JobRoute } from "../wire/frames.ts";
 import type { Settlements } from "../gateway/settlements.ts";
 import { reservationCredits, type Rates } from "../ledger/index.ts";
-import type { Payer } from "../store/index.ts";
+import { buyerAccount, type Payer } from "../store/index.ts";
+import { balanceRefusal, concurrencyRefusal, dailyQuotaRefusal, limitsFor, utcDay, type QuotaPolicy } from "./quotas.ts";
+import { replayIdentity, type ReplayCache, type RunTracker } from "./idempotency.ts";
 
 export interface PipelineDeps {
   store: Store;
@@ -25,9 +27,14 @@ export interface PipelineDeps {
   now: () => number;
   /** Route-time pricing and settlement; absent in bare unit apps (no catalog, no reservation). */
   settlements?: Settlements;
-  /** Daily token quotas (UTC day) taken at admission. */
-  dailyTokens?: { free: number; demo: number };
+  /** Limits per tier (spec §8): daily tokens, per-request cap, concurrency; absent = none (bare unit apps). */
+  quotas?: QuotaPolicy;
+  /** Retries replayed instead of re-run (DESIGN §7); absent = every request runs. */
+  replays?: ReplayCache;
 }
+
+/** Raw body bytes of admitted requests: what retries are matched on (same body bytes, DESIGN §7). */
+const rawBodies = new WeakMap<Request, Uint8Array>();
 
 export interface RequestIds {
   /** The gateway's own id: the settlement key. */
@@ -64,6 +71,7 @@ export async function admitBuyerRequest(
   if (!auth.ok) return auth;
   const parsed = parseJsonBody(body);
   if (!parsed.ok) return parsed;
+  rawBodies.set(request, body);
   return { ok: true, principal: auth.principal, json: parsed.json };
 }
 
@@ -99,13 +107,35 @@ export interface PipelineRequest {
  * entrypoint goes through here, so what is decided here (routing, billing, quotas) holds for all.
  */
 export function runChatPipeline(deps: PipelineDeps, input: PipelineRequest): Promise<Response> {
+  const body = rawBodies.get(input.request);
+  if (!deps.replays || !body) return runFresh(deps, input, null);
+  const identity = replayIdentity(input.request, input.principal.account_id, input.buyerRoute ?? "/v1/chat/completions", body);
+  return deps.replays.run(identity, (tracker) => runFresh(deps, input, tracker), input.refuse);
+}
+
+/** Runs the request as a new one: admission, concurrency slot, reservation, then the request actor. */
+function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null): Promise<Response> {
   const { request, ids, principal, chat } = input;
   const rid = ids.responseRequestId;
   const promptBound = promptTokenBound(chat.messages, chat.params.tools);
   let payer: Payer = "promotion";
+  const slotLimit = deps.quotas ? limitsFor(deps.quotas, principal).concurrentRequests : null;
+  if (slotLimit !== null && !deps.store.acquireRequestSlot(principal.account_id, ids.requestId, slotLimit).ok) {
+    return Promise.resolve(input.refuse(concurrencyRefusal(slotLimit, deps.now())));
+  }
+  // Once, when the buyer's response ended (or never started): frees the concurrency slot (DESIGN §7)
+  // and tells the replay cache whether this is a result a retry may get.
+  let ended = false;
+  const end = (ok: boolean) => {
+    if (ended) return;
+    ended = true;
+    if (slotLimit !== null) deps.store.releaseRequestSlot(ids.requestId);
+    tracker?.outcome(ok);
+  };
   if (deps.settlements) {
     const admission = deps.settlements.admitModel(chat.model);
     if (!admission.ok) {
+      end(false);
       return Promise.resolve(
         input.refuse(
           gatewayError("model_not_available", `The model '${chat.model}' is not available. List available models with GET /v1/models.`, { param: "model" }),
@@ -113,7 +143,10 @@ export function runChatPipeline(deps: PipelineDeps, input: PipelineRequest): Pro
       );
     }
     const reserved = reserveForRequest(deps, principal, ids.requestId, promptBound, chat.params.max_tokens, admission.rates);
-    if (!reserved.ok) return Promise.resolve(input.refuse(reserved.error));
+    if (!reserved.ok) {
+      end(false);
+      return Promise.resolve(input.refuse(reserved.error));
+    }
     payer = reserved.payer;
   }
   const route: JobRoute = {
@@ -127,22 +160,35 @@ export function runChatPipeline(deps: PipelineDeps, input: PipelineRequest): Pro
     prompt_hash: "",
   };
   let abort = () => {};
-  const responder = input.responder({
-    ids,
-    created: Math.floor(deps.now() / 1000),
-    headers: { "x-request-id": rid },
-    onBuyerGone: () => abort(),
-  });
-  const started = deps.runner.start({
-    requestId: ids.requestId,
-    chat,
-    route,
-    promptBound,
-    responder,
-    accountId: principal.account_id,
-    payer,
-    buyerRoute: input.buyerRoute,
-  });
+  const responder = observeEnd(
+    input.responder({
+      ids,
+      created: Math.floor(deps.now() / 1000),
+      headers: { "x-request-id": rid },
+      onBuyerGone: () => {
+        end(false);
+        abort();
+      },
+    }),
+    end,
+  );
+  request.signal.addEventListener("abort", () => end(false), { once: true });
+  let started: { abort: () => void };
+  try {
+    started = deps.runner.start({
+      requestId: ids.requestId,
+      chat,
+      route,
+      promptBound,
+      responder,
+      accountId: principal.account_id,
+      payer,
+      buyerRoute: input.buyerRoute,
+    });
+  } catch (error) {
+    end(false);
+    throw error;
+  }
   abort = started.abort;
   // The buyer hanging up before or during the response cancels the provider job.
   request.signal.addEventListener("abort", started.abort, { once: true });
@@ -166,15 +212,16 @@ function reserveForRequest(
   const payer: Payer = paid ? "buyer" : "promotion";
   const price = reservationCredits(promptBound, maxTokens, rates);
   if (!price.ok) return { ok: false, error: gatewayError("invalid_request", "The request is too large to price.") };
-  const limit = paid ? undefined : principal.kind === "demo" ? deps.dailyTokens?.demo : deps.dailyTokens?.free;
-  const day = new Date(deps.now()).toISOString().slice(0, 10);
+  const limit = deps.quotas ? limitsFor(deps.quotas, principal).dailyTokens : undefined;
+  const day = utcDay(deps.now());
+  const tokens = promptBound + maxTokens;
   const reserved = deps.store.reserve(
     {
       request_id: requestId,
       account_id: principal.account_id,
       payer,
       day,
-      tokens: promptBound + maxTokens,
+      tokens,
       credits: price.charge.debit_credits,
       daily_token_limit: limit,
     },
@@ -182,17 +229,36 @@ function reserveForRequest(
   );
   if (reserved.ok) return { ok: true, payer };
   switch (reserved.code) {
-    case "insufficient_balance":
-      return { ok: false, error: gatewayError("quota_exhausted", "The account's credit balance does not cover this request. Add credits or lower max_tokens.", { retryAfterSeconds: 60 }) };
-    case "quota_exhausted":
-      return { ok: false, error: gatewayError("quota_exhausted", "The daily token quota is used up. It resets at 00:00 UTC.", { retryAfterSeconds: secondsToUtcMidnight(deps.now()) }) };
+    case "insufficient_balance": {
+      const balance = deps.store.ledgerBalance(buyerAccount(principal.account_id));
+      return { ok: false, error: balanceRefusal({ balance, available: reserved.available_credits, needed: price.charge.debit_credits, nowMs: deps.now() }) };
+    }
+    case "quota_exhausted": {
+      const usedOnly = deps.store.dailyTokens(principal.account_id, day).used;
+      return { ok: false, error: dailyQuotaRefusal({ limit: limit ?? 0, counted: reserved.used_tokens, usedOnly, tokens, nowMs: deps.now() }) };
+    }
     default:
       return { ok: false, error: gatewayError("internal_error", "The gateway hit an internal error. Retry the request.") };
   }
 }
 
-const secondsToUtcMidnight = (nowMs: number): number => {
-  const midnight = new Date(nowMs);
-  midnight.setUTCHours(24, 0, 0, 0);
-  return Math.max(1, Math.ceil((midnight.getTime() - nowMs) / 1000));
-};
+/** The responder as given, which also reports how the response ended: success, or failure. */
+function observeEnd(r: ChatResponder, end: (ok: boolean) => void): ChatResponder {
+  return {
+    response: r.response,
+    relay: (frame) => r.relay(frame),
+    discard: () => r.discard(),
+    succeed: (outcome) => {
+      r.succeed(outcome);
+      end(true);
+    },
+    fail: (error) => {
+      r.fail(error);
+      end(false);
+    },
+    failMidStream: (error) => {
+      r.failMidStream(error);
+      end(false);
+    },
+  };
+}

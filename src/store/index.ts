@@ -5,7 +5,11 @@ import * as accounts from "./accounts.ts";
 import { demoSessionStore } from "./demoSessions.ts";
 import { identityStore } from "./identities.ts";
 import { ledgerStore } from "./ledger.ts";
+import { feedbackStore } from "./feedback.ts";
+import { requestSlotStore } from "./requestSlots.ts";
+import { usageStore } from "./usage.ts";
 import * as catalog from "./catalog.ts";
+import { immediateCommits, withGroupCommit, type GroupCommitPort } from "./groupCommit.ts";
 import { openDatabase } from "./db.ts";
 import { KEY_PREFIX_PATTERN, type RandomBytes } from "./ids.ts";
 import * as providers from "./providers.ts";
@@ -13,6 +17,9 @@ import { getOrCreateSecret } from "./secrets.ts";
 import type { Store, StoreOptions } from "./types.ts";
 export type { AccountSession, IdentityRow, IssueKeyResult, PendingLogin, SealKey, SignInInput, SignInResult } from "./identities.ts";
 export { SIGNUP_KEY_LABEL } from "./identities.ts";
+export type { FeedbackRating, FeedbackRow, RecordFeedbackInput, RecordFeedbackResult } from "./feedback.ts";
+export type { AcquireSlotResult } from "./requestSlots.ts";
+export type { AccountUsage, ModelUsage } from "./usage.ts";
 export type { DemoSessionResult } from "./demoSessions.ts";
 export type {
   DeliveredRecord,
@@ -62,7 +69,7 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
   const random: RandomBytes = options.randomBytes ?? cryptoRandomBytes;
   const db = openDatabase(path);
 
-  return {
+  const store: Omit<Store, keyof GroupCommitPort> = {
     createAccount: (input, now_ms = clock()) => accounts.createAccount(db, random, input, now_ms),
     listAccounts: () => accounts.listAccounts(db),
     getAccount: (account_id) => accounts.getAccount(db, account_id),
@@ -93,7 +100,12 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
     ...identityStore(db, random, keyPrefix, clock),
     ...demoSessionStore(db, random, clock),
     ...ledgerStore(db, clock),
+    ...feedbackStore(db, clock),
+    ...usageStore(db),
+    ...requestSlotStore(),
 
     close: () => db.close(),
   };
+  // Group commit and the cached key lookup wrap every method (see groupCommit.ts for the invariants).
+  return options.groupCommit ? withGroupCommit(store, db, keyPrefix, clock) : { ...store, ...immediateCommits };
 }

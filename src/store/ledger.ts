@@ -6,7 +6,8 @@
 // - at most one posting per (request_id, attempt_n) (UNIQUE);
 // - a settlement's first terminal outcome is final (guarded UPDATE ... WHERE label = 'pending', and a
 //   trigger that refuses any write to a settled row);
-// - balances are never stored: they are sums of entries.
+// - balances are sums of entries; ledger_account_totals mirrors each sum, kept by a trigger inside
+//   the transaction that adds the entries (never written by code).
 import type { Database } from "bun:sqlite";
 import { createHash } from "node:crypto";
 import { priceUsage, type Charge } from "../ledger/money.ts";
@@ -134,10 +135,10 @@ function accountKind(id: string): LedgerAccountKind {
 }
 
 function balanceOf(db: Database, ledger_account_id: string): number {
-  const row = db
-    .query("SELECT COALESCE(SUM(amount), 0) AS b FROM ledger_entries WHERE account_id = ?")
-    .get(ledger_account_id) as { b: number };
-  return row.b;
+  // The trigger-kept total (migrations.ts, ledger_account_totals), equal to SUM(amount) of the account's entries: O(1) on the
+  // reservation path instead of a scan of the account's whole history (issue 7).
+  const row = db.query("SELECT balance AS b FROM ledger_account_totals WHERE account_id = ?").get(ledger_account_id) as { b: number } | null;
+  return row?.b ?? 0;
 }
 
 /**

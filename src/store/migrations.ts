@@ -257,4 +257,44 @@ export const migrations: readonly string[] = [
   CREATE TRIGGER ledger_entries_no_delete BEFORE DELETE ON ledger_entries
     BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END;
   `,
+  // Buyer feedback and usage (issue 5): one rating per request (a repeat replaces it, so the call is
+  // idempotent per request id), a submission log counted per client IP key for the hourly limit (rows
+  // older than the window are deleted as new ones arrive), and an index for per-account usage.
+  `
+  CREATE TABLE feedback (
+    request_id    TEXT PRIMARY KEY,
+    account_id    TEXT NOT NULL, -- buyer account id, or the demo scope (demo:<ip>)
+    rating        TEXT NOT NULL CHECK (rating IN ('up', 'down')),
+    comment       TEXT CHECK (comment IS NULL OR length(comment) <= 2000),
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+  ) STRICT;
+  CREATE INDEX feedback_account ON feedback (account_id);
+  CREATE INDEX feedback_updated ON feedback (updated_at_ms);
+
+  CREATE TABLE feedback_submissions (
+    ip_key          TEXT NOT NULL,
+    submitted_at_ms INTEGER NOT NULL
+  ) STRICT;
+  CREATE INDEX feedback_submissions_ip_key ON feedback_submissions (ip_key, submitted_at_ms);
+
+  CREATE INDEX settlements_account ON settlements (account_id, created_at_ms);
+  `,
+  // Per-account ledger totals (issue 7): a reservation read SUM(amount) over every entry the account
+  // ever had, O(history) per request. The total is kept by a trigger in the same transaction as the
+  // entry it adds (entries are append-only, so the total always equals the sum; `gateway ledger
+  // audit` still recomputes balances from entries).
+  `
+  CREATE TABLE ledger_account_totals (
+    account_id TEXT PRIMARY KEY REFERENCES ledger_accounts (id),
+    balance    INTEGER NOT NULL
+  ) STRICT;
+  INSERT INTO ledger_account_totals (account_id, balance)
+    SELECT account_id, SUM(amount) FROM ledger_entries GROUP BY account_id;
+  CREATE TRIGGER ledger_entries_total AFTER INSERT ON ledger_entries
+    BEGIN
+      INSERT INTO ledger_account_totals (account_id, balance) VALUES (NEW.account_id, NEW.amount)
+        ON CONFLICT (account_id) DO UPDATE SET balance = balance + excluded.balance;
+    END;
+  `,
 ];

@@ -6,7 +6,11 @@ import type { FeedErrorCode } from "../catalog/feed.ts";
 
 import type { IdentityStore } from "./identities.ts";
 import type { DemoSessionStore } from "./demoSessions.ts";
+import type { GroupCommitPort } from "./groupCommit.ts";
 import type { LedgerStore } from "./ledgerTypes.ts";
+import type { FeedbackStore } from "./feedback.ts";
+import type { RequestSlotStore } from "./requestSlots.ts";
+import type { UsageStore } from "./usage.ts";
 
 export type Tier = "free" | "paid";
 
@@ -89,13 +93,19 @@ export interface StoreOptions {
   now?: () => number;
   /** Randomness for ids, keys and secrets. Default node:crypto `randomBytes`. */
   randomBytes?: (length: number) => Uint8Array;
+  /**
+   * Group commit (src/store/groupCommit.ts): the request path's ledger writes of one event-loop turn
+   * share one transaction, committed at the end of the turn; effects wait with `afterCommit`. Only
+   * for a long-running process (the gateway): a short one could exit before the turn ends.
+   */
+  groupCommit?: boolean;
 }
 
 /**
  * Durable state. Time: every method that records a time takes an optional trailing `now_ms`;
  * when absent the store's clock (`StoreOptions.now`) is used.
  */
-export interface Store extends IdentityStore, DemoSessionStore, LedgerStore {
+export interface Store extends IdentityStore, DemoSessionStore, LedgerStore, FeedbackStore, UsageStore, RequestSlotStore, GroupCommitPort {
   createAccount(input: { name?: string; tier: Tier }, now_ms?: number): { account_id: string };
   listAccounts(): AccountRow[];
   getAccount(account_id: string): AccountRow | null;

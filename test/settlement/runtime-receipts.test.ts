@@ -14,7 +14,8 @@ let providers: ProviderProcess[] = [];
 let buyer: Buyer;
 
 beforeAll(async () => {
-  gw = await startTestGateway({ settlementMode: "enforce" }, { catalog: ["test-model"] });
+  // Four requests of one account run in parallel below: above the default 2 concurrent (spec §8).
+  gw = await startTestGateway({ settlementMode: "enforce", paidConcurrentRequests: 4 }, { catalog: ["test-model"] });
   providers = [
     spawnProvider(gw, { id: "runtime-a", maxConcurrency: 2, tokensPerSecond: 400 }),
     spawnProvider(gw, { id: "runtime-b", maxConcurrency: 2, tokensPerSecond: 400 }),

@@ -115,6 +115,12 @@ export function streamingResponder(o: ResponderOptions): ChatResponder {
     response,
     relay(frame) {
       start();
+      // Per-token fast path (issue 7): a content-only delta after the first is written from the
+      // template, byte-identical to the general path, without building and serialising an object.
+      if (sentRole && frame.tool_calls === undefined && frame.content !== undefined) {
+        write(`${head}[{"index":0,"delta":{"content":${JSON.stringify(frame.content)}},"logprobs":null,"finish_reason":null}]}\n\n`);
+        return;
+      }
       const d: Record<string, unknown> = {};
       if (frame.content !== undefined) d.content = frame.content;
       if (frame.tool_calls !== undefined) d.tool_calls = toolCallDeltas(frame.tool_calls);

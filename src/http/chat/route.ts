@@ -2,6 +2,7 @@
 // the shared pipeline with a chat-completions responder.
 import { errorResponse, gatewayError } from "../errors.ts";
 import { admitBuyerRequest, runChatPipeline, type PipelineDeps, type RequestIds } from "../pipeline.ts";
+import { requestTokenCapFor } from "../quotas.ts";
 import { chatCompletionRequestChecker, describeChatSchemaError } from "./schema.ts";
 import { normalizeChatRequest } from "./normalize.ts";
 import { jsonResponder, streamingResponder } from "./responders.ts";
@@ -19,7 +20,7 @@ export function chatCompletionsHandler(deps: ChatRouteDeps) {
       const { message, param } = describeChatSchemaError(json);
       return errorResponse(gatewayError("invalid_request", message, { param }), rid);
     }
-    const normalized = normalizeChatRequest(json, deps.requestTokenCap);
+    const normalized = normalizeChatRequest(json, requestTokenCapFor(deps, admitted.principal));
     if (!normalized.ok) return errorResponse(normalized.error, rid);
     const { chat } = normalized;
 

@@ -4,6 +4,7 @@
 import { authenticateBuyer, type AuthResult } from "../auth.ts";
 import { gatewayError, messagesErrorResponse } from "../errors.ts";
 import { admitBuyerRequest, runChatPipeline, type PipelineDeps, type RequestIds } from "../pipeline.ts";
+import { requestTokenCapFor } from "../quotas.ts";
 import { describeSchemaError } from "../schemaErrors.ts";
 import type { Store } from "../../store/index.ts";
 import { messagesJsonResponder, messagesStreamResponder } from "./responders.ts";
@@ -40,7 +41,7 @@ export function messagesHandler(deps: PipelineDeps) {
       const { message, param } = describeSchemaError(messagesRequestChecker, json);
       return messagesErrorResponse(gatewayError("invalid_request", message, { param }), rid);
     }
-    const translated = translateMessagesRequest(json, { anthropicBeta: request.headers.get("anthropic-beta") }, deps.requestTokenCap);
+    const translated = translateMessagesRequest(json, { anthropicBeta: request.headers.get("anthropic-beta") }, requestTokenCapFor(deps, admitted.principal));
     if (!translated.ok) return messagesErrorResponse(translated.error, rid);
     const { chat } = translated;
 

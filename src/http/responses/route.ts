@@ -3,6 +3,7 @@
 // pipeline with a responses responder. Errors use the chat-completions envelope (spec §7.1).
 import { errorResponse, gatewayError } from "../errors.ts";
 import { admitBuyerRequest, runChatPipeline, type PipelineDeps, type RequestIds } from "../pipeline.ts";
+import { requestTokenCapFor } from "../quotas.ts";
 import { describeSchemaError } from "../schemaErrors.ts";
 import { responsesJsonResponder, responsesStreamResponder } from "./responders.ts";
 import { responsesRequestChecker } from "./schema.ts";
@@ -20,7 +21,7 @@ export function responsesHandler(deps: PipelineDeps) {
       const { message, param } = describeSchemaError(responsesRequestChecker, json);
       return errorResponse(gatewayError("invalid_request", message, { param }), rid);
     }
-    const translated = translateResponsesRequest(json, deps.requestTokenCap);
+    const translated = translateResponsesRequest(json, requestTokenCapFor(deps, admitted.principal));
     if (!translated.ok) return errorResponse(translated.error, rid);
     const { chat, echo } = translated;
 

@@ -1,0 +1,168 @@
+// The processes under test, each on its own (loopback only): the mock upstream, the gateway (`gateway
+// serve`, enforce mode) with its provider runtimes (`gateway provider --engine openai`), and the bare
+// relay (server + clients). Everything is configured the way an operator would: CLI commands and a
+// config file, never a benchmark-only code path.
+import { createHash } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { settingSpecs } from "../../src/config/index.ts";
+
+export const MAIN = join(import.meta.dir, "../../src/main.ts");
+const HERE = import.meta.dir;
+
+/** Models the catalog holds; each names its mock behaviour (mock.ts), sent upstream as is. */
+export const BENCH_MODELS = ["bench-json", "bench-json-d20", "bench-sse", "bench-sse-n4-i0", "bench-sse-n256-i0"] as const;
+const modelHash = (id: string) => createHash("sha256").update(`bench-weights:${id}`).digest("hex");
+
+/** Raised fetch cap for every Bun process that opens many upstream requests at once. */
+export const FETCH_ENV = { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
+
+type Proc = ReturnType<typeof Bun.spawn>;
+
+/** BENCH_CPU_PROF=DIR: the gateway and provider runtimes run under Bun's CPU profiler (Markdown + .cpuprofile in DIR). */
+const PROFILE_DIR = process.env.BENCH_CPU_PROF;
+const bunArgs = PROFILE_DIR ? ["bun", "--cpu-prof", "--cpu-prof-md", `--cpu-prof-dir=${PROFILE_DIR}`] : ["bun"];
+
+export class Processes {
+  readonly all: Proc[] = [];
+  readonly dataDir = mkdtempSync(join(tmpdir(), "gw-bench-"));
+
+  spawn(cmd: string[], opts: { env?: Record<string, string>; log?: string } = {}): Proc {
+    const proc = Bun.spawn(cmd, {
+      env: { ...process.env, ...opts.env },
+      stdout: opts.log ? Bun.file(join(this.dataDir, opts.log)) : "ignore",
+      stderr: "inherit",
+    });
+    this.all.push(proc);
+    return proc;
+  }
+
+  /** The first JSON line of `log` matching `predicate` (the process writes its log to a file). */
+  async line(log: string, predicate: (o: Record<string, unknown>) => boolean, timeoutMs = 15_000): Promise<Record<string, unknown>> {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      let text = "";
+      try {
+        text = readFileSync(join(this.dataDir, log), "utf8");
+      } catch {}
+      for (const l of text.split("\n")) {
+        try {
+          const o = JSON.parse(l) as Record<string, unknown>;
+          if (predicate(o)) return o;
+        } catch {}
+      }
+      if (performance.now() > deadline) throw new Error(`${log}: expected line not seen in ${timeoutMs} ms`);
+      await Bun.sleep(20);
+    }
+  }
+
+  cli(args: string[]): string {
+    const r = Bun.spawnSync(["bun", MAIN, ...args, "--data-dir", this.dataDir], { stdout: "pipe", stderr: "pipe" });
+    if (r.exitCode !== 0) throw new Error(`gateway ${args.join(" ")}: ${r.stderr.toString()}`);
+    return r.stdout.toString();
+  }
+
+  /** Processes stopped with SIGTERM first, so a profiler can write its output. */
+  readonly graceful: Proc[] = [];
+
+  async stop(): Promise<void> {
+    for (const p of this.graceful) if (p.exitCode === null) p.kill("SIGTERM");
+    await Promise.race([Promise.all(this.graceful.map((p) => p.exited)), Bun.sleep(10_000)]);
+    for (const p of this.all) if (p.exitCode === null) p.kill("SIGKILL");
+    await Promise.all(this.all.map((p) => p.exited));
+    rmSync(this.dataDir, { recursive: true, force: true });
+  }
+}
+
+export const rssMb = (pid: number): number => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024;
+
+export async function startMock(p: Processes): Promise<{ url: string; proc: Proc }> {
+  const proc = p.spawn(["bun", join(HERE, "mock.ts")], { log: "mock.log" });
+  const line = await p.line("mock.log", (o) => o.event === "mock_listening");
+  return { url: line.url as string, proc };
+}
+
+export interface GatewayStack {
+  url: string;
+  apiKey: string;
+  accountId: string;
+  gateway: Proc;
+  providers: Proc[];
+}
+
+/**
+ * The full stack: catalog with the bench models, a paid account with ample credits, the gateway in
+ * enforce mode, and `providers` provider runtimes with the openai engine pointed at the mock.
+ */
+export async function startGatewayStack(
+  p: Processes,
+  o: { mockUrl: string; providers: number; logLevel: string; settings?: Record<string, unknown> },
+): Promise<GatewayStack> {
+  p.cli(["catalog", "init"]);
+  for (const m of BENCH_MODELS) p.cli(["catalog", "add", "--model-id", m, "--model-hash", modelHash(m), "--hash-scope", "gguf-file-v1"]);
+  const { account_id, api_key } = JSON.parse(p.cli(["accounts", "create", "--tier", "paid", "--name", "bench"])) as { account_id: string; api_key: string };
+  p.cli(["credits", "grant", "--account", account_id, "--credits", String(1e15), "--memo", "benchmark"]);
+  // Limits raised by configuration, as an operator would for a heavy paid buyer: per-account
+  // concurrency and daily tokens (when this build has those settings), nothing else changed.
+  const known = new Set<string>(settingSpecs.map((spec) => spec.key));
+  const raised = Object.fromEntries(
+    Object.entries({ paidConcurrentRequests: 100_000, freeConcurrentRequests: 100_000, paidDailyTokens: 0 }).filter(([k]) => known.has(k)),
+  );
+  const config = {
+    port: 0,
+    dataDir: p.dataDir,
+    settlementMode: "enforce",
+    logLevel: o.logLevel,
+    provisionalAdmissionsPerHour: 1000,
+    ...raised,
+    ...o.settings,
+  };
+  const configFile = join(p.dataDir, "gateway.json");
+  writeFileSync(configFile, JSON.stringify(config));
+  const gateway = p.spawn([...bunArgs, MAIN, "serve", "--config", configFile], { log: "gateway.log" });
+  if (PROFILE_DIR) p.graceful.push(gateway);
+  const listening = await p.line("gateway.log", (l) => l.event === "gateway_listening");
+  const url = `http://127.0.0.1:${listening.port}`;
+  const providers: Proc[] = [];
+  for (let i = 0; i < o.providers; i++) {
+    providers.push(
+      p.spawn(
+        [
+          ...bunArgs, MAIN, "provider",
+          "--gateway", `ws://127.0.0.1:${listening.port}/v1/provider/connect`,
+          "--id", `bench-provider-${i}`,
+          "--key-file", join(p.dataDir, `provider-${i}.key`),
+          "--engine", "openai",
+          "--upstream", o.mockUrl,
+          "--max-concurrency", "1024",
+          ...BENCH_MODELS.flatMap((m) => ["--model", `${m}=${modelHash(m)}`]),
+        ],
+        { env: FETCH_ENV, log: `provider-${i}.log` },
+      ),
+    );
+  }
+  if (PROFILE_DIR) p.graceful.push(...providers);
+  // Ready: every provider admitted and every bench model routable.
+  const deadline = performance.now() + 20_000;
+  for (;;) {
+    const models = (await (await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${api_key}` } })).json()) as { data?: { id: string }[] };
+    const status = (await (await fetch(`${url}/v1/status`)).json()) as { pool: { providers_admitted: number } };
+    const ids = new Set((models.data ?? []).map((m) => m.id));
+    if (status.pool.providers_admitted === o.providers && BENCH_MODELS.every((m) => ids.has(m))) break;
+    if (performance.now() > deadline) throw new Error(`gateway stack not ready: ${JSON.stringify(status)} ${[...ids]}`);
+    await Bun.sleep(50);
+  }
+  return { url, apiKey: api_key, accountId: account_id, gateway, providers };
+}
+
+export async function startRelay(p: Processes, o: { mockUrl: string; clients: number }): Promise<{ url: string; server: Proc }> {
+  const server = p.spawn(["bun", join(HERE, "relay.ts"), "server"], { log: "relay.log" });
+  const line = await p.line("relay.log", (l) => l.event === "relay_listening");
+  for (let i = 0; i < o.clients; i++) {
+    const log = `relay-client-${i}.log`;
+    p.spawn(["bun", join(HERE, "relay.ts"), "client", `ws://127.0.0.1:${line.port}/connect`, o.mockUrl], { env: FETCH_ENV, log });
+    await p.line(log, (l) => l.event === "relay_client_connected");
+  }
+  return { url: `http://127.0.0.1:${line.port}`, server };
+}
