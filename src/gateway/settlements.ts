@@ -119,16 +119,20 @@ export function createSettlements(deps: SettlementDeps) {
     return pricing(modelId).entry?.model_hash ?? null;
   }
 
+  // Provided once (issue 7): `provide` copies the whole machine definition, which cost more than the
+  // rest of the actor's life when it was done per attempt. The attempt is found by the actor's context.
+  const machine = settlementMachine.provide({
+    actions: {
+      settleVerified: ({ context }) => settle(attemptKey(context.requestId, context.attemptN), "verified", null),
+      settleQuarantined: ({ context }) => settle(attemptKey(context.requestId, context.attemptN), "quarantined", context.reason),
+      settleZero: ({ context }) => settle(attemptKey(context.requestId, context.attemptN), "zero_settled", context.reason),
+    },
+  });
+
   function startActor(att: Omit<OpenAttempt, "actor">, resumedPendingMs: number | null): OpenAttempt {
     const key = attemptKey(att.requestId, att.attemptN);
     const actor = createActor(
-      settlementMachine.provide({
-        actions: {
-          settleVerified: () => settle(key, "verified", null),
-          settleQuarantined: ({ context }) => settle(key, "quarantined", context.reason),
-          settleZero: ({ context }) => settle(key, "zero_settled", context.reason),
-        },
-      }),
+      machine,
       {
         input: {
           requestId: att.requestId,

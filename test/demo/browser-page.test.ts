@@ -44,12 +44,16 @@ describe.skipIf(!hasChromium)(`demo page in headless Chromium (needs ${CHROMIUM}
     await page.fill("#prompt", prompt);
     await page.click("#send");
     // Streamed, not delivered whole: part of the answer is on the page while the stream still runs.
-    await page.waitForFunction(
-      // A page-side expression (a string: this project's TypeScript has no DOM types).
-      'document.getElementById("status").dataset.state === "streaming" && document.getElementById("answer").textContent.length > 0',
-      undefined,
-      { timeout: 10_000, polling: 5 },
-    );
+    // A page-side expression (a string: this project's TypeScript has no DOM types), polled from the
+    // test: waitForFunction's in-page polling evaluates the string with eval, which the page's CSP
+    // (script-src 'self') refuses whenever the first check is not already true.
+    const streaming =
+      'document.getElementById("status").dataset.state === "streaming" && document.getElementById("answer").textContent.length > 0';
+    const deadline = performance.now() + 10_000;
+    while (!(await page.evaluate(streaming))) {
+      if (performance.now() > deadline) throw new Error("the answer never showed while streaming");
+      await Bun.sleep(5);
+    }
     await page.waitForSelector('#status[data-state="done"]', { timeout: 15_000 });
     const answer = await page.textContent("#answer");
     expect(answer).toBe(syntheticText([{ role: "user", content: prompt }], 256).join(""));
