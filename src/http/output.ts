@@ -1,7 +1,9 @@
 // Plumbing the facades' responders share: a server-sent-event body that exists only from its first
 // write (DESIGN §7: nothing, not even the status line, before the first delta), and an accumulator
-// of an attempt's output for responses written in one piece.
+// of an attempt's output for responses written in one piece, and the responder built on it.
 import type { ChunkFrame } from "../wire/frames.ts";
+import type { ChatOutcome, ChatResponder } from "./chat/responders.ts";
+import type { GatewayError } from "./errors.ts";
 
 const encoder = new TextEncoder();
 
@@ -107,4 +109,40 @@ export class OutputCollector {
   toolCalls(): CollectedToolCall[] {
     return this.calls.filter(Boolean);
   }
+}
+
+/**
+ * The responder of every non-streaming entrypoint: it buffers the attempt's output (dropped again on
+ * failover) and writes one JSON body when the whole result is known; nothing reaches the buyer
+ * before. `render` builds the entrypoint's body, `refuse` its error envelope.
+ */
+export function bufferedJsonResponder(o: {
+  headers: Record<string, string>;
+  render: (output: OutputCollector, outcome: ChatOutcome) => unknown;
+  refuse: (error: GatewayError) => Response;
+}): ChatResponder {
+  let resolve!: (r: Response) => void;
+  const response = new Promise<Response>((r) => (resolve = r));
+  const collected = new OutputCollector();
+  let done = false;
+  return {
+    response,
+    relay: (frame) => collected.add(frame),
+    discard: () => collected.reset(),
+    succeed(outcome) {
+      if (done) return;
+      done = true;
+      const body = o.render(collected, outcome);
+      resolve(new Response(JSON.stringify(body), { status: 200, headers: { ...o.headers, "content-type": "application/json" } }));
+    },
+    fail(error) {
+      if (done) return;
+      done = true;
+      resolve(o.refuse(error));
+    },
+    // Nothing was written yet, so a failure after output is still a plain error response.
+    failMidStream(error) {
+      this.fail(error);
+    },
+  };
 }

@@ -3,6 +3,7 @@
 // that point is invisible (DESIGN §7).
 import { errorResponse, inBandErrorFrame, type GatewayError } from "../errors.ts";
 import type { ChunkFrame, ToolCallDelta } from "../../wire/frames.ts";
+import { bufferedJsonResponder } from "../output.ts";
 
 export interface ChatUsage {
   prompt_tokens: number;
@@ -152,38 +153,20 @@ export function streamingResponder(o: ResponderOptions): ChatResponder {
 
 /** One JSON body, written only when the whole completion is known. */
 export function jsonResponder(o: ResponderOptions): ChatResponder {
-  let resolve!: (r: Response) => void;
-  const response = new Promise<Response>((r) => (resolve = r));
-  let content = "";
-  let calls: { id?: string; name: string; arguments: string }[] = [];
-  let done = false;
-
-  return {
-    response,
-    relay(frame) {
-      if (frame.content !== undefined) content += frame.content;
-      for (const c of frame.tool_calls ?? []) {
-        const call = (calls[c.index] ??= { name: "", arguments: "" });
-        if (c.id !== undefined) call.id = c.id;
-        if (c.name !== undefined) call.name += c.name;
-        if (c.arguments !== undefined) call.arguments += c.arguments;
+  return bufferedJsonResponder({
+    headers: o.headers,
+    refuse: (error) => errorResponse(error, o.requestId),
+    render: (output, { finishReason, usage }) => {
+      const calls = output.toolCalls();
+      const message: Record<string, unknown> = { role: "assistant", content: output.text.length > 0 || calls.length === 0 ? output.text : null };
+      if (calls.length > 0) {
+        message.tool_calls = calls.map((c, i) => ({
+          id: c.id ?? `call_${o.completionId}_${i}`,
+          type: "function",
+          function: { name: c.name, arguments: c.arguments },
+        }));
       }
-    },
-    discard() {
-      content = "";
-      calls = [];
-    },
-    succeed({ finishReason, usage }) {
-      if (done) return;
-      done = true;
-      const message: Record<string, unknown> = { role: "assistant", content: content.length > 0 || calls.length === 0 ? content : null };
-      const toolCalls = calls.filter(Boolean).map((c, i) => ({
-        id: c.id ?? `call_${o.completionId}_${i}`,
-        type: "function",
-        function: { name: c.name, arguments: c.arguments },
-      }));
-      if (toolCalls.length > 0) message.tool_calls = toolCalls;
-      const body = {
+      return {
         id: o.completionId,
         object: "chat.completion",
         created: o.created,
@@ -191,15 +174,6 @@ export function jsonResponder(o: ResponderOptions): ChatResponder {
         choices: [{ index: 0, message, logprobs: null, finish_reason: finishReason }],
         usage: usageObject(usage),
       };
-      resolve(new Response(JSON.stringify(body), { status: 200, headers: { ...o.headers, "content-type": "application/json" } }));
     },
-    fail(error) {
-      if (done) return;
-      done = true;
-      resolve(errorResponse(error, o.requestId));
-    },
-    failMidStream(error) {
-      this.fail(error);
-    },
-  };
+  });
 }

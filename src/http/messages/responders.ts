@@ -4,7 +4,7 @@
 // message_stop.
 import { messagesErrorEnvelope, messagesErrorResponse, type GatewayError } from "../errors.ts";
 import type { ChatOutcome, ChatResponder } from "../chat/responders.ts";
-import { lazyEventStream, OutputCollector } from "../output.ts";
+import { bufferedJsonResponder, lazyEventStream } from "../output.ts";
 import type { ResponderContext } from "../pipeline.ts";
 import { stopReason } from "./translate.ts";
 
@@ -124,24 +124,16 @@ export function messagesStreamResponder(o: MessagesResponderOptions): ChatRespon
 /** One message object, written only when the whole result is known. */
 export function messagesJsonResponder(o: MessagesResponderOptions): ChatResponder {
   const { ids, headers } = o.context;
-  let resolve!: (r: Response) => void;
-  const response = new Promise<Response>((r) => (resolve = r));
-  const collected = new OutputCollector();
-  let done = false;
-
-  return {
-    response,
-    relay: (frame) => collected.add(frame),
-    discard: () => collected.reset(),
-    succeed({ finishReason, usage }) {
-      if (done) return;
-      done = true;
+  return bufferedJsonResponder({
+    headers,
+    refuse: (error) => messagesErrorResponse(error, ids.responseRequestId),
+    render: (collected, { finishReason, usage }) => {
       const content: Record<string, unknown>[] = [];
       if (collected.text !== "") content.push({ type: "text", text: collected.text });
       collected.toolCalls().forEach((call, i) => {
         content.push({ type: "tool_use", id: call.id ?? toolUseId(ids.requestId, i), name: call.name, input: inputObject(call.arguments) });
       });
-      const body = {
+      return {
         id: messageId(ids.requestId),
         type: "message",
         role: "assistant",
@@ -151,15 +143,6 @@ export function messagesJsonResponder(o: MessagesResponderOptions): ChatResponde
         stop_sequence: null,
         usage: { input_tokens: usage.prompt_tokens, output_tokens: usage.completion_tokens },
       };
-      resolve(new Response(JSON.stringify(body), { status: 200, headers: { ...headers, "content-type": "application/json" } }));
     },
-    fail(error) {
-      if (done) return;
-      done = true;
-      resolve(messagesErrorResponse(error, ids.responseRequestId));
-    },
-    failMidStream(error) {
-      this.fail(error);
-    },
-  };
+  });
 }

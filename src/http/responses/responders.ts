@@ -3,7 +3,7 @@
 // §7); a failure after it is a `response.failed` event (error code provider_disconnected) and the end.
 import { errorEnvelope, errorResponse, type GatewayError } from "../errors.ts";
 import type { ChatOutcome, ChatResponder, ChatUsage } from "../chat/responders.ts";
-import { lazyEventStream, OutputCollector } from "../output.ts";
+import { bufferedJsonResponder, lazyEventStream } from "../output.ts";
 import type { ResponderContext } from "../pipeline.ts";
 import type { ResponseEcho } from "./translate.ts";
 
@@ -189,18 +189,10 @@ export function responsesStreamResponder(o: ResponsesResponderOptions): ChatResp
 /** One response object, written only when the whole result is known. */
 export function responsesJsonResponder(o: ResponsesResponderOptions): ChatResponder {
   const { ids, headers } = o.context;
-  let resolve!: (r: Response) => void;
-  const response = new Promise<Response>((r) => (resolve = r));
-  const collected = new OutputCollector();
-  let done = false;
-
-  return {
-    response,
-    relay: (frame) => collected.add(frame),
-    discard: () => collected.reset(),
-    succeed({ finishReason, usage }) {
-      if (done) return;
-      done = true;
+  return bufferedJsonResponder({
+    headers,
+    refuse: (error) => errorResponse(error, ids.responseRequestId),
+    render: (collected, { finishReason, usage }) => {
       const { status, incomplete_details } = finalStatus(finishReason);
       const itemStatus = status === "completed" ? "completed" : "incomplete";
       const calls = collected.toolCalls();
@@ -215,16 +207,7 @@ export function responsesJsonResponder(o: ResponsesResponderOptions): ChatRespon
           arguments: call.arguments,
         }),
       );
-      const body = responseObject(o, { status, output: items.map((s) => toItem(s, itemStatus)), usage, incomplete_details });
-      resolve(new Response(JSON.stringify(body), { status: 200, headers: { ...headers, "content-type": "application/json" } }));
+      return responseObject(o, { status, output: items.map((s) => toItem(s, itemStatus)), usage, incomplete_details });
     },
-    fail(error) {
-      if (done) return;
-      done = true;
-      resolve(errorResponse(error, ids.responseRequestId));
-    },
-    failMidStream(error) {
-      this.fail(error);
-    },
-  };
+  });
 }
