@@ -26,6 +26,12 @@ const MAX_KEY_LENGTH = 255;
 /** Response headers a replay carries over from the first result. */
 const KEPT_HEADERS = ["content-type", "cache-control", "x-request-id", "x-accel-buffering"];
 
+/**
+ * What one kept result costs beyond its body bytes (entry object, map slots, key strings, headers),
+ * measured with bun:jsc heapStats (test/bench/memory.ts); only used to report the cache's footprint.
+ */
+const ENTRY_OVERHEAD_BYTES = 600;
+
 export interface ReplayIdentity {
   account_id: string;
   /** The buyer route: a body means something else on another route. */
@@ -42,22 +48,22 @@ export interface RunTracker {
   outcome(ok: boolean): void;
 }
 
-interface StoredResult {
-  status: number;
-  headers: [string, string][];
-  body: Uint8Array;
-}
-
+// One flat object per request, the result's fields inline: with many small (JSON) results the
+// per-entry objects, not the bodies, dominate the cache's memory.
 interface Entry {
   seq: number;
-  account_id: string;
+  /** `account \0 route \0 sha256(body)`: the byBody key and the identity a key is bound to. */
   fingerprint: string;
-  idempotencyKey: string | null;
+  /** `account \0 Idempotency-Key`, or null. */
+  keyId: string | null;
   state: "in_flight" | "succeeded" | "failed";
-  result: StoredResult | null;
   at_ms: number;
-  done: Promise<void>;
-  settle: () => void;
+  /** The kept response: status, header name/value pairs (flat), body. */
+  status: number;
+  headers: string[] | null;
+  body: ArrayBuffer | null;
+  /** Retries waiting for this in-flight result; created only when one waits (rare). */
+  waiters: (() => void)[] | null;
 }
 
 export interface ReplayCacheOptions {
@@ -65,6 +71,11 @@ export interface ReplayCacheOptions {
   windowMs?: number;
   /** Total bytes of stored results kept; the oldest go first. Default 32 MiB. */
   maxBytes?: number;
+  /**
+   * Finished results kept at most, whatever their size; the oldest go first. Default 16,384: without
+   * it, 32 MiB of ~300-byte JSON bodies is ~110,000 entries whose own objects outweigh the bodies.
+   */
+  maxEntries?: number;
 }
 
 /** Reads the retry identity of a buyer request (headers) around its raw body bytes. */
@@ -82,81 +93,98 @@ export function replayIdentity(request: Request, account_id: string, route: stri
 export function createReplayCache(options: ReplayCacheOptions) {
   const windowMs = options.windowMs ?? REPLAY_WINDOW_MS;
   const maxBytes = options.maxBytes ?? 32 * 1024 * 1024;
+  const maxEntries = options.maxEntries ?? 16_384;
   // Insertion order = creation order: pruning walks from the oldest.
   const entries = new Map<number, Entry>();
   const byKey = new Map<string, Entry>();
   const byBody = new Map<string, Entry>();
   let seq = 0;
   let storedBytes = 0;
+  let finished = 0;
 
-  const keyOf = (account_id: string, key: string) => `${account_id}\u0000${key}`;
-  const bodyKeyOf = (account_id: string, fingerprint: string) => `${account_id}\u0000${fingerprint}`;
+  /**
+   * Whether a later request can still find `e`: a retry looks up only the latest request with its
+   * fingerprint (byBody) or the entry of its key (byKey). An entry reachable by neither can never be
+   * replayed, so nothing of it needs keeping.
+   */
+  const reachable = (e: Entry) => byBody.get(e.fingerprint) === e || (e.keyId !== null && byKey.get(e.keyId) === e);
 
   function forget(e: Entry): void {
-    entries.delete(e.seq);
-    if (e.result) storedBytes -= e.result.body.byteLength;
-    if (e.idempotencyKey !== null && byKey.get(keyOf(e.account_id, e.idempotencyKey)) === e) byKey.delete(keyOf(e.account_id, e.idempotencyKey));
-    if (byBody.get(bodyKeyOf(e.account_id, e.fingerprint)) === e) byBody.delete(bodyKeyOf(e.account_id, e.fingerprint));
+    if (!entries.delete(e.seq)) return;
+    if (e.state !== "in_flight") finished--;
+    if (e.body) storedBytes -= e.body.byteLength;
+    if (e.keyId !== null && byKey.get(e.keyId) === e) byKey.delete(e.keyId);
+    if (byBody.get(e.fingerprint) === e) byBody.delete(e.fingerprint);
   }
 
-  /** Drops finished entries older than the window, then the oldest results while over the byte budget. */
+  /** Drops finished entries older than the window, then the oldest finished ones while over a budget. */
   function prune(now: number): void {
     for (const e of entries.values()) {
       if (e.at_ms > now - windowMs) break;
       if (e.state !== "in_flight") forget(e);
     }
+    // A failed entry replays nothing, and a retry that finds none runs fresh just as one that finds it
+    // failed does: it may go whenever a budget is exceeded, like a success.
     for (const e of entries.values()) {
-      if (storedBytes <= maxBytes) break;
-      if (e.state === "succeeded") forget(e);
+      if (storedBytes <= maxBytes && finished <= maxEntries) break;
+      if (e.state !== "in_flight") forget(e);
     }
   }
 
   const live = (e: Entry | undefined, now: number): Entry | undefined =>
     e && (e.state === "in_flight" || e.at_ms > now - windowMs) ? e : undefined;
 
-  function register(identity: ReplayIdentity, fingerprint: string): Entry {
-    let settle!: () => void;
-    const done = new Promise<void>((r) => (settle = r));
-    const e: Entry = {
-      seq: ++seq,
-      account_id: identity.account_id,
-      fingerprint,
-      idempotencyKey: identity.idempotencyKey,
-      state: "in_flight",
-      result: null,
-      at_ms: options.now(),
-      done,
-      settle,
-    };
+  function register(keyId: string | null, fingerprint: string): Entry {
+    const e: Entry = { seq: ++seq, fingerprint, keyId, state: "in_flight", at_ms: options.now(), status: 0, headers: null, body: null, waiters: null };
     entries.set(e.seq, e);
-    if (e.idempotencyKey !== null) byKey.set(keyOf(e.account_id, e.idempotencyKey), e);
-    byBody.set(bodyKeyOf(e.account_id, fingerprint), e);
+    const previousKeyed = keyId === null ? undefined : byKey.get(keyId);
+    if (keyId !== null) byKey.set(keyId, e);
+    const previous = byBody.get(fingerprint);
+    byBody.set(fingerprint, e);
+    // The previous request with this fingerprint is no longer what a retry finds (unless its key still
+    // names it): a finished one is dropped now; an in-flight one stops recording (see recordingStream).
+    for (const p of [previous, previousKeyed]) if (p && p.state !== "in_flight" && !reachable(p)) forget(p);
     return e;
   }
 
-  function finish(e: Entry, result: StoredResult | null): void {
+  /** Whether an in-flight entry's result must still be recorded: a retry may find it or waits on it. */
+  const wanted = (e: Entry) => e.waiters !== null || reachable(e);
+
+  function finish(e: Entry, result: { status: number; headers: string[]; body: ArrayBuffer } | null): void {
     if (e.state !== "in_flight") return;
+    finished++;
     e.state = result ? "succeeded" : "failed";
-    e.result = result;
+    if (result) {
+      e.status = result.status;
+      e.headers = result.headers;
+      e.body = result.body;
+      storedBytes += result.body.byteLength;
+    }
     e.at_ms = options.now();
     // Re-inserted so creation order stays completion order for pruning.
     entries.delete(e.seq);
     entries.set(e.seq, e);
-    if (result) storedBytes += result.body.byteLength;
-    e.settle();
+    const waiters = e.waiters;
+    e.waiters = null;
+    if (waiters) for (const w of waiters) w();
+    // Waiters hold the entry itself, so an unreachable one can go at once.
+    if (!reachable(e)) forget(e);
     prune(e.at_ms);
   }
 
+  const settled = (e: Entry) => new Promise<void>((resolve) => (e.waiters ??= []).push(resolve));
+
   function replay(e: Entry): Response {
-    const r = e.result!;
-    const headers = new Headers(r.headers);
+    const headers = new Headers();
+    const h = e.headers!;
+    for (let i = 0; i < h.length; i += 2) headers.set(h[i]!, h[i + 1]!);
     headers.set(REPLAYED_HEADER, "true");
-    return new Response(r.body.slice(), { status: r.status, headers });
+    return new Response(e.body!.slice(0), { status: e.status, headers });
   }
 
   /** Runs `start` as a new request, recording its result for later retries. */
-  async function runFresh(identity: ReplayIdentity, fingerprint: string, start: (tracker: RunTracker) => Promise<Response>): Promise<Response> {
-    const entry = register(identity, fingerprint);
+  async function runFresh(keyId: string | null, fingerprint: string, start: (tracker: RunTracker) => Promise<Response>): Promise<Response> {
+    const entry = register(keyId, fingerprint);
     let ok = false;
     const tracker: RunTracker = { outcome: (succeeded) => (ok = succeeded) };
     let response: Response;
@@ -170,21 +198,22 @@ export function createReplayCache(options: ReplayCacheOptions) {
       finish(entry, null);
       return response;
     }
-    const headers: [string, string][] = [];
+    const headers: string[] = [];
     for (const name of KEPT_HEADERS) {
       const value = response.headers.get(name);
-      if (value !== null) headers.push([name, value]);
+      if (value !== null) headers.push(name, value);
     }
-    const store = (body: Uint8Array | null) => finish(entry, ok && body ? { status: 200, headers, body } : null);
+    const store = (body: ArrayBuffer | null) => finish(entry, ok && body ? { status: 200, headers, body } : null);
     if (!(response.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
       // A JSON body is complete by now: copy it without touching the response the buyer gets.
       response
         .clone()
         .arrayBuffer()
-        .then((b) => store(new Uint8Array(b)), () => store(null));
+        .then((b) => store(b), () => store(null));
       return response;
     }
-    return new Response(recordingStream(response.body, store), { status: response.status, headers: response.headers });
+    // Mid-stream only reachability can stop the copy; at the end a failed result is not even assembled.
+    return new Response(recordingStream(response.body, (ended) => (!ended || ok) && wanted(entry), store), { status: response.status, headers: response.headers });
   }
 
   return {
@@ -195,12 +224,13 @@ export function createReplayCache(options: ReplayCacheOptions) {
     async run(identity: ReplayIdentity, start: (tracker: RunTracker) => Promise<Response>, refuse: (error: GatewayError) => Response): Promise<Response> {
       const now = options.now();
       prune(now);
-      const fingerprint = `${identity.route}\u0000${createHash("sha256").update(identity.body).digest("hex")}`;
+      const fingerprint = `${identity.account_id}\u0000${identity.route}\u0000${createHash("sha256").update(identity.body).digest("base64")}`;
       if (identity.idempotencyKey !== null) {
         if (identity.idempotencyKey.length === 0 || identity.idempotencyKey.length > MAX_KEY_LENGTH) {
           return refuse(gatewayError("invalid_request", `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} characters.`, { param: "Idempotency-Key" }));
         }
-        const first = live(byKey.get(keyOf(identity.account_id, identity.idempotencyKey)), now);
+        const keyId = `${identity.account_id}\u0000${identity.idempotencyKey}`;
+        const first = live(byKey.get(keyId), now);
         if (first && first.state !== "failed") {
           if (first.fingerprint !== fingerprint) {
             return refuse(
@@ -212,17 +242,19 @@ export function createReplayCache(options: ReplayCacheOptions) {
           }
           return replay(first);
         }
-        return runFresh(identity, fingerprint, start);
+        return runFresh(keyId, fingerprint, start);
       }
       if (identity.retryMarked) {
-        const latest = live(byBody.get(bodyKeyOf(identity.account_id, fingerprint)), now);
-        if (latest?.state === "in_flight") await latest.done;
-        if (latest?.state === "succeeded" && latest.result) return replay(latest);
+        const latest = live(byBody.get(fingerprint), now);
+        if (latest?.state === "in_flight") await settled(latest);
+        if (latest?.state === "succeeded" && latest.body) return replay(latest);
       }
-      return runFresh(identity, fingerprint, start);
+      return runFresh(null, fingerprint, start);
     },
     /** Results held now (diagnostics and tests). */
     size: () => entries.size,
+    /** Approximate bytes held: bodies plus a per-entry estimate (diagnostics). */
+    footprintBytes: () => storedBytes + entries.size * ENTRY_OVERHEAD_BYTES,
   };
 }
 
@@ -231,11 +263,12 @@ export type ReplayCache = ReturnType<typeof createReplayCache>;
 /**
  * Passes `body` through unchanged while keeping a copy; `done` gets the bytes once it ended normally,
  * or null when the buyer went away first. A cancel is passed on, so the responder still sees the buyer
- * leave.
+ * leave. The copy goes into one growing buffer rather than a list of the responder's chunks (each its
+ * own Uint8Array and backing store), and stops as soon as `wanted` says no retry can get this result.
  */
-function recordingStream(body: ReadableStream<Uint8Array>, done: (bytes: Uint8Array | null) => void): ReadableStream<Uint8Array> {
+function recordingStream(body: ReadableStream<Uint8Array>, wanted: (ended: boolean) => boolean, done: (bytes: ArrayBuffer | null) => void): ReadableStream<Uint8Array> {
   const reader = body.getReader();
-  const parts: Uint8Array[] = [];
+  let buffer: Uint8Array<ArrayBuffer> | null = new Uint8Array(1024);
   let length = 0;
   return new ReadableStream<Uint8Array>({
     async pull(controller) {
@@ -243,27 +276,32 @@ function recordingStream(body: ReadableStream<Uint8Array>, done: (bytes: Uint8Ar
         const { value, done: ended } = await reader.read();
         if (ended) {
           controller.close();
-          const bytes = new Uint8Array(length);
-          let at = 0;
-          for (const p of parts) {
-            bytes.set(p, at);
-            at += p.byteLength;
-          }
-          done(bytes);
+          // The only copy kept: exactly the body's length (the growing buffer has slack).
+          done(buffer && wanted(true) ? buffer.buffer.slice(0, length) : null);
+          buffer = null;
           return;
         }
-        parts.push(value);
-        length += value.byteLength;
         controller.enqueue(value);
+        if (buffer && !wanted(false)) buffer = null;
+        if (buffer) {
+          if (length + value.byteLength > buffer.byteLength) {
+            const grown = new Uint8Array(Math.max(buffer.byteLength * 2, length + value.byteLength));
+            grown.set(buffer.subarray(0, length));
+            buffer = grown;
+          }
+          buffer.set(value, length);
+          length += value.byteLength;
+        }
       } catch (error) {
+        buffer = null;
         done(null);
         controller.error(error);
       }
     },
     cancel(reason) {
+      buffer = null;
       done(null);
       return reader.cancel(reason);
     },
   });
 }
-

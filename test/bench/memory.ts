@@ -1,0 +1,378 @@
+// Gateway memory: idle RSS and RSS per live stream of `gateway serve`, in isolation (issue 7 targets:
+// ≤ 150 MB idle, ≤ 50 KB per live stream). `bun run bench` samples RSS as a side effect of its stream
+// ladder, after its load phases; this script isolates the two figures and attributes them.
+//
+//   bun test/bench/memory.ts
+//
+// For each stream level N (MEM_LEVELS, default 0,100,256,512) a fresh stack is started — the gateway
+// (`bun src/main.ts serve`, enforce mode, the same configuration as stack.ts) with MEM_PROVIDERS
+// provider runtimes (`gateway provider --engine openai`, default 4) in front of the benchmark's mock —
+// so freed memory of an earlier level cannot hide a later level's cost. Per level:
+//   1. warm-up: 50 non-streaming requests and 20 short streams, one at a time (JIT, pools, caches);
+//   2. idle: the gateway's VmRSS (/proc/PID/status), median of 10 samples over 1 s;
+//   3. live: N streams opened at once by a holder process of its own (each a slow mock stream: one
+//      16-byte delta every 100 ms, long enough to outlive the measurement); once every stream has its
+//      first content frame, 2 s pass, then the median of 20 samples over 2 s; per stream = (live −
+//      idle) / N.
+// Then one more fresh stack measures idle after load — the retry replay cache and the heap's high-water
+// mark after the kind of traffic `bun run bench` sends before it reads its idle figure.
+//
+// MEM_HEAP=1 runs the gateway in a host process (this file, `host` mode) that imports src/main.ts with
+// `serve` argv — the same module graph — and answers heap questions over IPC: after Bun.gc(true), the
+// JSC heap size and object counts by type from bun:jsc (importing bun:jsc costs the host ~1 MB, so RSS
+// figures are reported from plain runs). MEM_JSON=FILE writes the result as JSON; MEM_BUN_FLAGS (e.g.
+// `--smol`) is passed to the gateway's bun; MEM_AFTER_LOAD=0 skips the after-load stack.
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { LoadResult, LoadSpec } from "./driver.ts";
+import { FETCH_ENV, MAIN, Processes, rssMb, startMock } from "./stack.ts";
+import { settingSpecs } from "../../src/config/index.ts";
+import { createHash } from "node:crypto";
+
+const env = process.env;
+const LEVELS = (env.MEM_LEVELS ?? "0,100,256,512").split(",").map(Number);
+const PROVIDERS = Number(env.MEM_PROVIDERS ?? 4);
+const HEAP = env.MEM_HEAP === "1";
+const AFTER_LOAD = env.MEM_AFTER_LOAD !== "0";
+/** Extra flags for the gateway's bun (e.g. `--smol`), to compare runtime settings. */
+const BUN_FLAGS = (env.MEM_BUN_FLAGS ?? "").split(" ").filter(Boolean);
+
+/** Slow enough that a stream outlives the measurement (2,000 deltas × 100 ms); fast enough to keep the stream idle timer quiet. */
+const SLOW_MODEL = "bench-sse-n2000-i100";
+const MODELS = ["bench-json", "bench-json-d20", "bench-sse-n4-i0", "bench-sse-n256-i0", SLOW_MODEL];
+const modelHash = (id: string) => createHash("sha256").update(`bench-weights:${id}`).digest("hex");
+const USER_MESSAGE = "x".repeat(256);
+/** `distinct` makes the body unique, as real buyers' are (identical bodies share one replay-cache slot). */
+const body = (model: string, stream: boolean, maxTokens: number, distinct?: number) =>
+  JSON.stringify({ model, stream, max_tokens: maxTokens, messages: [{ role: "user", content: distinct === undefined ? USER_MESSAGE : `${distinct} ${USER_MESSAGE}` }] });
+
+type Proc = ReturnType<typeof Bun.spawn>;
+type HeapReport = { rss_mb: number; heap_mb: number; extra_mb: number; objects: Record<string, number> };
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+};
+const round1 = (x: number) => Math.round(x * 10) / 10;
+
+async function sampleRss(pid: number, n: number, everyMs: number): Promise<number> {
+  const xs: number[] = [];
+  for (let i = 0; i < n; i++) {
+    xs.push(rssMb(pid));
+    await Bun.sleep(everyMs);
+  }
+  return median(xs);
+}
+
+interface Stack {
+  url: string;
+  apiKey: string;
+  gateway: Proc;
+  /** Host mode only: heap figures after a full GC. */
+  heap?: () => Promise<HeapReport>;
+}
+
+/** stack.ts's startGatewayStack, with a slow model added and an optional host-mode gateway. */
+async function startStack(p: Processes, mockUrl: string): Promise<Stack> {
+  p.cli(["catalog", "init"]);
+  for (const m of MODELS) p.cli(["catalog", "add", "--model-id", m, "--model-hash", modelHash(m), "--hash-scope", "gguf-file-v1"]);
+  const { account_id, api_key } = JSON.parse(p.cli(["accounts", "create", "--tier", "paid", "--name", "bench"])) as { account_id: string; api_key: string };
+  p.cli(["credits", "grant", "--account", account_id, "--credits", String(1e15), "--memo", "benchmark"]);
+  const known = new Set<string>(settingSpecs.map((spec) => spec.key));
+  const raised = Object.fromEntries(
+    Object.entries({ paidConcurrentRequests: 100_000, freeConcurrentRequests: 100_000, paidDailyTokens: 0 }).filter(([k]) => known.has(k)),
+  );
+  const configFile = join(p.dataDir, "gateway.json");
+  writeFileSync(
+    configFile,
+    JSON.stringify({ port: 0, dataDir: p.dataDir, settlementMode: "enforce", logLevel: "info", provisionalAdmissionsPerHour: 1000, ...raised }),
+  );
+  let heap: Stack["heap"];
+  let gateway: Proc;
+  if (HEAP) {
+    const waiting: ((r: HeapReport) => void)[] = [];
+    gateway = Bun.spawn(["bun", ...BUN_FLAGS, import.meta.path, "host", configFile], {
+      stdout: Bun.file(join(p.dataDir, "gateway.log")),
+      stderr: "inherit",
+      ipc: (message) => waiting.shift()?.(message as HeapReport),
+    });
+    p.all.push(gateway);
+    heap = () => {
+      const r = new Promise<HeapReport>((resolve) => waiting.push(resolve));
+      gateway.send("heap");
+      return r;
+    };
+  } else {
+    gateway = p.spawn(["bun", ...BUN_FLAGS, MAIN, "serve", "--config", configFile], { log: "gateway.log" });
+  }
+  const listening = await p.line("gateway.log", (l) => l.event === "gateway_listening");
+  const url = `http://127.0.0.1:${listening.port}`;
+  for (let i = 0; i < PROVIDERS; i++) {
+    p.spawn(
+      [
+        "bun", MAIN, "provider",
+        "--gateway", `ws://127.0.0.1:${listening.port}/v1/provider/connect`,
+        "--id", `bench-provider-${i}`,
+        "--key-file", join(p.dataDir, `provider-${i}.key`),
+        "--engine", "openai",
+        "--upstream", mockUrl,
+        "--max-concurrency", "1024",
+        ...MODELS.flatMap((m) => ["--model", `${m}=${modelHash(m)}`]),
+      ],
+      { env: FETCH_ENV, log: `provider-${i}.log` },
+    );
+  }
+  const deadline = performance.now() + 20_000;
+  for (;;) {
+    const models = (await (await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${api_key}` } })).json()) as { data?: { id: string }[] };
+    const status = (await (await fetch(`${url}/v1/status`)).json()) as { pool: { providers_admitted: number } };
+    const ids = new Set((models.data ?? []).map((m) => m.id));
+    if (status.pool.providers_admitted === PROVIDERS && MODELS.every((m) => ids.has(m))) break;
+    if (performance.now() > deadline) throw new Error(`stack not ready: ${JSON.stringify(status)}`);
+    await Bun.sleep(50);
+  }
+  return { url, apiKey: api_key, gateway, heap };
+}
+
+async function warmUp(s: Stack): Promise<void> {
+  const init = (b: string) => ({ method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${s.apiKey}` }, body: b });
+  for (let i = 0; i < 50; i++) await (await fetch(`${s.url}/v1/chat/completions`, init(body("bench-json", false, 16)))).arrayBuffer();
+  for (let i = 0; i < 20; i++) await (await fetch(`${s.url}/v1/chat/completions`, init(body("bench-sse-n4-i0", true, 4)))).arrayBuffer();
+}
+
+async function liveRequests(url: string): Promise<number> {
+  return ((await (await fetch(`${url}/healthz`)).json()) as { live_requests: number }).live_requests;
+}
+
+/** Opens N slow streams in a holder process; resolves once each has its first content frame. */
+async function holdStreams(s: Stack, n: number): Promise<{ stop: () => Promise<void> }> {
+  let ready!: (m: { ok: number; failed: number }) => void;
+  const readyP = new Promise<{ ok: number; failed: number }>((r) => (ready = r));
+  const holder = Bun.spawn(["bun", import.meta.path, "hold", s.url, s.apiKey, String(n)], {
+    env: { ...env, ...FETCH_ENV },
+    stdout: "inherit",
+    stderr: "inherit",
+    ipc: (m) => ready(m as { ok: number; failed: number }),
+  });
+  const r = await Promise.race([readyP, Bun.sleep(60_000).then(() => ({ ok: -1, failed: -1 }))]);
+  if (r.failed !== 0) throw new Error(`holder: ${JSON.stringify(r)}`);
+  return {
+    async stop() {
+      holder.kill("SIGKILL");
+      await holder.exited;
+      // The gateway sees every buyer leave; wait until it has closed them all.
+      const deadline = performance.now() + 20_000;
+      while ((await liveRequests(s.url)) > 0 && performance.now() < deadline) await Bun.sleep(100);
+    },
+  };
+}
+
+async function drive(spec: LoadSpec): Promise<LoadResult> {
+  const proc = Bun.spawn(["bun", join(import.meta.dir, "driver.ts"), JSON.stringify(spec)], { env: { ...env, ...FETCH_ENV }, stdout: "pipe", stderr: "inherit" });
+  const out = await new Response(proc.stdout).text();
+  if ((await proc.exited) !== 0) throw new Error(`driver failed: ${out}`);
+  return JSON.parse(out) as LoadResult;
+}
+
+/** Object types whose count changed most between two heap reports, per stream. */
+function objectDelta(a: HeapReport, b: HeapReport, n: number): Record<string, number> {
+  const d: [string, number][] = [];
+  for (const k of new Set([...Object.keys(a.objects), ...Object.keys(b.objects)])) {
+    const x = (b.objects[k] ?? 0) - (a.objects[k] ?? 0);
+    if (Math.abs(x) >= n / 2) d.push([k, Math.round((x / Math.max(1, n)) * 10) / 10]);
+  }
+  return Object.fromEntries(d.sort((x, y) => Math.abs(y[1]) - Math.abs(x[1])).slice(0, 25));
+}
+
+interface LevelResult {
+  streams: number;
+  idle_mb: number;
+  live_mb: number | null;
+  per_stream_kb: number | null;
+  heap_idle?: Omit<HeapReport, "objects">;
+  heap_live?: Omit<HeapReport, "objects">;
+  heap_per_stream_kb?: number;
+  objects_per_stream?: Record<string, number>;
+}
+
+async function measureLevel(mockUrl: string, n: number): Promise<LevelResult> {
+  const p = new Processes();
+  try {
+    const s = await startStack(p, mockUrl);
+    await warmUp(s);
+    await Bun.sleep(1000);
+    const idleHeap = s.heap ? await s.heap() : undefined;
+    const idle = await sampleRss(s.gateway.pid, 10, 100);
+    const out: LevelResult = { streams: n, idle_mb: round1(idle), live_mb: null, per_stream_kb: null };
+    if (idleHeap) out.heap_idle = { rss_mb: idleHeap.rss_mb, heap_mb: idleHeap.heap_mb, extra_mb: idleHeap.extra_mb };
+    if (n > 0) {
+      const hold = await holdStreams(s, n);
+      await Bun.sleep(2000);
+      const live = await sampleRss(s.gateway.pid, 20, 100);
+      out.live_mb = round1(live);
+      out.per_stream_kb = Math.round(((live - idle) * 1024) / n);
+      if (s.heap && idleHeap) {
+        const h = await s.heap();
+        out.heap_live = { rss_mb: h.rss_mb, heap_mb: h.heap_mb, extra_mb: h.extra_mb };
+        out.heap_per_stream_kb = Math.round(((h.heap_mb - idleHeap.heap_mb) * 1024) / n);
+        out.objects_per_stream = objectDelta(idleHeap, h, n);
+      }
+      await hold.stop();
+    }
+    console.error(`[memory] ${JSON.stringify(out)}`);
+    return out;
+  } finally {
+    await p.stop();
+  }
+}
+
+/** Idle RSS after roughly the traffic `bun run bench` sends before it reads its idle figure. */
+async function measureAfterLoad(mockUrl: string): Promise<Record<string, unknown>> {
+  const p = new Processes();
+  try {
+    const s = await startStack(p, mockUrl);
+    await warmUp(s);
+    await Bun.sleep(1000);
+    const fresh = await sampleRss(s.gateway.pid, 10, 100);
+    const freshHeap = s.heap ? await s.heap() : undefined;
+    const headers = { "content-type": "application/json", authorization: `Bearer ${s.apiKey}` };
+    const url = `${s.url}/v1/chat/completions`;
+    const a = await drive({ mode: "load", url, headers, body: body("bench-json", false, 16), concurrency: 1, warmupMs: 500, durationMs: 5000 });
+    const b = await drive({ mode: "load", url, headers, body: body("bench-json-d20", false, 16), concurrency: 128, warmupMs: 500, durationMs: 5000 });
+    const c = await drive({ mode: "load", url, headers, body: body("bench-sse-n256-i0", true, 256), concurrency: 32, warmupMs: 0, durationMs: 5000 });
+    await Bun.sleep(1000);
+    const after = await sampleRss(s.gateway.pid, 10, 100);
+    const loadHeap = s.heap ? await s.heap() : undefined;
+    // The same again with every body distinct, as real traffic is: the replay cache keeps each result.
+    const filled = await fill(s.url, s.apiKey);
+    await Bun.sleep(1000);
+    const afterDistinct = await sampleRss(s.gateway.pid, 10, 100);
+    // Freed memory goes back to the system late (allocator scavenging), if at all: sampled again later.
+    await Bun.sleep(15_000);
+    const afterDistinctLater = await sampleRss(s.gateway.pid, 10, 100);
+    const out: Record<string, unknown> = {
+      requests: { json_c1: a.ok, json_c128: b.ok, sse_256_deltas_c32: c.ok },
+      idle_fresh_mb: round1(fresh),
+      idle_after_load_mb: round1(after),
+      distinct_requests: filled,
+      idle_after_distinct_mb: round1(afterDistinct),
+      idle_after_distinct_16s_mb: round1(afterDistinctLater),
+    };
+    if (s.heap && freshHeap) {
+      const h = await s.heap();
+      out.heap_fresh = { rss_mb: freshHeap.rss_mb, heap_mb: freshHeap.heap_mb, extra_mb: freshHeap.extra_mb };
+      out.heap_after_load = { rss_mb: loadHeap!.rss_mb, heap_mb: loadHeap!.heap_mb, extra_mb: loadHeap!.extra_mb };
+      out.heap_after_distinct = { rss_mb: h.rss_mb, heap_mb: h.heap_mb, extra_mb: h.extra_mb };
+      out.objects_retained = objectDelta(freshHeap, h, 1000);
+    }
+    console.error(`[memory] after load ${JSON.stringify(out)}`);
+    return out;
+  } finally {
+    await p.stop();
+  }
+}
+
+/** 20,000 non-streaming requests (64 at a time) and 1,000 streams of 256 deltas (32 at a time), every body distinct. */
+async function fill(url: string, apiKey: string): Promise<{ json: number; sse: number }> {
+  const headers = { "content-type": "application/json", authorization: `Bearer ${apiKey}` };
+  let next = 0;
+  const run = async (total: number, c: number, make: (i: number) => string): Promise<number> => {
+    let ok = 0;
+    const end = next + total;
+    const worker = async () => {
+      while (next < end) {
+        const i = next++;
+        const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers, body: make(i) });
+        await r.arrayBuffer();
+        if (r.status === 200) ok++;
+      }
+    };
+    await Promise.all(Array.from({ length: c }, worker));
+    return ok;
+  };
+  const json = await run(20_000, 64, (i) => body("bench-json", false, 16, i));
+  const sse = await run(1_000, 32, (i) => body("bench-sse-n256-i0", true, 256, i));
+  return { json, sse };
+}
+
+async function main(): Promise<void> {
+  const procs = new Processes();
+  try {
+    const mock = await startMock(procs);
+    const levels: LevelResult[] = [];
+    for (const n of LEVELS) levels.push(await measureLevel(mock.url, n));
+    const afterLoad = AFTER_LOAD ? await measureAfterLoad(mock.url) : null;
+    const result = { date: new Date().toISOString(), bun: Bun.version, providers: PROVIDERS, heap_mode: HEAP, levels, after_load: afterLoad };
+    if (env.MEM_JSON) writeFileSync(env.MEM_JSON, `${JSON.stringify(result, null, 2)}\n`);
+    console.log("| streams | idle RSS MB | live RSS MB | per stream KB |\n| ---: | ---: | ---: | ---: |");
+    for (const l of levels) console.log(`| ${l.streams} | ${l.idle_mb} | ${l.live_mb ?? "–"} | ${l.per_stream_kb ?? "–"} |`);
+    if (afterLoad) {
+      console.log(`\nidle fresh ${afterLoad.idle_fresh_mb} MB → after load, identical bodies ${afterLoad.idle_after_load_mb} MB (${JSON.stringify(afterLoad.requests)})`);
+      console.log(`→ after distinct bodies ${afterLoad.idle_after_distinct_mb} MB (${JSON.stringify(afterLoad.distinct_requests)}); 16 s later ${afterLoad.idle_after_distinct_16s_mb} MB`);
+    }
+  } finally {
+    await procs.stop();
+  }
+}
+
+/** `hold URL KEY N`: opens N slow streams, tells the parent when each has a content frame, then keeps reading. */
+async function hold(url: string, apiKey: string, n: number): Promise<void> {
+  let ok = 0;
+  let failed = 0;
+  let reported = false;
+  const report = () => {
+    if (!reported && ok + failed === n) {
+      reported = true;
+      process.send!({ ok, failed });
+    }
+  };
+  const headers = { "content-type": "application/json", authorization: `Bearer ${apiKey}` };
+  const one = async (_: unknown, i: number) => {
+    const init = { method: "POST", headers, body: body(SLOW_MODEL, true, 4096, i) };
+    let counted = false;
+    try {
+      const res = await fetch(`${url}/v1/chat/completions`, init);
+      if (res.status !== 200 || !res.body) throw new Error(`status ${res.status}: ${await res.text()}`);
+      const reader = res.body.getReader();
+      const decoder = new TextDecoder();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        if (!counted && decoder.decode(value).includes('"content":"')) {
+          counted = true;
+          ok++;
+          report();
+        }
+      }
+    } catch (error) {
+      if (!counted) {
+        failed++;
+        console.error(`[memory hold] ${String(error)}`);
+        report();
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: n }, one));
+}
+
+/** `host CONFIG`: `gateway serve` (src/main.ts, same module graph) plus heap reports over IPC. */
+async function host(configFile: string): Promise<void> {
+  const { heapStats } = await import("bun:jsc");
+  process.on("message", () => {
+    Bun.gc(true);
+    const h = heapStats();
+    process.send!({
+      rss_mb: round1(Number(/VmRSS:\s+(\d+)/.exec(readFileSync("/proc/self/status", "utf8"))![1]) / 1024),
+      heap_mb: round1(h.heapSize / 1048576),
+      extra_mb: round1(h.extraMemorySize / 1048576),
+      objects: h.objectTypeCounts,
+    } satisfies HeapReport);
+  });
+  process.argv = [process.argv[0]!, MAIN, "serve", "--config", configFile];
+  await import(MAIN);
+}
+
+const [mode, ...args] = process.argv.slice(2);
+if (mode === "hold") await hold(args[0]!, args[1]!, Number(args[2]));
+else if (mode === "host") await host(args[0]!);
+else await main();
