@@ -83,6 +83,35 @@ describe("replay cache", () => {
     expect(h.cache.size()).toBe(1);
   });
 
+  test("of identical unkeyed requests only the latest is kept (the only one a retry can find)", async () => {
+    const h = harness();
+    for (let i = 0; i < 5; i++) {
+      await h.cache.run(identity(), h.ok, refuse);
+      await h.settle();
+    }
+    expect(h.cache.size()).toBe(1);
+    expect(await json(await h.cache.run(identity({ retryMarked: true }), h.ok, refuse))).toEqual({ run: 5 });
+  });
+
+  test("at most maxEntries finished results are kept, oldest first out", async () => {
+    let now = 0;
+    const cache = createReplayCache({ now: () => now, maxEntries: 3 });
+    let runs = 0;
+    const ok = (tracker: RunTracker) => {
+      runs++;
+      tracker.outcome(true);
+      return Promise.resolve(new Response(JSON.stringify({ run: runs }), { headers: { "content-type": "application/json" } }));
+    };
+    for (const key of ["a", "b", "c", "d"]) {
+      await cache.run(identity({ idempotencyKey: key }), ok, refuse);
+      await Bun.sleep(1);
+      now += 1;
+    }
+    expect(cache.size()).toBe(3);
+    expect((await cache.run(identity({ idempotencyKey: "a" }), ok, refuse)).headers.get("idempotent-replayed")).toBeNull();
+    expect((await cache.run(identity({ idempotencyKey: "d" }), ok, refuse)).headers.get("idempotent-replayed")).toBe("true");
+  });
+
   test("over the byte budget the oldest results go first", async () => {
     const h = harness({ maxBytes: 20 });
     await h.cache.run(identity({ idempotencyKey: "a" }), h.ok, refuse); // {"run":1}: 9 bytes
