@@ -2,6 +2,12 @@
 //   routing → awaitingFirstByte(attempt n) → receiving → succeeded | failed | failedMidStream | cancelled
 // Failover (back to routing, failed provider excluded) is possible until the first buyer-visible byte;
 // a streaming request commits at its first relayed delta, a non-streaming one only when its body is written.
+//
+// Only an attempt's first chunk is an event here (it changes state: awaitingFirstByte → receiving, and a
+// stream commits). Later chunks stay at the edge (src/gateway/chunkMeter.ts checks their seq and the
+// max_tokens cap, counts them and relays them), which tells this machine only what changes its state:
+// `stream.seqError`, `stream.lengthLimited`, and `stream.progress` at most once per idle-check window.
+// A per-chunk event with a re-armed stall timer was 65 % of the gateway's CPU at 384 live streams.
 import { assign, fromCallback, setup } from "xstate";
 import type { ChunkFrame, DeclineCode, EndFrame } from "../src/wire/frames.ts";
 
@@ -30,9 +36,10 @@ export interface RequestContext extends RequestInput {
   current: AttemptRef | null;
   excludedProviders: string[];
   committed: boolean;
-  expectedSeq: number;
-  deliveredTokens: number;
-  deliveredBytes: number;
+  /** Whether the current idle-check window saw a chunk (the first chunk, or a `stream.progress`). */
+  progressInWindow: boolean;
+  /** Idle-check windows in a row that ended without a chunk. */
+  idleWindows: number;
   lengthLimited: boolean;
   failure: { code: FailureCode; message: string } | null;
   lastAttemptFailure: string | null;
@@ -45,7 +52,14 @@ export type RequestEvent =
   /** The gateway refused the attempt's `accepted` measurement (hash ≠ the catalog's): fail over. */
   | { type: "provider.rejected" }
   | { type: "provider.declined"; code: DeclineCode }
+  /** An attempt's first chunk (later ones stay at the edge). */
   | { type: "provider.chunk"; frame: ChunkFrame }
+  /** A later chunk arrived in this idle-check window (sent at most once per window). */
+  | { type: "stream.progress" }
+  /** A later chunk carried the wrong seq: a provider failure. */
+  | { type: "stream.seqError" }
+  /** A later chunk would take the delivered tokens past max_tokens: it is not relayed. */
+  | { type: "stream.lengthLimited" }
   | { type: "provider.ended"; frame: EndFrame }
   | { type: "provider.lost" }
   | { type: "buyer.aborted" };
@@ -56,7 +70,14 @@ export interface DispatchInput {
   excludedProviders: string[];
 }
 
-const utf8Length = (text: string): number => Buffer.byteLength(text, "utf8");
+/**
+ * The `streamIdleCheck` delay for a stall limit T: half of it (rounded up), so that failing after two
+ * consecutive check windows without a chunk detects a stall after more than T and at most 1.5 × T.
+ */
+export const streamIdleCheckMs = (streamIdleTimeoutMs: number): number => Math.max(1, Math.ceil(streamIdleTimeoutMs / 2));
+
+/** Consecutive idle-check windows without a chunk after which a running attempt has stalled. */
+const STALL_WINDOWS = 2;
 
 export const requestMachine = setup({
   types: {
@@ -74,13 +95,19 @@ export const requestMachine = setup({
     mayRetry: ({ context }) => context.nextAttemptN < context.maxAttempts,
     endedNormally: ({ event }) => event.type === "provider.ended" && event.frame.terminal_state === "normal_done",
     committed: ({ context }) => context.committed,
-    seqOutOfOrder: ({ context, event }) => event.type === "provider.chunk" && event.frame.seq !== context.expectedSeq,
-    exceedsMaxTokens: ({ context, event }) =>
-      event.type === "provider.chunk" && context.deliveredTokens + event.frame.tokens > context.maxTokens,
+    // The first chunk of an attempt: seq 0, and nothing delivered yet (the edge's ChunkMeter applies the
+    // same two rules, in the same order, to every later chunk).
+    seqOutOfOrder: ({ event }) => event.type === "provider.chunk" && event.frame.seq !== 0,
+    exceedsMaxTokens: ({ context, event }) => event.type === "provider.chunk" && event.frame.tokens > context.maxTokens,
+    // Checked when a window closes: this one saw no chunk, and the ones before it make STALL_WINDOWS.
+    stalled: ({ context }) => !context.progressInWindow && context.idleWindows + 1 >= STALL_WINDOWS,
   },
   actions: {
     // Effects, provided at the edge: write to the buyer, talk to the provider session.
+    // Relays the attempt's first chunk (and starts the edge's count of the attempt).
     relayChunk: (_, _params: { frame: ChunkFrame }) => {},
+    // Lets the edge report the next chunk as progress: a new idle-check window starts.
+    openProgressWindow: () => {},
     discardPartialOutput: () => {},
     finishSuccess: () => {},
     finishFailure: () => {},
@@ -90,31 +117,26 @@ export const requestMachine = setup({
 
     recordDispatch: assign(({ context, event }) => {
       if (event.type !== "route.dispatched") return {};
-      return { current: event.attempt, nextAttemptN: context.nextAttemptN + 1, expectedSeq: 0 };
+      return { current: event.attempt, nextAttemptN: context.nextAttemptN + 1 };
     }),
     recordUnavailable: assign(({ event }) =>
       event.type === "route.unavailable" ? { failure: { code: event.code, message: event.message } } : {},
     ),
-    countDelivered: assign(({ context, event }) => {
-      if (event.type !== "provider.chunk") return {};
-      const { frame } = event;
-      return {
-        expectedSeq: context.expectedSeq + 1,
-        deliveredTokens: context.deliveredTokens + frame.tokens,
-        deliveredBytes: context.deliveredBytes + (frame.content ? utf8Length(frame.content) : 0),
-        committed: context.streaming,
-      };
-    }),
+    // The first chunk is relayed: a stream commits, and the first idle-check window has seen a chunk.
+    recordFirstChunk: assign(({ context }) => ({ committed: context.streaming, progressInWindow: true, idleWindows: 0 })),
+    recordProgress: assign({ progressInWindow: true }),
+    closeIdleWindow: assign(({ context }) => ({
+      idleWindows: context.progressInWindow ? 0 : context.idleWindows + 1,
+      progressInWindow: false,
+    })),
     markLengthLimited: assign({ lengthLimited: true }),
     recordDispatchError: assign({
       failure: { code: "internal_error" as const, message: "The gateway hit an internal error. Retry the request." },
     }),
     excludeCurrentProvider: assign(({ context, event }) => ({
       excludedProviders: context.current ? [...context.excludedProviders, context.current.providerId] : context.excludedProviders,
-      lastAttemptFailure: event.type.startsWith("provider.") ? event.type : "first_byte_timeout",
+      lastAttemptFailure: event.type.startsWith("provider.") || event.type.startsWith("stream.") ? event.type : "first_byte_timeout",
       current: null,
-      deliveredTokens: 0,
-      deliveredBytes: 0,
     })),
     recordAttemptsExhausted: assign(({ context }) => ({
       failure: context.failure ?? {
@@ -125,8 +147,9 @@ export const requestMachine = setup({
   },
   delays: {
     firstByteTimeout: 30_000,
-    // Longest silence between chunks once output has started.
-    streamIdleTimeout: 60_000,
+    // The idle watchdog's window once output has started: streamIdleCheckMs(streamIdleTimeoutMs), the
+    // default for a 60 s stall limit. A stall is two windows in a row without a chunk.
+    streamIdleCheck: 30_000,
     requestDeadline: 300_000,
   },
 }).createMachine({
@@ -137,9 +160,8 @@ export const requestMachine = setup({
     current: null,
     excludedProviders: [],
     committed: false,
-    expectedSeq: 0,
-    deliveredTokens: 0,
-    deliveredBytes: 0,
+    progressInWindow: false,
+    idleWindows: 0,
     lengthLimited: false,
     failure: null,
     lastAttemptFailure: null,
@@ -199,38 +221,36 @@ export const requestMachine = setup({
           { guard: "exceedsMaxTokens", target: "succeeded", actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }, "markLengthLimited"] },
           {
             target: "receiving",
-            actions: ["countDelivered", { type: "relayChunk", params: ({ event }) => ({ frame: (event as { frame: ChunkFrame }).frame }) }],
+            actions: ["recordFirstChunk", { type: "relayChunk", params: ({ event }) => ({ frame: (event as { frame: ChunkFrame }).frame }) }],
           },
         ],
         "provider.ended": [{ guard: "endedNormally", target: "succeeded" }, { target: "attemptFailed" }],
       },
     },
     receiving: {
+      // The idle watchdog: one timer per window, not one re-armed per chunk. A chunk in a window counts
+      // for that window, so the last chunk is followed by two full silent windows before the stall is
+      // declared: more than 2 × streamIdleCheck, at most 3 × it after the last chunk.
       after: {
-        streamIdleTimeout: {
-          target: "providerFailedAfterOutput",
-          actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }],
-        },
-      },
-      on: {
-        "provider.chunk": [
+        streamIdleCheck: [
           {
-            guard: "seqOutOfOrder",
+            guard: "stalled",
             target: "providerFailedAfterOutput",
             actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }],
           },
-          {
-            guard: "exceedsMaxTokens",
-            target: "succeeded",
-            actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }, "markLengthLimited"],
-          },
-          {
-            // Re-entering restarts the stall timer.
-            target: "receiving",
-            reenter: true,
-            actions: ["countDelivered", { type: "relayChunk", params: ({ event }) => ({ frame: (event as { frame: ChunkFrame }).frame }) }],
-          },
+          { target: "receiving", reenter: true, actions: ["closeIdleWindow", "openProgressWindow"] },
         ],
+      },
+      on: {
+        "stream.progress": { actions: "recordProgress" },
+        "stream.seqError": {
+          target: "providerFailedAfterOutput",
+          actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }],
+        },
+        "stream.lengthLimited": {
+          target: "succeeded",
+          actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }, "markLengthLimited"],
+        },
         "provider.ended": [{ guard: "endedNormally", target: "succeeded" }, { target: "providerFailedAfterOutput" }],
         "provider.lost": "providerFailedAfterOutput",
       },

@@ -44,7 +44,7 @@ export const settingSpecs = [
   s("requestTokenCap", "integer", 4096, "Largest max_tokens one free-tier request may ask for (an absent max_tokens reserves up to it).", { min: 1 }),
   s("maxAttempts", "integer", 3, "Provider attempts per request before giving up (failover before the first byte).", { min: 1 }),
   s("firstByteTimeoutMs", "integer", 30_000, "How long an attempt may take to its first content delta before failover.", { min: 1 }),
-  s("streamIdleTimeoutMs", "integer", 60_000, "Longest silence between two chunks of a running attempt before it counts as failed.", { min: 1 }),
+  s("streamIdleTimeoutMs", "integer", 60_000, "Silence after a chunk of a running attempt before it counts as failed; checked every half of it, so a stall is detected after more than this and at most 1.5 times this.", { min: 1 }),
   s("requestDeadlineMs", "integer", 300_000, "Longest a whole request may run; sent to providers as deadline_ms.", { min: 1 }),
   s("heartbeatIntervalMs", "integer", 10_000, "Heartbeat interval given to providers; 3 missed intervals evict.", { min: 10 }),
   s("handshakeTimeoutMs", "integer", 10_000, "Time a provider has to complete the handshake.", { min: 10 }),

@@ -1,5 +1,6 @@
 // The provider WebSocket endpoint (/v1/provider/connect): decodes frames, feeds the session actor the
-// handshake and heartbeats, and hands job frames straight to the request actor that owns the attempt.
+// handshake and heartbeats, and hands job frames straight to the request that owns the attempt (chunks
+// to its edge, which passes the actor only what changes its state).
 import type { ServerWebSocket, WebSocketHandler } from "bun";
 import { createActor, fromPromise, type InspectionEvent, type Observer } from "xstate";
 import { providerSessionMachine, type AdmissionInput, type AdmissionVerdict } from "../../actors/providerSession.ts";
@@ -108,6 +109,13 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
   }
 
   function onFrame(session: SessionHandle, frame: ProviderFrame): void {
+    if (frame.type === "chunk") {
+      // The per-token path: an attempt lives on a session only while that session is admitted (routing
+      // picks admitted sessions; losing the session releases its attempts), so a chunk for one of this
+      // session's attempts needs no session-state check. Anything else takes the full path below.
+      const attempt = registry.attempts.get(attemptKey(frame.request_id, frame.attempt_n));
+      if (attempt && attempt.session === session) return attempt.chunk(frame);
+    }
     const snapshot = session.actor.getSnapshot();
     const admitted = snapshot.matches("admitted");
     switch (frame.type) {
@@ -141,7 +149,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         }
         switch (frame.type) {
           case "chunk":
-            return attempt.request.send({ type: "provider.chunk", frame });
+            return attempt.chunk(frame);
           case "accepted":
             if (deps.settlements && !deps.settlements.accepted(frame.request_id, frame.attempt_n, frame.model_hash)) {
               session.refusedModels.add(attempt.model);

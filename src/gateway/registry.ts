@@ -4,6 +4,8 @@ import type { ActorRefFrom } from "xstate";
 import type { ProviderSessionMachine } from "../../actors/providerSession.ts";
 import { freeSlots } from "../../actors/providerSession.ts";
 import type { RequestMachine } from "../../actors/request.ts";
+import type { ChunkFrame } from "../wire/frames.ts";
+import type { ChunkMeter } from "./chunkMeter.ts";
 import type { ProviderView } from "./routing.ts";
 
 export interface SessionHandle {
@@ -25,6 +27,10 @@ export interface AttemptHandle {
   model: string;
   request: ActorRefFrom<RequestMachine>;
   session: SessionHandle;
+  /** The attempt's delivered counts (seq, tokens, bytes), kept at the edge of the request actor. */
+  meter: ChunkMeter;
+  /** Takes one of the attempt's `chunk` frames (only the first one becomes an actor event). */
+  chunk(frame: ChunkFrame): void;
 }
 
 export const attemptKey = (requestId: string, attemptN: number): string => `${requestId}#${attemptN}`;

@@ -1,8 +1,11 @@
 // The edge of the request actor: starts one per buyer request and plugs in its effects — choosing a
 // provider and sending the job, relaying chunks to the buyer's responder, cancelling and releasing attempts.
+// An attempt's chunks after its first never reach the actor: `chunkArrived` checks and counts them with the
+// attempt's ChunkMeter and relays them here, sending the actor only what changes its state.
 import { createActor, fromCallback, type ActorRefFrom, type InspectionEvent } from "xstate";
 import {
   requestMachine,
+  streamIdleCheckMs,
   type DispatchInput,
   type RequestContext,
   type RequestEvent,
@@ -12,7 +15,8 @@ import { errorTable, gatewayError, publicCode, type ErrorCode, type GatewayError
 import type { ChatResponder } from "../http/chat/responders.ts";
 import type { NormalizedChat } from "../http/chat/normalize.ts";
 import { encodeFrame } from "../wire/codec.ts";
-import type { EndFrame, JobRoute } from "../wire/frames.ts";
+import type { ChunkFrame, EndFrame, JobRoute } from "../wire/frames.ts";
+import { ChunkMeter } from "./chunkMeter.ts";
 import { attemptKey, type Registry } from "./registry.ts";
 import { chooseProvider, type ProviderView } from "./routing.ts";
 import type { Settlements } from "./settlements.ts";
@@ -41,6 +45,10 @@ interface RequestHandle extends RequestSpec {
   startedAtMs: number;
   lastEnd: EndFrame | null;
   timing: RequestTiming;
+  /** The current (or last) attempt's chunk count: replaced at each dispatch. */
+  meter: ChunkMeter;
+  /** Adds a relayed chunk to the current attempt's delivered prefix (settlement); replaced at each dispatch. */
+  toPrefix: (frame: ChunkFrame) => void;
 }
 
 /**
@@ -82,6 +90,10 @@ function attemptOutcome(event: RequestEvent | { type: string }, context: Request
       return (event as Extract<RequestEvent, { type: "provider.ended" }>).frame.terminal_state === "normal_done" ? "completed" : "provider_error";
     case "provider.chunk":
       return context.lengthLimited ? "length_limited" : "bad_sequence";
+    case "stream.lengthLimited":
+      return "length_limited";
+    case "stream.seqError":
+      return "bad_sequence";
     case "provider.declined":
       return "declined";
     case "provider.lost":
@@ -93,6 +105,8 @@ function attemptOutcome(event: RequestEvent | { type: string }, context: Request
       return "timeout";
   }
 }
+
+const noPrefix = (_frame: ChunkFrame): void => {};
 
 const OUTCOME_BY_STATE: Record<string, RequestOutcome> = {
   succeeded: "succeeded",
@@ -137,6 +151,41 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
 
   const currentKey = (c: RequestContext) => (c.current ? attemptKey(c.requestId, c.current.attemptN) : null);
 
+  /** Writes one accepted chunk to the buyer and the attempt's delivered prefix, and times it (O(1) per chunk). */
+  const relay = (handle: RequestHandle, frame: ChunkFrame) => {
+    const t = handle.timing;
+    const at = clock();
+    stopWaiting(t, at);
+    t.firstTokenAt ??= at;
+    handle.responder.relay(frame);
+    handle.toPrefix(frame);
+    t.waitingSince = clock();
+  };
+
+  /**
+   * A chunk of a live attempt, from the provider endpoint. The first one is the actor's to judge (it
+   * changes state); later ones are judged by the meter, and the actor hears only of a bad seq, the
+   * length cap, and the first chunk of each idle-check window.
+   */
+  const chunkArrived = (handle: RequestHandle, meter: ChunkMeter, frame: ChunkFrame) => {
+    if (!meter.started) {
+      handle.actor.send({ type: "provider.chunk", frame });
+      return;
+    }
+    switch (meter.accept(frame)) {
+      case "relay":
+        relay(handle, frame);
+        if (meter.markProgress()) handle.actor.send({ type: "stream.progress" });
+        return;
+      case "seq_error":
+        handle.actor.send({ type: "stream.seqError" });
+        return;
+      case "length_limited":
+        handle.actor.send({ type: "stream.lengthLimited" });
+        return;
+    }
+  };
+
   const dispatchAttempt = fromCallback<RequestEvent, DispatchInput>(({ input, sendBack }) => {
     const handle = handles.get(input.requestId);
     if (!handle) return;
@@ -178,8 +227,22 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       route,
       deadline_ms: remaining,
     });
+    // Each attempt counts its own chunks (seq from 0, its own share of max_tokens).
+    const meter = new ChunkMeter(chat.params.max_tokens);
+    handle.meter = meter;
+    handle.toPrefix = settlements ? settlements.relayerFor(input.requestId, input.attemptN) : noPrefix;
+    const attemptN = input.attemptN;
     // The slot is taken now, so requests routed in the same turn see it taken.
-    registry.addAttempt({ key, requestId: input.requestId, attemptN: input.attemptN, model: chat.model, request: handle.actor, session });
+    registry.addAttempt({
+      key,
+      requestId: input.requestId,
+      attemptN,
+      model: chat.model,
+      request: handle.actor,
+      session,
+      meter,
+      chunk: (frame) => chunkArrived(handle, meter, frame),
+    });
     // Group commit (src/store/groupCommit.ts): the job leaves only once its reservation and route
     // snapshot are durable — at the end of this event-loop turn, shared with the turn's other writes.
     let stopped = false;
@@ -217,19 +280,19 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       relayChunk: ({ context }, { frame }) => {
         const handle = handles.get(context.requestId);
         if (!handle) return;
-        const t = handle.timing;
-        const at = clock();
-        stopWaiting(t, at);
-        t.firstTokenAt ??= at;
-        handle.responder.relay(frame);
-        if (context.current) settlements?.relayed(context.requestId, context.current.attemptN, frame);
-        t.waitingSince = clock();
+        // The machine's first-chunk guards passed, so the meter accepts it; it now counts the attempt's
+        // output, and this window's progress is already known to the machine.
+        handle.meter.accept(frame);
+        handle.meter.markProgress();
+        relay(handle, frame);
       },
+      openProgressWindow: ({ context }) => handles.get(context.requestId)?.meter.openWindow(),
       discardPartialOutput: ({ context }) => {
         const handle = handles.get(context.requestId);
         if (!handle) return;
         // The discarded attempt's first token was never the answer's.
         handle.timing.firstTokenAt = null;
+        handle.meter.discard();
         handle.responder.discard();
         if (context.current) settlements?.discarded(context.requestId, context.current.attemptN);
       },
@@ -242,7 +305,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         // Prompt tokens as the provider reports them, never above the gateway's own bound.
         const promptTokens = Math.min(end?.usage.input_tokens ?? 0, handle.promptBound);
         handle.timing.inputTokens = promptTokens;
-        handle.responder.succeed({ finishReason, usage: { prompt_tokens: promptTokens, completion_tokens: context.deliveredTokens } });
+        handle.responder.succeed({ finishReason, usage: { prompt_tokens: promptTokens, completion_tokens: handle.meter.deliveredTokens } });
       },
       finishFailure: ({ context }) => {
         const failure = context.failure ?? { code: "coordinator_unavailable" as const, message: unavailableMessages.coordinator_unavailable() };
@@ -270,9 +333,11 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         const attempt = key ? registry.attempts.get(key) : undefined;
         if (!attempt || !context.current) return;
         // A non-streaming body is written only on success, and the only cancel on the way to success
-        // is the length cap (a chunk past max_tokens). Any other cancel (buyer gone, deadline, stall)
-        // abandons the buffered output: nothing reached the buyer, so nothing may be charged (DESIGN §6).
-        const abandoned = !context.streaming && event.type !== "provider.chunk";
+        // is the length cap (a chunk past max_tokens). Any other cancel (buyer gone, deadline, stall,
+        // bad seq) abandons the buffered output: nothing reached the buyer, so nothing may be charged
+        // (DESIGN §6). A first chunk's cancel is either the cap or a bad seq with nothing counted yet.
+        const lengthCap = event.type === "stream.lengthLimited" || event.type === "provider.chunk";
+        const abandoned = !context.streaming && !lengthCap;
         if (abandoned) settlements?.discarded(context.requestId, context.current.attemptN);
         attempt.session.send(
           encodeFrame({
@@ -280,7 +345,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
             request_id: context.requestId,
             attempt_n: context.current.attemptN,
             reason,
-            delivered_output_bytes: abandoned ? 0 : context.deliveredBytes,
+            delivered_output_bytes: abandoned ? 0 : attempt.meter.deliveredBytes,
           }),
         );
         settlements?.cancelSent(context.requestId, context.current.attemptN, reason);
@@ -303,7 +368,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     },
     delays: {
       firstByteTimeout: deps.firstByteTimeoutMs,
-      streamIdleTimeout: deps.streamIdleTimeoutMs,
+      streamIdleCheck: streamIdleCheckMs(deps.streamIdleTimeoutMs),
       requestDeadline: deps.requestDeadlineMs,
     },
   });
@@ -323,7 +388,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       errorCode: null,
       lastAttemptOutcome: null,
     };
-    const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing };
+    const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing, meter: new ChunkMeter(spec.chat.params.max_tokens), toPrefix: noPrefix };
     handles.set(spec.requestId, handle);
     actor.subscribe({
       complete: () => {
@@ -379,7 +444,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       errorCode: t.errorCode === null ? null : publicCode(t.errorCode),
       attempts: c.nextAttemptN,
       inputTokens: t.inputTokens,
-      outputTokens: c.deliveredTokens,
+      outputTokens: handle.meter.deliveredTokens,
       ttftMs: t.firstTokenAt === null ? null : t.firstTokenAt - t.arrivedAt,
       totalMs,
       overheadMs: Math.max(0, totalMs - t.providerWaitMs),

@@ -239,9 +239,15 @@ export function createSettlements(deps: SettlementDeps) {
     return false;
   }
 
-  /** A chunk reached the buyer (streaming) or the buyer's pending body (non-streaming). */
-  function relayed(requestId: string, attemptN: number, frame: ChunkFrame): void {
-    open.get(attemptKey(requestId, attemptN))?.builder.add(frame);
+  /**
+   * The attempt's sink for relayed chunks: each chunk that reached the buyer (streaming) or the buyer's
+   * pending body (non-streaming) is added to its delivered prefix. Bound once per attempt, so the
+   * per-chunk path builds and looks up no key; reads the builder at each call, since `discarded`
+   * replaces it.
+   */
+  function relayerFor(requestId: string, attemptN: number): (frame: ChunkFrame) => void {
+    const att = open.get(attemptKey(requestId, attemptN));
+    return att ? (frame) => att.builder.add(frame) : () => {};
   }
 
   /** A non-streaming attempt's buffered output was dropped for failover: nothing of it was delivered. */
@@ -505,7 +511,7 @@ export function createSettlements(deps: SettlementDeps) {
     expectedHash,
     openAttempt,
     accepted,
-    relayed,
+    relayerFor,
     discarded,
     cancelSent,
     endReceived,

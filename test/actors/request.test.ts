@@ -1,15 +1,20 @@
 // The request machine in isolation: routing, failover before the first byte, commit rules, limits and
 // timeouts, driven by scripted dispatches and a SimulatedClock (no sockets, no timers, no sleeps).
+// Chunks go through a stand-in for the edge (src/gateway/requests.ts `chunkArrived`) with a real
+// ChunkMeter: the first chunk of an attempt is a `provider.chunk` event, later ones become
+// `stream.progress` / `stream.seqError` / `stream.lengthLimited` as the meter decides.
 import { describe, expect, test } from "bun:test";
 import { createActor, fromCallback, SimulatedClock } from "xstate";
 import {
   requestMachine,
+  streamIdleCheckMs,
   type DispatchInput,
   type FailureCode,
   type RequestContext,
   type RequestEvent,
   type RequestInput,
 } from "../../actors/request.ts";
+import { ChunkMeter } from "../../src/gateway/chunkMeter.ts";
 import type { ChunkFrame, DeclineCode, EndFrame, TerminalState } from "../../src/wire/frames.ts";
 
 const FIRST_BYTE_MS = 5_000;
@@ -23,7 +28,7 @@ type Step = { provider: string } | { unavailable: FailureCode; message: string }
 
 type CancelReason = "buyer_cancel" | "gateway_timeout";
 
-type PlainAction = "discardPartialOutput" | "finishSuccess" | "finishFailure" | "finishMidStreamError" | "releaseAttempt";
+type PlainAction = "discardPartialOutput" | "finishSuccess" | "finishFailure" | "finishMidStreamError" | "releaseAttempt" | "openProgressWindow";
 /** One recorded effect, with the attempt that was current when it ran. */
 type ActionCall =
   | { action: "relayChunk"; attemptN: number | null; frame: ChunkFrame }
@@ -33,20 +38,29 @@ type ActionCall =
 interface Options {
   script: Step[];
   input?: Partial<RequestInput>;
+  /** streamIdleTimeout is the configured stall limit; the machine gets streamIdleCheckMs of it. */
   delays?: { firstByteTimeout?: number; streamIdleTimeout?: number; requestDeadline?: number };
 }
+
+/** The edge's events, as the stand-in edge sent them (chunks after an attempt's first). */
+type EdgeEvent = "stream.progress" | "stream.seqError" | "stream.lengthLimited";
 
 function startRequest({ script, input, delays }: Options) {
   const clock = new SimulatedClock();
   const calls: ActionCall[] = [];
   const dispatches: DispatchInput[] = [];
+  const edgeEvents: { type: EdgeEvent; at: number }[] = [];
   const at = (context: RequestContext) => context.current?.attemptN ?? null;
+  const maxTokens = input?.maxTokens ?? 100;
+  // As at the edge: one meter per attempt, replaced at each dispatch.
+  let meter = new ChunkMeter(maxTokens);
 
   const dispatchAttempt = fromCallback<RequestEvent, DispatchInput>(({ input: d, sendBack }) => {
     // Copy: the machine's context array must not be what we later assert on.
     dispatches.push({ ...d, excludedProviders: [...d.excludedProviders] });
     const step = script[d.attemptN];
     if (!step) throw new Error(`no scripted step for attempt ${d.attemptN}`);
+    meter = new ChunkMeter(maxTokens);
     if ("hang" in step) return;
     if ("unavailable" in step) {
       sendBack({ type: "route.unavailable", code: step.unavailable, message: step.message });
@@ -61,9 +75,20 @@ function startRequest({ script, input, delays }: Options) {
   const machine = requestMachine.provide({
     actors: { dispatchAttempt },
     actions: {
-      relayChunk: ({ context }, { frame }) => calls.push({ action: "relayChunk", attemptN: at(context), frame }),
+      relayChunk: ({ context }, { frame }) => {
+        meter.accept(frame);
+        meter.markProgress();
+        calls.push({ action: "relayChunk", attemptN: at(context), frame });
+      },
+      openProgressWindow: ({ context }) => {
+        meter.openWindow();
+        calls.push({ action: "openProgressWindow", attemptN: at(context) });
+      },
       cancelAttempt: ({ context }, { reason }) => calls.push({ action: "cancelAttempt", attemptN: at(context), reason }),
-      discardPartialOutput: ({ context }) => calls.push({ action: "discardPartialOutput", attemptN: at(context) }),
+      discardPartialOutput: ({ context }) => {
+        meter.discard();
+        calls.push({ action: "discardPartialOutput", attemptN: at(context) });
+      },
       finishSuccess: ({ context }) => calls.push({ action: "finishSuccess", attemptN: at(context) }),
       finishFailure: ({ context }) => calls.push({ action: "finishFailure", attemptN: at(context) }),
       finishMidStreamError: ({ context }) => calls.push({ action: "finishMidStreamError", attemptN: at(context) }),
@@ -71,43 +96,70 @@ function startRequest({ script, input, delays }: Options) {
     },
     delays: {
       firstByteTimeout: delays?.firstByteTimeout ?? FIRST_BYTE_MS,
-      streamIdleTimeout: delays?.streamIdleTimeout ?? IDLE_MS,
+      streamIdleCheck: streamIdleCheckMs(delays?.streamIdleTimeout ?? IDLE_MS),
       requestDeadline: delays?.requestDeadline ?? DEADLINE_MS,
     },
   });
 
   const actor = createActor(machine, {
-    input: { requestId: "req_1", streaming: true, maxTokens: 100, maxAttempts: 3, ...input },
+    input: { requestId: "req_1", streaming: true, maxTokens, maxAttempts: 3, ...input },
     clock,
   }).start();
 
   const snapshot = () => actor.getSnapshot();
   const currentAttempt = () => snapshot().context.current?.attemptN ?? -1;
   const send = (event: RequestEvent) => actor.send(event);
+  const edgeSend = (type: EdgeEvent) => {
+    edgeEvents.push({ type, at: clock.now() });
+    send({ type });
+  };
+
+  /** What the edge does with a chunk of the live attempt (after release the registry drops it). */
+  const chunkArrived = (frame: ChunkFrame) => {
+    if (snapshot().status !== "active") return;
+    if (!meter.started) return send({ type: "provider.chunk", frame });
+    switch (meter.accept(frame)) {
+      case "relay":
+        calls.push({ action: "relayChunk", attemptN: currentAttempt(), frame });
+        if (meter.markProgress()) edgeSend("stream.progress");
+        return;
+      case "seq_error":
+        return edgeSend("stream.seqError");
+      case "length_limited":
+        return edgeSend("stream.lengthLimited");
+    }
+  };
 
   return {
     actor,
     clock,
     calls,
     dispatches,
+    edgeEvents,
     snapshot,
     send,
+    /**
+     * Advances time 1 ms at a time: SimulatedClock re-arms a timer from the time of the whole increment,
+     * so one big increment would stretch the watchdog's periodic windows.
+     */
+    advance: (ms: number) => {
+      for (let i = 0; i < ms; i++) clock.increment(1);
+    },
+    /** The current attempt's meter: delivered tokens and bytes. */
+    meter: () => meter,
     names: () => calls.map((c) => c.action),
     named: <A extends ActionCall["action"]>(action: A) =>
       calls.filter((c): c is Extract<ActionCall, { action: A }> => c.action === action),
     /** Releases of a real attempt (terminal states also release, with nothing current by then). */
     releasedAttempts: () => calls.filter((c) => c.action === "releaseAttempt" && c.attemptN !== null).map((c) => c.attemptN),
     chunk: (seq: number, tokens: number, content?: string) =>
-      send({
-        type: "provider.chunk",
-        frame: {
-          type: "chunk",
-          request_id: "req_1",
-          attempt_n: currentAttempt(),
-          seq,
-          tokens,
-          ...(content === undefined ? {} : { content }),
-        },
+      chunkArrived({
+        type: "chunk",
+        request_id: "req_1",
+        attempt_n: currentAttempt(),
+        seq,
+        tokens,
+        ...(content === undefined ? {} : { content }),
       }),
     end: (terminal_state: TerminalState = "normal_done", finish_reason: string | null = "stop") => {
       const frame: EndFrame = {
@@ -150,10 +202,11 @@ describe("happy path", () => {
     expect(h.named("finishSuccess")).toHaveLength(1);
     expect(h.named("cancelAttempt")).toHaveLength(0);
     expect(h.releasedAttempts()).toEqual([0]);
-    const c = h.snapshot().context;
-    expect(c.deliveredTokens).toBe(4);
-    expect(c.deliveredBytes).toBe(3 + 3 + 6); // "ö" is two UTF-8 bytes
-    expect(c.lengthLimited).toBe(false);
+    expect(h.meter().deliveredTokens).toBe(4);
+    expect(h.meter().deliveredBytes).toBe(3 + 3 + 6); // "ö" is two UTF-8 bytes
+    expect(h.snapshot().context.lengthLimited).toBe(false);
+    // Only the first chunk was an event: it already counted as this idle window's progress.
+    expect(h.edgeEvents).toEqual([]);
     expect(h.dispatches).toEqual([{ requestId: "req_1", attemptN: 0, excludedProviders: [] }]);
   });
 
@@ -301,13 +354,13 @@ describe("after the first byte", () => {
     expect(h.named("discardPartialOutput")).toEqual([{ action: "discardPartialOutput", attemptN: 0 }]);
     expect(h.snapshot().value).toBe("awaitingFirstByte");
     expect(h.snapshot().context.current?.providerId).toBe("p2");
-    expect(h.snapshot().context.deliveredTokens).toBe(0);
-    expect(h.snapshot().context.deliveredBytes).toBe(0);
+    expect(h.meter().deliveredTokens).toBe(0);
+    expect(h.meter().deliveredBytes).toBe(0);
 
     h.chunk(0, 2, "xy");
     h.end();
     expect(h.snapshot().value).toBe("succeeded");
-    expect(h.snapshot().context.deliveredTokens).toBe(2);
+    expect(h.meter().deliveredTokens).toBe(2);
     expect(h.named("finishMidStreamError")).toHaveLength(0);
     expect(h.releasedAttempts()).toEqual([0, 1]);
   });
@@ -392,6 +445,7 @@ describe("sequence numbers", () => {
     h.chunk(2, 1, "c");
     expect(h.named("discardPartialOutput")).toHaveLength(1);
     expect(h.snapshot().context.current?.providerId).toBe("p2");
+    expect(h.snapshot().context.lastAttemptFailure).toBe("stream.seqError");
   });
 });
 
@@ -402,7 +456,9 @@ describe("max_tokens", () => {
     h.chunk(1, 3, "def");
     expect(h.snapshot().value).toBe("succeeded");
     expect(h.snapshot().context.lengthLimited).toBe(true);
-    expect(h.snapshot().context.deliveredTokens).toBe(3);
+    expect(h.meter().deliveredTokens).toBe(3);
+    expect(h.meter().deliveredBytes).toBe(3);
+    expect(h.edgeEvents.map((e) => e.type)).toEqual(["stream.lengthLimited"]);
     expect(h.named("relayChunk").map((c) => c.frame.seq)).toEqual([0]);
     expect(h.named("cancelAttempt")).toEqual([{ action: "cancelAttempt", attemptN: 0, reason: "gateway_timeout" }]);
     expect(h.named("finishSuccess")).toHaveLength(1);
@@ -484,30 +540,163 @@ describe("request deadline", () => {
   });
 });
 
-describe("a provider going silent after its first chunk", () => {
-  test("streaming: each chunk restarts the stall timer; silence ends the stream mid-stream", () => {
-    const r = startRequest({ script: [{ provider: "p1" }], delays: { streamIdleTimeout: SHORT_IDLE_MS } });
+describe("a provider going silent after its first chunk (the idle watchdog)", () => {
+  // T = the configured stall limit; the machine checks every T/2 and fails after two silent windows.
+  const T = SHORT_IDLE_MS;
+  const WINDOW = streamIdleCheckMs(T);
+  const LONG_DEADLINE = { streamIdleTimeout: T, requestDeadline: 100 * T };
+
+  /** Advances in 1 ms steps until the stream stalls; the time since the last chunk when it did. */
+  const msUntilStall = (r: Harness, limit = 3 * T): number => {
+    for (let ms = 1; ms <= limit; ms++) {
+      r.clock.increment(1);
+      if (r.snapshot().value !== "receiving") return ms;
+    }
+    throw new Error("no stall detected");
+  };
+
+  test("the check window is half the stall limit, rounded up", () => {
+    expect(streamIdleCheckMs(10_000)).toBe(5_000);
+    expect(streamIdleCheckMs(801)).toBe(401);
+    expect(streamIdleCheckMs(1)).toBe(1);
+  });
+
+  test("silence right after the first chunk ends the stream mid-stream at 1.5 × T, with a gateway_timeout cancel", () => {
+    const r = startRequest({ script: providers("p1"), delays: LONG_DEADLINE });
     r.chunk(0, 1, "a");
-    r.clock.increment(SHORT_IDLE_MS - 1);
-    r.chunk(1, 1, "b");
-    r.clock.increment(SHORT_IDLE_MS - 1);
-    expect(r.snapshot().value).toBe("receiving");
-    r.clock.increment(1);
+    expect(msUntilStall(r)).toBe(3 * WINDOW);
     expect(r.snapshot().value).toBe("failedMidStream");
-    expect(r.named("cancelAttempt").map((c) => c.reason)).toEqual(["gateway_timeout"]);
+    expect(r.named("cancelAttempt")).toEqual([{ action: "cancelAttempt", attemptN: 0, reason: "gateway_timeout" }]);
+    expect(r.named("finishMidStreamError")).toHaveLength(1);
+    expect(r.releasedAttempts()).toEqual([0]);
+  });
+
+  // The last chunk anywhere in a window: at the window's start, middle, last millisecond, and in a
+  // later window (after the first chunk's).
+  test.each([0, 1, WINDOW / 2, WINDOW - 1, WINDOW + 1, 3 * WINDOW - 1])(
+    "a stall after a chunk at %i ms into the stream is detected in (T, 1.5 × T]",
+    (lastChunkAt) => {
+      const r = startRequest({ script: providers("p1"), delays: LONG_DEADLINE });
+      r.chunk(0, 1, "a");
+      r.advance(lastChunkAt);
+      r.chunk(1, 1, "b");
+      expect(r.snapshot().value).toBe("receiving");
+      const waited = msUntilStall(r);
+      expect(waited).toBeGreaterThan(T);
+      expect(waited).toBeLessThanOrEqual(1.5 * T);
+      expect(r.snapshot().value).toBe("failedMidStream");
+      expect(r.named("cancelAttempt").map((c) => c.reason)).toEqual(["gateway_timeout"]);
+    },
+  );
+
+  test("steady chunks keep a long stream alive; progress reaches the machine at most once per window", () => {
+    const r = startRequest({ script: providers("p1"), delays: LONG_DEADLINE });
+    const every = 250;
+    const total = 20 * T;
+    r.chunk(0, 0, "a");
+    // 250 ms steps land exactly on every window boundary (see `advance` for why that matters).
+    for (let seq = 1; seq * every <= total; seq++) {
+      r.clock.increment(every);
+      r.chunk(seq, 0, "b");
+    }
+    expect(r.snapshot().value).toBe("receiving");
+    expect(r.named("relayChunk")).toHaveLength(total / every + 1);
+    // One report per window after the first (whose progress was the first chunk itself), never more.
+    const windows = Math.floor(total / WINDOW);
+    const progress = r.edgeEvents.filter((e) => e.type === "stream.progress");
+    expect(progress.length).toBeLessThanOrEqual(windows);
+    expect(progress.length).toBeGreaterThanOrEqual(windows - 1);
+    const perWindow = new Map<number, number>();
+    for (const p of progress) perWindow.set(Math.floor(p.at / WINDOW), (perWindow.get(Math.floor(p.at / WINDOW)) ?? 0) + 1);
+    expect(Math.max(...perWindow.values())).toBe(1);
+    // Each window close re-opened reporting once; the stream still ends normally.
+    expect(r.named("openProgressWindow").length).toBe(windows);
+    r.end();
+    expect(r.snapshot().value).toBe("succeeded");
+    expect(r.named("cancelAttempt")).toHaveLength(0);
+  });
+
+  test("one late chunk resets the watchdog: a full stall period is needed again", () => {
+    const r = startRequest({ script: providers("p1"), delays: LONG_DEADLINE });
+    r.chunk(0, 1, "a");
+    // Just before the stall would be declared (at 3 windows), one chunk arrives.
+    r.advance(3 * WINDOW - 1);
+    r.chunk(1, 1, "b");
+    expect(r.edgeEvents.map((e) => e.type)).toEqual(["stream.progress"]);
+    const waited = msUntilStall(r);
+    expect(waited).toBeGreaterThan(T);
+    expect(waited).toBeLessThanOrEqual(1.5 * T);
+    expect(r.snapshot().value).toBe("failedMidStream");
+  });
+
+  test("a window without a chunk between two with chunks is not a stall", () => {
+    const r = startRequest({ script: providers("p1"), delays: LONG_DEADLINE });
+    r.chunk(0, 1, "a");
+    // Chunks at the start of every other window: at most one silent window in a row.
+    for (let seq = 1; seq <= 10; seq++) {
+      r.advance(2 * WINDOW);
+      r.chunk(seq, 1, "b");
+    }
+    expect(r.snapshot().value).toBe("receiving");
+  });
+
+  test("the watchdog is not running before the first chunk (the first-byte timeout is)", () => {
+    const r = startRequest({ script: providers("p1"), delays: { ...LONG_DEADLINE, firstByteTimeout: 10 * T } });
+    r.clock.increment(5 * T);
+    expect(r.snapshot().value).toBe("awaitingFirstByte");
+    expect(r.named("openProgressWindow")).toHaveLength(0);
   });
 
   test("non-streaming: silence after partial output fails over to another provider", () => {
     const r = startRequest({
       script: [{ provider: "p1" }, { provider: "p2" }],
       input: { streaming: false },
-      delays: { streamIdleTimeout: SHORT_IDLE_MS },
+      delays: LONG_DEADLINE,
     });
     r.chunk(0, 1, "a");
-    r.clock.increment(SHORT_IDLE_MS);
+    r.chunk(1, 2, "bc");
+    r.advance(3 * WINDOW);
     expect(r.snapshot().value).toBe("awaitingFirstByte");
     expect(r.dispatches.at(-1)!.excludedProviders).toEqual(["p1"]);
     expect(r.names()).toContain("discardPartialOutput");
+    expect(r.named("cancelAttempt")).toEqual([{ action: "cancelAttempt", attemptN: 0, reason: "gateway_timeout" }]);
+    // The new attempt counts from zero.
+    expect(r.meter().deliveredTokens).toBe(0);
+    r.chunk(0, 1, "x");
+    expect(r.snapshot().value).toBe("receiving");
+  });
+});
+
+describe("later chunks judged at the edge", () => {
+  test("streaming: stream.seqError after output → failedMidStream with a gateway_timeout cancel, chunk not relayed", () => {
+    const h = startRequest({ script: providers("p1", "p2") });
+    h.chunk(0, 1, "a");
+    h.chunk(1, 1, "b");
+    h.chunk(3, 1, "skipped 2");
+    expect(h.edgeEvents.map((e) => e.type)).toEqual(["stream.seqError"]);
+    expect(h.snapshot().value).toBe("failedMidStream");
+    expect(h.named("relayChunk").map((c) => c.frame.seq)).toEqual([0, 1]);
+    expect(h.named("cancelAttempt")).toEqual([{ action: "cancelAttempt", attemptN: 0, reason: "gateway_timeout" }]);
+    expect(h.named("finishMidStreamError")).toHaveLength(1);
+    expect(h.dispatches).toHaveLength(1);
+  });
+
+  test("stream.lengthLimited ends the request successfully with only the relayed tokens counted", () => {
+    const h = startRequest({ script: providers("p1"), input: { maxTokens: 4 } });
+    h.chunk(0, 1, "a");
+    h.chunk(1, 2, "bc");
+    h.chunk(2, 2, "de");
+    expect(h.snapshot().value).toBe("succeeded");
+    expect(h.snapshot().context.lengthLimited).toBe(true);
+    expect(h.meter().deliveredTokens).toBe(3);
+    expect(h.calls.filter((c) => c.action !== "relayChunk").map((c) => c.action)).toEqual(["cancelAttempt", "releaseAttempt", "finishSuccess"]);
+  });
+
+  test("stream events outside `receiving` change nothing", () => {
+    const h = startRequest({ script: providers("p1") });
+    for (const type of ["stream.progress", "stream.seqError", "stream.lengthLimited"] as const) h.send({ type });
+    expect(h.snapshot().value).toBe("awaitingFirstByte");
+    expect(h.calls).toEqual([]);
   });
 });
 

@@ -16,13 +16,16 @@ afterAll(async () => {
   await gw.close();
 });
 
-const cli = (...args: string[]) => {
-  const r = Bun.spawnSync(["bun", MAIN, ...args, "--data-dir", gw.dataDir]);
-  return { code: r.exitCode, out: r.stdout.toString().trim(), err: r.stderr.toString() };
+// Async, not spawnSync: the gateway runs in this process, and blocking its event loop would keep its
+// group-commit transaction (committed at the end of the loop turn) holding SQLite's write lock.
+const cli = async (...args: string[]) => {
+  const proc = Bun.spawn(["bun", MAIN, ...args, "--data-dir", gw.dataDir], { stdout: "pipe", stderr: "pipe" });
+  const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  return { code, out: out.trim(), err };
 };
 
 test("a key from `gateway accounts create` works at once, and `gateway keys revoke` stops it at once", async () => {
-  const created = cli("accounts", "create", "--tier", "free", "--name", "carol");
+  const created = await cli("accounts", "create", "--tier", "free", "--name", "carol");
   expect(created.code).toBe(0);
   const { account_id, api_key } = JSON.parse(created.out);
   expect(account_id).toMatch(/^acct_/);
@@ -32,10 +35,10 @@ test("a key from `gateway accounts create` works at once, and `gateway keys revo
   const res = await client.chat.completions.create({ model: "test-model", messages: [{ role: "user", content: "hi" }], max_tokens: 3 });
   expect(res.choices[0]!.message.content!.length).toBeGreaterThan(0);
 
-  const keys = cli("keys", "list", "--account", account_id, "--json").out.split("\n").map((l) => JSON.parse(l));
+  const keys = (await cli("keys", "list", "--account", account_id, "--json")).out.split("\n").map((l) => JSON.parse(l));
   expect(keys).toHaveLength(1);
   expect(JSON.stringify(keys)).not.toContain(api_key);
-  expect(cli("keys", "revoke", keys[0].key_id).code).toBe(0);
+  expect((await cli("keys", "revoke", keys[0].key_id)).code).toBe(0);
 
   const error = await client.chat.completions.create({ model: "test-model", messages: [{ role: "user", content: "hi" }] }).catch((e) => e);
   expect(error).toBeInstanceOf(APIError);
@@ -43,9 +46,9 @@ test("a key from `gateway accounts create` works at once, and `gateway keys revo
   expect(error.code).toBe("invalid_api_key");
 });
 
-test("unknown commands and flags are usage errors (exit 64)", () => {
-  expect(cli("nonsense").code).toBe(64);
-  expect(cli("accounts", "create", "--bogus").code).toBe(64);
+test("unknown commands and flags are usage errors (exit 64)", async () => {
+  expect((await cli("nonsense")).code).toBe(64);
+  expect((await cli("accounts", "create", "--bogus")).code).toBe(64);
   const serve = Bun.spawnSync(["bun", MAIN, "serve", "--no-such-flag"]);
   expect(serve.exitCode).toBe(64);
   expect(serve.stderr.toString()).toContain("unknown option --no-such-flag");

@@ -131,7 +131,7 @@ describe("buyer cancel mid-stream", () => {
     // Abort once the gateway holds both chunks in the unwritten body.
     await waitFor(() => {
       const att = gw.gateway.registry.attempts.get(`${job.request_id}#0`);
-      return (att?.request.getSnapshot().context.deliveredTokens ?? 0) === DELIVERED_TOKENS;
+      return (att?.meter.deliveredTokens ?? 0) === DELIVERED_TOKENS;
     });
     controller.abort();
     expect(await pending).toBeInstanceOf(APIUserAbortError);
@@ -187,7 +187,7 @@ describe("failures after the first byte charge the delivered prefix", () => {
     const before = buyerBalance();
     const streaming = stream();
     const job = await lost.waitForJobs(1);
-    await waitFor(() => (gw.gateway.registry.attempts.get(`${job.request_id}#0`)?.request.getSnapshot().context.deliveredTokens ?? 0) === DELIVERED_TOKENS);
+    await waitFor(() => (gw.gateway.registry.attempts.get(`${job.request_id}#0`)?.meter.deliveredTokens ?? 0) === DELIVERED_TOKENS);
     const receipt = lost.attempt(job.request_id).receipt({ terminal_state: "provider_error", finish_reason: null });
     await lost.close();
     const { text } = await streaming;

@@ -2,7 +2,7 @@
 // the money rules of DESIGN §6 written out again here (so a shared bug in src/ledger cannot hide).
 import { expect } from "bun:test";
 import OpenAI from "openai";
-import { MAIN, type TestGateway } from "../support/harness.ts";
+import { flushTestGateways, MAIN, type TestGateway } from "../support/harness.ts";
 import { utf8 } from "../support/scriptedProvider.ts";
 import type { SettlementRow } from "../../src/store/index.ts";
 
@@ -40,6 +40,7 @@ export function expectedCharge(promptTokens: number, completionTokens: number, p
 
 /** Runs `gateway ARGS…` as a child process. */
 export function cli(args: string[]): { exitCode: number; stdout: string; stderr: string } {
+  flushTestGateways();
   const r = Bun.spawnSync(["bun", MAIN, ...args], { stdout: "pipe", stderr: "pipe" });
   return { exitCode: r.exitCode ?? -1, stdout: r.stdout.toString(), stderr: r.stderr.toString() };
 }

@@ -28,6 +28,17 @@ export interface TestGateway {
   close(): Promise<void>;
 }
 
+const liveGateways = new Set<RunningGateway>();
+
+/**
+ * Commits every in-process test gateway's open group of ledger writes. Call it before blocking this
+ * process (Bun.spawnSync of a CLI that writes the same SQLite file): a group commits at the end of an
+ * event-loop turn, so a blocked loop would hold the write lock until the CLI's busy timeout.
+ */
+export function flushTestGateways(): void {
+  for (const gateway of liveGateways) gateway.store.flushCommits();
+}
+
 /** A catalog entry for a test model, with the hash test providers advertise (modelHash). */
 export const catalogModel = (modelId: string, extra: Partial<CatalogModel> = {}): CatalogModel => ({
   model_id: modelId,
@@ -55,6 +66,7 @@ export async function startTestGateway(overrides: Partial<GatewayConfig> = {}, o
   const config: GatewayConfig = { ...loaded.config, port: 0, dataDir, logLevel: "error", settlementMode: "observe", ...overrides };
   const catalogModels = options.catalog?.map((m) => (typeof m === "string" ? catalogModel(m) : m));
   const gateway = startGateway(config, { log: silentLog, catalogModels });
+  liveGateways.add(gateway);
   const { account_id } = gateway.store.createAccount({ name: "test", tier: "free" });
   const { api_key } = gateway.store.createApiKey({ account_id });
   return {
@@ -66,6 +78,7 @@ export async function startTestGateway(overrides: Partial<GatewayConfig> = {}, o
     accountId: account_id,
     dataDir,
     async close() {
+      liveGateways.delete(gateway);
       await gateway.stop();
       rmSync(dataDir, { recursive: true, force: true });
     },
