@@ -152,14 +152,25 @@ try {
 
   const created = Bun.spawnSync(["bun", MAIN, "accounts", "create", "--data-dir", dataDir]);
   const { api_key } = JSON.parse(created.stdout.toString());
-  const gateway = Bun.spawn(["bun", MAIN, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "info"], { stdout: "pipe", stderr: "inherit" });
+  // One provider serving three models, each mapped to an upstream behaviour.
+  const models = { "bench-short": SHORT, "bench-long": LONG, "bench-slow": SLOW };
+  const hash = (m: string) => createHash("sha256").update(m).digest("hex");
+  const BENCH_MODELS = Object.keys(models);
+  // Enforce mode (the default) routes only catalog models; limits are raised by configuration only.
+  Bun.spawnSync(["bun", MAIN, "catalog", "init", "--data-dir", dataDir]);
+  for (const model of BENCH_MODELS) {
+    const added = Bun.spawnSync(["bun", MAIN, "catalog", "add", "--model-id", model, "--model-hash", hash(model), "--data-dir", dataDir]);
+    if (added.exitCode !== 0) throw new Error(`catalog add ${model}: ${added.stderr.toString()}`);
+  }
+  const gateway = Bun.spawn(
+    ["bun", MAIN, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "info",
+      "--free-concurrent-requests", "4096", "--free-daily-tokens", "1000000000"],
+    { stdout: "pipe", stderr: "inherit" },
+  );
   children.push(gateway);
   const listening = await firstJsonLine(gateway, (o) => o.event === "gateway_listening");
   const base = `http://127.0.0.1:${listening.port}`;
 
-  // One provider serving three models, each mapped to an upstream behaviour.
-  const models = { "bench-short": SHORT, "bench-long": LONG, "bench-slow": SLOW };
-  const hash = (m: string) => createHash("sha256").update(m).digest("hex");
   const provider = Bun.spawn(
     ["bun", MAIN, "provider", "--gateway", `ws://127.0.0.1:${listening.port}/v1/provider/connect`, "--id", "bench-openai",
       "--key-file", join(dataDir, "bench-openai.key"), "--engine", "openai", "--upstream", String(mockUrl),
