@@ -53,7 +53,11 @@ async function firstJsonLine(proc: ReturnType<typeof Bun.spawn>, predicate: (o: 
       try {
         const o = JSON.parse(line);
         if (predicate(o)) {
-          reader.releaseLock();
+          // Keep draining: a child whose stdout pipe fills holds its unsent log lines in memory
+          // (inflating the RSS this script measures) and retries the write on every turn.
+          void (async () => {
+            while (!(await reader.read()).done);
+          })();
           return o;
         }
       } catch {}
