@@ -14,7 +14,7 @@ import {
   promptHash,
   ROUTE_SNAPSHOT_VERSION,
   SETTLEMENT_POLICY_VERSION,
-  snapshotDigest,
+  sha256Hex,
   verifyReceipt,
   type DeliveredPrefix,
   type RouteSnapshot,
@@ -184,7 +184,9 @@ export function createSettlements(deps: SettlementDeps) {
       request_started_at_unix_ms: input.requestStartedAtMs,
       routed_at_unix_ms: now,
     };
-    const digest = snapshotDigest(snapshot);
+    // The stored text and the digest come from one canonicalisation (digest = sha256 of JCS, DESIGN §4).
+    const snapshotJson = canonicalize(snapshot);
+    const digest = sha256Hex(snapshotJson);
     const recorded = store.recordRouteSnapshot(
       {
         request_id: input.requestId,
@@ -193,7 +195,7 @@ export function createSettlements(deps: SettlementDeps) {
         account_id: input.accountId,
         payer: input.payer,
         mode: deps.mode,
-        snapshot_json: canonicalize(snapshot),
+        snapshot_json: snapshotJson,
         digest,
         rates: admission.rates,
       },
