@@ -1,0 +1,86 @@
+// Group commit (src/store/groupCommit.ts): the request path's ledger writes of one event-loop turn
+// share one transaction, and nothing that depends on them happens before it is durable; every other
+// store call commits the open group first; a key revoked by another process stops working at once.
+import { afterEach, expect, test } from "bun:test";
+import { Database } from "bun:sqlite";
+import { openStore, type Store } from "../../src/store/index.ts";
+import { tempDir } from "./temp-dir.ts";
+
+const files = tempDir();
+const cleanup: (() => void)[] = [];
+afterEach(() => {
+  for (const f of cleanup.splice(0)) f();
+});
+
+function open(): { store: Store; path: string } {
+  const path = files.path("gateway.db");
+  const store = openStore(path, { groupCommit: true });
+  cleanup.push(() => store.close());
+  return { store, path };
+}
+
+/** What another connection (another process) sees: only committed rows. */
+function committedReservations(path: string): string[] {
+  const other = new Database(path, { readonly: true });
+  try {
+    return (other.query("SELECT request_id FROM reservations ORDER BY request_id").all() as { request_id: string }[]).map((r) => r.request_id);
+  } finally {
+    other.close();
+  }
+}
+
+const reservation = (request_id: string, account_id: string) => ({
+  request_id,
+  account_id,
+  payer: "promotion" as const,
+  day: "2026-11-22",
+  tokens: 10,
+  credits: 10,
+});
+
+test("writes of one turn commit together at the end of the turn; their effect waits for the commit", async () => {
+  const { store, path } = open();
+  const { account_id } = store.createAccount({ tier: "free" });
+  expect(store.reserve(reservation("req_a", account_id)).ok).toBe(true);
+  expect(store.reserve(reservation("req_b", account_id)).ok).toBe(true);
+  const effects: boolean[] = [];
+  store.afterCommit((committed) => effects.push(committed));
+  // Not durable yet: another connection sees nothing, and the effect has not run.
+  expect(committedReservations(path)).toEqual([]);
+  expect(effects).toEqual([]);
+  // This connection reads its own writes.
+  expect(store.getReservation("req_a")?.state).toBe("held");
+  await new Promise((r) => setImmediate(r));
+  expect(effects).toEqual([true]);
+  expect(committedReservations(path)).toEqual(["req_a", "req_b"]);
+});
+
+test("with no write waiting, an effect runs at once", () => {
+  const { store } = open();
+  const effects: boolean[] = [];
+  store.afterCommit((committed) => effects.push(committed));
+  expect(effects).toEqual([true]);
+});
+
+test("any other store call commits the open group first", () => {
+  const { store, path } = open();
+  const { account_id } = store.createAccount({ tier: "free" });
+  store.reserve(reservation("req_c", account_id));
+  const effects: boolean[] = [];
+  store.afterCommit((committed) => effects.push(committed));
+  store.listAccounts();
+  expect(effects).toEqual([true]);
+  expect(committedReservations(path)).toEqual(["req_c"]);
+});
+
+test("a key revoked by another process stops authenticating at once (no cache window)", () => {
+  const { store, path } = open();
+  const { account_id } = store.createAccount({ tier: "free" });
+  const { key_id, api_key } = store.createApiKey({ account_id });
+  expect(store.authenticateApiKey(api_key)?.account_id).toBe(account_id);
+  expect(store.authenticateApiKey(api_key)?.account_id).toBe(account_id); // cached now
+  const cli = openStore(path);
+  expect(cli.revokeApiKey(key_id)).toBe(true);
+  cli.close();
+  expect(store.authenticateApiKey(api_key)).toBeNull();
+});
