@@ -12,14 +12,7 @@ import type { Settlements } from "./settlements.ts";
 
 export interface SocketData {
   session?: SessionHandle;
-  /**
-   * Frames (and a close) that arrived after an attempt's first chunk in the same event-loop turn,
-   * handled in order two turns later; null when nothing is held. See `yieldAfterFirstChunk`.
-   */
-  backlog?: Held[] | null;
 }
-
-type Held = { decoded: ReturnType<typeof decodeProviderFrame> } | { closeCode: number };
 
 export interface ProviderEndpointDeps {
   registry: Registry;
@@ -115,19 +108,13 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
     }
   }
 
-  // Set when a frame was an attempt's first chunk: the buyer's first bytes were just written.
-  let firstChunkRelayed = false;
-
   function onFrame(session: SessionHandle, frame: ProviderFrame): void {
     if (frame.type === "chunk") {
       // The per-token path: an attempt lives on a session only while that session is admitted (routing
       // picks admitted sessions; losing the session releases its attempts), so a chunk for one of this
       // session's attempts needs no session-state check. Anything else takes the full path below.
       const attempt = registry.attempts.get(attemptKey(frame.request_id, frame.attempt_n));
-      if (attempt && attempt.session === session) {
-        if (!attempt.meter.started) firstChunkRelayed = true;
-        return attempt.chunk(frame);
-      }
+      if (attempt && attempt.session === session) return attempt.chunk(frame);
     }
     const snapshot = session.actor.getSnapshot();
     const admitted = snapshot.matches("admitted");
@@ -191,76 +178,24 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
       const session = ws.data.session;
       if (!session) return;
       const decoded = decodeProviderFrame(typeof data === "string" ? data : (data as Uint8Array));
-      if (ws.data.backlog) {
-        ws.data.backlog.push({ decoded });
+      if (!decoded.ok) {
+        // A malformed hello has its own code (4001 invalid_hello); other schema failures are 1008.
+        const code = decoded.frameType === "hello" ? CloseCode.invalidHello : decoded.closeCode;
+        log.warn("provider_frame_rejected", { session_id: session.sessionId, reason: decoded.reason, code });
+        ws.close(code, decoded.reason);
         return;
       }
-      deliver(ws, session, decoded);
-      yieldAfterFirstChunk(ws);
+      try {
+        onFrame(session, decoded.frame);
+      } catch (e) {
+        // A bug in handling one frame closes that socket, never the process.
+        log.error("provider_frame_failed", { session_id: session.sessionId, error: String(e) });
+        ws.close(1011, "internal_error");
+      }
     },
     close(ws, code) {
-      if (ws.data.backlog) ws.data.backlog.push({ closeCode: code });
-      else ws.data.session?.actor.send({ type: "socket.closed", code });
+      ws.data.session?.actor.send({ type: "socket.closed", code });
     },
   };
-
-  /**
-   * TTFT (issue 7): Bun writes a streamed response's first bytes to the buyer's socket only after the
-   * event loop has gone round once more (measured: a single setImmediate is still too early; two
-   * are not). A provider's frames often arrive together (accepted, the first chunks, even `end` with
-   * its receipt), and handling the rest of such a burst first — `end`'s settlement, receipt
-   * verification, ledger writes and their commit — held the buyer's first token back by ~1 ms p50
-   * (streaming-core, c=1). So after an attempt's first chunk, this session's later frames of the turn
-   * (and its close) are handled two turns later, in arrival order: the same frames, the same order.
-   */
-  function yieldAfterFirstChunk(ws: ServerWebSocket<SocketData>): void {
-    if (!firstChunkRelayed) return;
-    firstChunkRelayed = false;
-    ws.data.backlog = [];
-    setImmediate(() => setImmediate(() => drainBacklog(ws)));
-  }
-
-  function drainBacklog(ws: ServerWebSocket<SocketData>): void {
-    const held = ws.data.backlog ?? [];
-    ws.data.backlog = null;
-    let closing = false;
-    for (let i = 0; i < held.length; i++) {
-      const item = held[i]!;
-      if ("closeCode" in item) {
-        ws.data.session?.actor.send({ type: "socket.closed", code: item.closeCode });
-        continue;
-      }
-      const session = ws.data.session;
-      // After we closed the socket for a bad frame, nothing more from it is acted on.
-      if (!session || closing) continue;
-      closing = !deliver(ws, session, item.decoded);
-      if (firstChunkRelayed) {
-        // Another attempt's first chunk: let it flush too before the rest.
-        yieldAfterFirstChunk(ws);
-        ws.data.backlog!.push(...held.slice(i + 1));
-        return;
-      }
-    }
-  }
-
-  /** Handles one decoded frame; false when it closed the socket. */
-  function deliver(ws: ServerWebSocket<SocketData>, session: SessionHandle, decoded: ReturnType<typeof decodeProviderFrame>): boolean {
-    if (!decoded.ok) {
-      // A malformed hello has its own code (4001 invalid_hello); other schema failures are 1008.
-      const code = decoded.frameType === "hello" ? CloseCode.invalidHello : decoded.closeCode;
-      log.warn("provider_frame_rejected", { session_id: session.sessionId, reason: decoded.reason, code });
-      ws.close(code, decoded.reason);
-      return false;
-    }
-    try {
-      onFrame(session, decoded.frame);
-      return true;
-    } catch (e) {
-      // A bug in handling one frame closes that socket, never the process.
-      log.error("provider_frame_failed", { session_id: session.sessionId, error: String(e) });
-      ws.close(1011, "internal_error");
-      return false;
-    }
-  }
 }
 
