@@ -98,10 +98,6 @@ export function normalizeChatRequest(body: ChatCompletionRequest, requestTokenCa
   };
 }
 
-/** The gateway's own upper bound on prompt tokens (DESIGN §4): bytes of contents and tools JSON, +8 a message, +16. */
-export function promptTokenBound(messages: readonly JobMessage[], tools: unknown): number {
-  let bound = 16;
-  for (const m of messages) bound += 8 + (m.content ? Buffer.byteLength(m.content, "utf8") : 0);
-  if (tools !== undefined) bound += Buffer.byteLength(JSON.stringify(tools), "utf8");
-  return bound;
-}
+// The gateway's own upper bound on prompt tokens (DESIGN §4) is the receipts module's: one rule for
+// admission, snapshots and receipt verification.
+export { promptTokenBound } from "../../receipts/hashes.ts";

@@ -1,18 +1,9 @@
 // Token counting for the openai engine (DESIGN §2, §4). Pure.
-import type { JobFrame, JobMessage } from "../../wire/frames.ts";
+import type { JobFrame } from "../../wire/frames.ts";
+import { promptTokenBound } from "../../receipts/hashes.ts";
 
-/**
- * The gateway's own upper bound on prompt tokens (DESIGN §4): UTF-8 bytes of every message content
- * and of the tools JSON, plus 8 per message, plus 16. A provider must never report more: a receipt
- * above it is quarantined. (Same rule as the gateway's copy in src/http/chat/normalize.ts; provider
- * code does not import from the HTTP layer.)
- */
-export function promptTokenBound(messages: readonly JobMessage[], tools: unknown): number {
-  let bound = 16;
-  for (const m of messages) bound += 8 + (m.content ? Buffer.byteLength(m.content, "utf8") : 0);
-  if (tools !== undefined) bound += Buffer.byteLength(JSON.stringify(tools), "utf8");
-  return bound;
-}
+// The bound a provider must never report above (DESIGN §4): the same function the gateway verifies with.
+export { promptTokenBound };
 
 /**
  * Input tokens to report: the upstream's `prompt_tokens` when it sent one, else a conservative
