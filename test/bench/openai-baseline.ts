@@ -3,10 +3,11 @@
 // mock). Time to first token p50/p99, tokens/s relayed (one stream, and many at once), and gateway RSS
 // with 100 open streams. Everything on loopback, each process on its own; prints one JSON object.
 //   bun test/bench/openai-baseline.ts [--requests 300] [--streams 100] [--long-tokens 2000]
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createHash } from "node:crypto";
+import { firstJsonLine, pct, rssKb, spawnBenchGateway } from "./children.ts";
 
 // Bun's fetch caps concurrent requests per process (default 256); the driver opens hundreds at once.
 // The variable is read at startup, so the script re-runs itself with it set.
@@ -41,32 +42,8 @@ const cleanup = () => {
   rmSync(dataDir, { recursive: true, force: true });
 };
 
-async function firstJsonLine(proc: ReturnType<typeof Bun.spawn>, predicate: (o: Record<string, unknown>) => boolean) {
-  const decoder = new TextDecoder();
-  let buffered = "";
-  const reader = (proc.stdout as ReadableStream<Uint8Array>).getReader();
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error("process ended before the expected line");
-    buffered += decoder.decode(value, { stream: true });
-    for (const line of buffered.split("\n")) {
-      try {
-        const o = JSON.parse(line);
-        if (predicate(o)) {
-          // Keep draining: a child whose stdout pipe fills holds its unsent log lines in memory
-          // (inflating the RSS this script measures) and retries the write on every turn.
-          void (async () => {
-            while (!(await reader.read()).done);
-          })();
-          return o;
-        }
-      } catch {}
-    }
-  }
-}
 
-const rssMb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024;
-const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+const rssMb = (pid: number) => rssKb(pid) / 1024;
 const round = (n: number, digits = 3) => +n.toFixed(digits);
 
 interface Target {
@@ -159,24 +136,12 @@ try {
   // One provider serving three models, each mapped to an upstream behaviour.
   const models = { "bench-short": SHORT, "bench-long": LONG, "bench-slow": SLOW };
   const hash = (m: string) => createHash("sha256").update(m).digest("hex");
-  const BENCH_MODELS = Object.keys(models);
-  // Enforce mode (the default) routes only catalog models; limits are raised by configuration only.
-  Bun.spawnSync(["bun", MAIN, "catalog", "init", "--data-dir", dataDir]);
-  for (const model of BENCH_MODELS) {
-    const added = Bun.spawnSync(["bun", MAIN, "catalog", "add", "--model-id", model, "--model-hash", hash(model), "--data-dir", dataDir]);
-    if (added.exitCode !== 0) throw new Error(`catalog add ${model}: ${added.stderr.toString()}`);
-  }
-  const gateway = Bun.spawn(
-    ["bun", MAIN, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "info",
-      "--free-concurrent-requests", "4096", "--free-daily-tokens", "1000000000"],
-    { stdout: "pipe", stderr: "inherit" },
-  );
+  const { gateway, port } = await spawnBenchGateway(MAIN, dataDir, Object.fromEntries(Object.keys(models).map((m) => [m, hash(m)])));
   children.push(gateway);
-  const listening = await firstJsonLine(gateway, (o) => o.event === "gateway_listening");
-  const base = `http://127.0.0.1:${listening.port}`;
+  const base = `http://127.0.0.1:${port}`;
 
   const provider = Bun.spawn(
-    ["bun", MAIN, "provider", "--gateway", `ws://127.0.0.1:${listening.port}/v1/provider/connect`, "--id", "bench-openai",
+    ["bun", MAIN, "provider", "--gateway", `ws://127.0.0.1:${port}/v1/provider/connect`, "--id", "bench-openai",
       "--key-file", join(dataDir, "bench-openai.key"), "--engine", "openai", "--upstream", String(mockUrl),
       "--max-concurrency", "256",
       ...Object.entries(models).flatMap(([id, name]) => ["--model", `${id}=${hash(id)}`, "--upstream-model", `${id}=${name}`])],

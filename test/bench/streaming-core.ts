@@ -1,10 +1,11 @@
 // Benchmark (a script, not a timed test): time to first token through the gateway with a synthetic
 // provider, and gateway RSS idle and with 100 open streams. Everything on loopback, bounded in time.
 //   bun test/bench/streaming-core.ts [--requests 300] [--streams 100]
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createHash } from "node:crypto";
+import { pct, rssKb, spawnBenchGateway } from "./children.ts";
 
 const MAIN = join(import.meta.dir, "../../src/main.ts");
 const arg = (name: string, def: number) => {
@@ -21,56 +22,19 @@ const cleanup = () => {
   rmSync(dataDir, { recursive: true, force: true });
 };
 
-async function firstJsonLine(proc: ReturnType<typeof Bun.spawn>, predicate: (o: Record<string, unknown>) => boolean) {
-  const decoder = new TextDecoder();
-  let buffered = "";
-  const reader = (proc.stdout as ReadableStream<Uint8Array>).getReader();
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error("process ended before the expected line");
-    buffered += decoder.decode(value, { stream: true });
-    for (const line of buffered.split("\n")) {
-      try {
-        const o = JSON.parse(line);
-        if (predicate(o)) {
-          // Keep draining: a child whose stdout pipe fills holds its unsent log lines in memory
-          // (inflating the RSS this script measures) and retries the write on every turn.
-          void (async () => {
-            while (!(await reader.read()).done);
-          })();
-          return o;
-        }
-      } catch {}
-    }
-  }
-}
 
-const rssKb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]);
-const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 
 try {
   const created = Bun.spawnSync(["bun", MAIN, "accounts", "create", "--data-dir", dataDir]);
   const { api_key } = JSON.parse(created.stdout.toString());
 
   const hash = (model: string) => createHash("sha256").update(model).digest("hex");
-  const BENCH_MODELS = ["bench-fast", "bench-slow"];
-  // Enforce mode (the default) routes only catalog models; limits are raised by configuration only.
-  Bun.spawnSync(["bun", MAIN, "catalog", "init", "--data-dir", dataDir]);
-  for (const model of BENCH_MODELS) {
-    const added = Bun.spawnSync(["bun", MAIN, "catalog", "add", "--model-id", model, "--model-hash", hash(model), "--data-dir", dataDir]);
-    if (added.exitCode !== 0) throw new Error(`catalog add ${model}: ${added.stderr.toString()}`);
-  }
-  const gateway = Bun.spawn(
-    ["bun", MAIN, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "info",
-      "--free-concurrent-requests", "4096", "--free-daily-tokens", "1000000000"],
-    { stdout: "pipe", stderr: "inherit" },
-  );
+  const { gateway, port } = await spawnBenchGateway(MAIN, dataDir, { "bench-fast": hash("bench-fast"), "bench-slow": hash("bench-slow") });
   children.push(gateway);
-  const listening = await firstJsonLine(gateway, (o) => o.event === "gateway_listening");
-  const base = `http://127.0.0.1:${listening.port}`;
+  const base = `http://127.0.0.1:${port}`;
   const provider = (id: string, model: string, tps: number) =>
     Bun.spawn(
-      ["bun", MAIN, "provider", "--gateway", `ws://127.0.0.1:${listening.port}/v1/provider/connect`, "--id", id,
+      ["bun", MAIN, "provider", "--gateway", `ws://127.0.0.1:${port}/v1/provider/connect`, "--id", id,
         "--key-file", join(dataDir, `${id}.key`), "--engine", "synthetic", "--model", `${model}=${hash(model)}`,
         "--max-concurrency", "256", "--synthetic-tokens-per-second", String(tps)],
       { stdout: "ignore", stderr: "inherit" },
