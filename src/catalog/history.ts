@@ -7,6 +7,7 @@ import { Type, type Static } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
 import { catalogBodyDigest, formatInstant, verifyCatalogFeed, type FeedError, type VerifiedFeed } from "./feed.ts";
 import { CatalogId, IsoInstant, Sha256Hex } from "./schema.ts";
+import type { CatalogHistoryEntry } from "../store/types.ts";
 
 export const CatalogHistoryLine = Type.Object(
   {
@@ -28,18 +29,8 @@ export const CatalogHistoryLine = Type.Object(
 export type CatalogHistoryLine = Static<typeof CatalogHistoryLine>;
 const lineChecker = TypeCompiler.Compile(CatalogHistoryLine);
 
-/** What a stored history entry must offer to be exported (the store's CatalogHistoryEntry fits). */
-export interface ExportableCatalogEntry {
-  seq: number;
-  catalog_id: string;
-  body: Uint8Array;
-  signature: string;
-  body_digest: string;
-  public_key: Uint8Array;
-  issued_at_ms: number;
-  expires_at_ms: number;
-  accepted_at_ms: number;
-}
+/** A stored history entry, as the store returns it. */
+export type ExportableCatalogEntry = CatalogHistoryEntry;
 
 export function historyLine(entry: ExportableCatalogEntry): CatalogHistoryLine {
   return {

@@ -6,17 +6,8 @@ import type { Database } from "bun:sqlite";
 import { verifyCatalogFeed } from "../catalog/feed.ts";
 import type { AppendCatalogInput, AppendCatalogResult, CatalogHistoryEntry } from "./types.ts";
 
-interface HistoryRow {
-  seq: number;
-  catalog_id: string;
-  body: Uint8Array;
-  signature: string;
-  body_digest: string;
-  public_key: Uint8Array;
-  issued_at_ms: number;
-  expires_at_ms: number;
-  accepted_at_ms: number;
-}
+/** A catalog_history row: its columns are exactly the entry's fields. */
+type HistoryRow = CatalogHistoryEntry;
 
 const COLUMNS = "seq, catalog_id, body, signature, body_digest, public_key, issued_at_ms, expires_at_ms, accepted_at_ms";
 
