@@ -151,7 +151,7 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
   });
   const settlements = new Counter({
     name: "gateway_settlements_total",
-    help: "Settled provider attempts by label. Placeholder: stays 0 until settlement is implemented.",
+    help: "Provider attempts by their final settlement label.",
     labelNames: ["label"] as const,
     registers,
   });

@@ -162,7 +162,6 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     maxBodyBytes: config.maxBodyBytes,
     requestTokenCap: config.requestTokenCap,
     settlementMode: config.settlementMode,
-    gatewaySecret,
     accepting,
     now,
     providerViews: () => [...registry.providerViews()],

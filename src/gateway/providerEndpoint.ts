@@ -26,8 +26,8 @@ export interface ProviderEndpointDeps {
   onClosed: (session: SessionHandle, wasAdmitted: boolean) => void;
   inspect?: Observer<InspectionEvent> | ((event: InspectionEvent) => void);
   log: Log;
-  /** Measurements, `end` frames and receipts feed settlement; absent → only counted. */
-  settlements?: Pick<Settlements, "accepted" | "endReceived" | "receiptArrived">;
+  /** Measurements, `end` frames and receipts feed settlement. */
+  settlements: Pick<Settlements, "accepted" | "endReceived" | "receiptArrived">;
 }
 
 /** Builds the Bun WebSocket handler for provider connections. */
@@ -132,8 +132,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         if (!admitted) break;
         // Accepted for any still-pending attempt of this provider id, from any of its sessions.
         const providerId = snapshot.context.hello!.provider_id;
-        if (deps.settlements) deps.settlements.receiptArrived(providerId, frame.request_id, frame.attempt_n, frame.receipt);
-        else registry.ignoredFrames++;
+        deps.settlements.receiptArrived(providerId, frame.request_id, frame.attempt_n, frame.receipt);
         return;
       }
       default: {
@@ -141,7 +140,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         const providerId = snapshot.context.hello!.provider_id;
         // An `end` may come after the gateway let the attempt go (e.g. answering our cancel): it still
         // carries the receipt that settles the attempt.
-        const settling = frame.type === "end" && deps.settlements?.endReceived(providerId, frame) === true;
+        const settling = frame.type === "end" && deps.settlements.endReceived(providerId, frame) === true;
         const attempt = registry.attempts.get(attemptKey(frame.request_id, frame.attempt_n));
         if (!attempt || attempt.session !== session) {
           if (!settling) registry.ignoredFrames++;
@@ -151,7 +150,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
           case "chunk":
             return attempt.chunk(frame);
           case "accepted":
-            if (deps.settlements && !deps.settlements.accepted(frame.request_id, frame.attempt_n, frame.model_hash)) {
+            if (!deps.settlements.accepted(frame.request_id, frame.attempt_n, frame.model_hash)) {
               session.refusedModels.add(attempt.model);
               return attempt.request.send({ type: "provider.rejected" });
             }

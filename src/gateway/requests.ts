@@ -15,7 +15,7 @@ import { errorTable, gatewayError, publicCode, type ErrorCode, type GatewayError
 import type { ChatResponder } from "../http/chat/responders.ts";
 import type { NormalizedChat } from "../http/chat/normalize.ts";
 import { encodeFrame } from "../wire/codec.ts";
-import type { ChunkFrame, EndFrame, JobRoute } from "../wire/frames.ts";
+import type { ChunkFrame, EndFrame } from "../wire/frames.ts";
 import { ChunkMeter } from "./chunkMeter.ts";
 import { attemptKey, type Registry } from "./registry.ts";
 import { chooseProvider, type ProviderView } from "./routing.ts";
@@ -27,7 +27,6 @@ import { noopMetrics, type AttemptOutcome, type MetricsPort, type RequestOutcome
 export interface RequestSpec {
   requestId: string;
   chat: NormalizedChat;
-  route: JobRoute;
   promptBound: number;
   responder: ChatResponder;
   /** The buyer's account (logged; never a key). */
@@ -80,7 +79,7 @@ export interface RequestRunnerDeps {
   /** High-resolution clock (ms) for latency metrics; default performance.now. */
   monotonicNow?: () => number;
   /** Route snapshots, delivered prefixes and receipts of every attempt. */
-  settlements?: Settlements;
+  settlements: Settlements;
 }
 
 /** How the attempt being released ended, from the event that ended it (see actors/request.ts). */
@@ -129,7 +128,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
    */
   const routableViews = (model: string): Iterable<ProviderView> => {
     const views = registry.providerViews();
-    const expected = settlements?.expectedHash(model) ?? null;
+    const expected = settlements.expectedHash(model);
     if (expected === null) return views;
     return [...views].filter((view) => {
       const session = registry.sessions.get(view.sessionId);
@@ -198,19 +197,17 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     const session = registry.sessions.get(choice.provider.sessionId)!;
     const key = attemptKey(input.requestId, input.attemptN);
     const remaining = Math.max(1, deps.requestDeadlineMs - (deps.now() - handle.startedAtMs));
-    const route = settlements
-      ? settlements.openAttempt({
-          requestId: input.requestId,
-          attemptN: input.attemptN,
-          providerId: choice.provider.providerId,
-          providerPublicKey: session.actor.getSnapshot().context.hello!.receipt_public_key,
-          chat,
-          accountId: handle.accountId ?? "",
-          payer: handle.payer ?? "promotion",
-          requestStartedAtMs: handle.startedAtMs,
-          promptBound: handle.promptBound,
-        })
-      : handle.route;
+    const route = settlements.openAttempt({
+      requestId: input.requestId,
+      attemptN: input.attemptN,
+      providerId: choice.provider.providerId,
+      providerPublicKey: session.actor.getSnapshot().context.hello!.receipt_public_key,
+      chat,
+      accountId: handle.accountId ?? "",
+      payer: handle.payer ?? "promotion",
+      requestStartedAtMs: handle.startedAtMs,
+      promptBound: handle.promptBound,
+    });
     if (!route) {
       sendBack({ type: "route.unavailable", code: "model_not_available", message: unavailableMessages.model_not_available(chat.model) });
       return;
@@ -230,7 +227,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     // Each attempt counts its own chunks (seq from 0, its own share of max_tokens).
     const meter = new ChunkMeter(chat.params.max_tokens);
     handle.meter = meter;
-    handle.toPrefix = settlements ? settlements.relayerFor(input.requestId, input.attemptN) : noPrefix;
+    handle.toPrefix = settlements.relayerFor(input.requestId, input.attemptN);
     const attemptN = input.attemptN;
     // The slot is taken now, so requests routed in the same turn see it taken.
     registry.addAttempt({
@@ -251,7 +248,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         // Left `routing` meanwhile (buyer gone, deadline) or the commit failed: the job never left,
         // so the attempt ends having delivered nothing.
         registry.releaseAttempt(key);
-        settlements?.released(input.requestId, input.attemptN);
+        settlements.released(input.requestId, input.attemptN);
         if (!stopped) sendBack({ type: "route.unavailable", code: "coordinator_unavailable", message: unavailableMessages.coordinator_unavailable() });
         return;
       }
@@ -267,8 +264,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       });
       if (lost) sendBack({ type: "provider.lost" });
     };
-    if (settlements) settlements.afterCommit(send);
-    else send(true);
+    settlements.afterCommit(send);
     return () => {
       stopped = true;
     };
@@ -294,7 +290,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         handle.timing.firstTokenAt = null;
         handle.meter.discard();
         handle.responder.discard();
-        if (context.current) settlements?.discarded(context.requestId, context.current.attemptN);
+        if (context.current) settlements.discarded(context.requestId, context.current.attemptN);
       },
       finishSuccess: ({ context, event }) => {
         const handle = handles.get(context.requestId);
@@ -338,7 +334,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         // (DESIGN §6). A first chunk's cancel is either the cap or a bad seq with nothing counted yet.
         const lengthCap = event.type === "stream.lengthLimited" || event.type === "provider.chunk";
         const abandoned = !context.streaming && !lengthCap;
-        if (abandoned) settlements?.discarded(context.requestId, context.current.attemptN);
+        if (abandoned) settlements.discarded(context.requestId, context.current.attemptN);
         attempt.session.send(
           encodeFrame({
             type: "cancel",
@@ -348,14 +344,14 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
             delivered_output_bytes: abandoned ? 0 : attempt.meter.deliveredBytes,
           }),
         );
-        settlements?.cancelSent(context.requestId, context.current.attemptN, reason);
+        settlements.cancelSent(context.requestId, context.current.attemptN, reason);
         log.debug("attempt_cancelled", { request_id: context.requestId, attempt_n: context.current.attemptN, reason });
       },
       releaseAttempt: ({ context, event }) => {
         const key = currentKey(context);
         if (!key) return;
         registry.releaseAttempt(key);
-        settlements?.released(context.requestId, context.current!.attemptN);
+        settlements.released(context.requestId, context.current!.attemptN);
         // Invariant: `current` is cleared after every release, so each attempt is counted once here.
         const handle = handles.get(context.requestId);
         const outcome = attemptOutcome(event, context);
@@ -393,7 +389,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     actor.subscribe({
       complete: () => {
         handles.delete(spec.requestId);
-        settlements?.requestEnded(spec.requestId);
+        settlements.requestEnded(spec.requestId);
         report(handle);
         deps.onClosed();
       },
@@ -403,8 +399,8 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         const context = actor.getSnapshot().context;
         const key = currentKey(context);
         if (key) registry.releaseAttempt(key);
-        if (context.current) settlements?.released(spec.requestId, context.current.attemptN);
-        settlements?.requestEnded(spec.requestId);
+        if (context.current) settlements.released(spec.requestId, context.current.attemptN);
+        settlements.requestEnded(spec.requestId);
         spec.responder.fail(gatewayError("internal_error", "The gateway hit an internal error. Retry the request."));
         handles.delete(spec.requestId);
         timing.errorCode = "internal_error";

@@ -1,7 +1,6 @@
 // The one buyer pipeline behind every inference entrypoint (chat completions and the facades): the
 // same admission checks, the same request actor, the same cancellation. An entrypoint only parses its
 // own wire shape into a NormalizedChat and supplies a responder that writes its own wire shape back.
-import { createHmac } from "node:crypto";
 import { authenticateBuyer, type AuthResult, type BuyerPrincipal } from "./auth.ts";
 import { parseJsonBody, readBody } from "./body.ts";
 import { gatewayError, type GatewayError } from "./errors.ts";
@@ -9,7 +8,6 @@ import { promptTokenBound, type NormalizedChat } from "./chat/normalize.ts";
 import type { ChatResponder } from "./chat/responders.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
 import type { Store } from "../store/index.ts";
-import type { JobRoute } from "../wire/frames.ts";
 import type { Settlements } from "../gateway/settlements.ts";
 import { reservationCredits, type Rates } from "../ledger/index.ts";
 import { buyerAccount, type Payer } from "../store/index.ts";
@@ -22,11 +20,10 @@ export interface PipelineDeps {
   maxBodyBytes: number;
   requestTokenCap: number;
   settlementMode: "observe" | "enforce";
-  gatewaySecret: Uint8Array;
   accepting: () => boolean;
   now: () => number;
-  /** Route-time pricing and settlement; absent in bare unit apps (no catalog, no reservation). */
-  settlements?: Settlements;
+  /** Route-time pricing and settlement. */
+  settlements: Settlements;
   /** Limits per tier (spec §8): daily tokens, per-request cap, concurrency; absent = none (bare unit apps). */
   quotas?: QuotaPolicy;
   /** Retries replayed instead of re-run (DESIGN §7); absent = every request runs. */
@@ -42,8 +39,6 @@ export interface RequestIds {
   /** What X-Request-ID carries: the client's UUID when it sent one, else ours. */
   responseRequestId: string;
 }
-
-export const ROUTE_POLICY_VERSION = "gw-settlement-v1";
 
 export type Authenticate = (store: Store, request: Request) => AuthResult;
 
@@ -118,7 +113,6 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
   const { request, ids, principal, chat } = input;
   const rid = ids.responseRequestId;
   const promptBound = promptTokenBound(chat.messages, chat.params.tools);
-  let payer: Payer = "promotion";
   const slotLimit = deps.quotas ? limitsFor(deps.quotas, principal).concurrentRequests : null;
   if (slotLimit !== null && !deps.store.acquireRequestSlot(principal.account_id, ids.requestId, slotLimit).ok) {
     return Promise.resolve(input.refuse(concurrencyRefusal(slotLimit, deps.now())));
@@ -132,33 +126,21 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
     if (slotLimit !== null) deps.store.releaseRequestSlot(ids.requestId);
     tracker?.outcome(ok);
   };
-  if (deps.settlements) {
-    const admission = deps.settlements.admitModel(chat.model);
-    if (!admission.ok) {
-      end(false);
-      return Promise.resolve(
-        input.refuse(
-          gatewayError("model_not_available", `The model '${chat.model}' is not available. List available models with GET /v1/models.`, { param: "model" }),
-        ),
-      );
-    }
-    const reserved = reserveForRequest(deps, principal, ids.requestId, promptBound, chat.params.max_tokens, admission.rates);
-    if (!reserved.ok) {
-      end(false);
-      return Promise.resolve(input.refuse(reserved.error));
-    }
-    payer = reserved.payer;
+  const admission = deps.settlements.admitModel(chat.model);
+  if (!admission.ok) {
+    end(false);
+    return Promise.resolve(
+      input.refuse(
+        gatewayError("model_not_available", `The model '${chat.model}' is not available. List available models with GET /v1/models.`, { param: "model" }),
+      ),
+    );
   }
-  const route: JobRoute = {
-    account_scope: createHmac("sha256", deps.gatewaySecret).update(principal.account_id).digest("hex"),
-    catalog_id: "",
-    catalog_body_digest: "",
-    expected_catalog_model_hash: "",
-    route_snapshot_digest: "",
-    route_snapshot_mode: deps.settlementMode,
-    route_snapshot_policy_version: ROUTE_POLICY_VERSION,
-    prompt_hash: "",
-  };
+  const reserved = reserveForRequest(deps, principal, ids.requestId, promptBound, chat.params.max_tokens, admission.rates);
+  if (!reserved.ok) {
+    end(false);
+    return Promise.resolve(input.refuse(reserved.error));
+  }
+  const { payer } = reserved;
   let abort = () => {};
   const responder = observeEnd(
     input.responder({
@@ -178,7 +160,6 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
     started = deps.runner.start({
       requestId: ids.requestId,
       chat,
-      route,
       promptBound,
       responder,
       accountId: principal.account_id,

@@ -8,7 +8,6 @@ import { normalizeChatRequest } from "./normalize.ts";
 import { jsonResponder, streamingResponder } from "./responders.ts";
 
 export type ChatRouteDeps = PipelineDeps;
-export { ROUTE_POLICY_VERSION } from "../pipeline.ts";
 
 export function chatCompletionsHandler(deps: ChatRouteDeps) {
   return async (request: Request, ids: RequestIds): Promise<Response> => {
