@@ -1,0 +1,53 @@
+// `bun test/bench/cpu-split.ts [load|streams] [concurrency] [seconds]`: runs one full-stack load level and
+// prints CPU seconds per process (gateway, each provider runtime, mock, driver) — where the time goes.
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { FETCH_ENV, Processes, startGatewayStack, startMock } from "./stack.ts";
+
+const [mode = "load", cArg = "128", sArg = "8"] = process.argv.slice(2);
+const concurrency = Number(cArg);
+const seconds = Number(sArg);
+const ticks = 100;
+const cpu = (pid: number): number => {
+  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  return (Number(f[11]) + Number(f[12])) / ticks;
+};
+
+const procs = new Processes();
+try {
+  const mock = await startMock(procs);
+  const gw = await startGatewayStack(procs, { mockUrl: mock.url, providers: Number(process.env.BENCH_PROVIDERS ?? 4), logLevel: "info" });
+  const headers = { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` };
+  const stream = mode === "streams";
+  const body = JSON.stringify({ model: stream ? "bench-sse" : "bench-json-d20", stream, max_tokens: stream ? 64 : 16, messages: [{ role: "user", content: "x".repeat(256) }] });
+  const spec = stream
+    ? { mode: "streams", url: `${gw.url}/v1/chat/completions`, headers, body, concurrency, perWorker: Math.max(1, Math.round(seconds / 1.4)), warmup: 0, expectedFrames: 64, stallMs: 200 }
+    : { mode: "load", url: `${gw.url}/v1/chat/completions`, headers, body, concurrency, warmupMs: 1000, durationMs: seconds * 1000 };
+  const pids: Record<string, number> = { gateway: gw.gateway.pid, mock: mock.proc.pid };
+  gw.providers.forEach((p, i) => (pids[`provider-${i}`] = p.pid));
+  const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpu(pid)]));
+  const t0 = performance.now();
+  const driver = Bun.spawn(["bun", join(import.meta.dir, "driver.ts"), JSON.stringify(spec)], { env: { ...process.env, ...FETCH_ENV }, stdout: "pipe" });
+  let driverCpu = 0;
+  const timer = setInterval(() => {
+    try {
+      driverCpu = cpu(driver.pid);
+    } catch {}
+  }, 100);
+  const out = await new Response(driver.stdout).text();
+  clearInterval(timer);
+  const wall = (performance.now() - t0) / 1000;
+  const after = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpu(pid)]));
+  const r = JSON.parse(out);
+  console.log(JSON.stringify({ mode, concurrency, wall: +wall.toFixed(2), rps: r.rps, p50: r.latency_ms?.p50, p99: r.latency_ms?.p99, errors: r.errors, stalled: r.stalled_streams, delivered: r.delivered_ratio, max_gap: r.max_gap_ms, ttft_p99: r.ttft_ms?.p99, frames_per_s: r.frames_per_s }));
+  for (const k of Object.keys(pids)) console.log(`${k.padEnd(12)} ${(after[k]! - before[k]!).toFixed(2)} s CPU`);
+  // The gateway's threads: the main (JS) thread is the one that saturates.
+  for (const t of readdirSync(`/proc/${gw.gateway.pid}/task`)) {
+    const name = readFileSync(`/proc/${gw.gateway.pid}/task/${t}/comm`, "utf8").trim();
+    const s = cpu(Number(t));
+    if (s >= 0.05) console.log(`  gateway thread ${name.padEnd(12)} ${s.toFixed(2)} s CPU (since start)`);
+  }
+  console.log(`${"driver".padEnd(12)} ${driverCpu.toFixed(2)} s CPU (approx)`);
+} finally {
+  await procs.stop();
+}
