@@ -4,6 +4,7 @@
 import { afterEach, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { openStore, type Store } from "../../src/store/index.ts";
+import { LAZY_COMMIT_MS } from "../../src/store/groupCommit.ts";
 import { tempDir } from "./temp-dir.ts";
 
 const files = tempDir();
@@ -60,6 +61,27 @@ test("with no write waiting, an effect runs at once", () => {
   const effects: boolean[] = [];
   store.afterCommit((committed) => effects.push(committed));
   expect(effects).toEqual([true]);
+});
+
+test("a group no effect waits for stays open for the next turns' writes, at most LAZY_COMMIT_MS", async () => {
+  const { store, path } = open();
+  const { account_id } = store.createAccount({ tier: "free" });
+  store.reserve(reservation("req_l1", account_id));
+  await new Promise((r) => setImmediate(r));
+  // No effect waited: the turn ended without a commit (no fsync on this turn's path).
+  expect(committedReservations(path)).toEqual([]);
+  // A later turn's write joins the same group; its effect commits both at the end of that turn.
+  store.reserve(reservation("req_l2", account_id));
+  const effects: boolean[] = [];
+  store.afterCommit((committed) => effects.push(committed));
+  expect(effects).toEqual([]);
+  await new Promise((r) => setImmediate(r));
+  expect(effects).toEqual([true]);
+  expect(committedReservations(path)).toEqual(["req_l1", "req_l2"]);
+  // A lone write with no effect is still committed within LAZY_COMMIT_MS.
+  store.reserve(reservation("req_l3", account_id));
+  await Bun.sleep(LAZY_COMMIT_MS + 20);
+  expect(committedReservations(path)).toEqual(["req_l1", "req_l2", "req_l3"]);
 });
 
 test("any other store call commits the open group first", () => {

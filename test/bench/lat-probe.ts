@@ -1,0 +1,26 @@
+// `bun test/bench/lat-probe.ts`: one request at a time through the full stack (one provider runtime):
+// 300 warm-up requests, then 500 measured — p50/p90/p99 ms. MODEL=… picks the mock behaviour;
+// PAUSE=ms waits after printing the process ids (attach strace/perf to the gateway meanwhile).
+import { Processes, startGatewayStack, startMock } from "./stack.ts";
+
+const procs = new Processes();
+try {
+  const mock = await startMock(procs);
+  const gw = await startGatewayStack(procs, { mockUrl: mock.url, providers: 1, logLevel: "info" });
+  const headers = { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` };
+  const body = JSON.stringify({ model: process.env.MODEL ?? "bench-json", stream: false, max_tokens: 16, messages: [{ role: "user", content: "x".repeat(256) }] });
+  const one = async () => {
+    const t = performance.now();
+    await (await fetch(`${gw.url}/v1/chat/completions`, { method: "POST", headers, body })).text();
+    return performance.now() - t;
+  };
+  for (let i = 0; i < 300; i++) await one();
+  console.log(JSON.stringify({ gateway: gw.gateway.pid, provider: gw.providers[0]!.pid, mock: mock.proc.pid }));
+  await Bun.sleep(Number(process.env.PAUSE ?? 0));
+  const samples: number[] = [];
+  for (let i = 0; i < 500; i++) samples.push(await one());
+  samples.sort((a, b) => a - b);
+  console.log(`p50 ${samples[250]!.toFixed(3)} p90 ${samples[450]!.toFixed(3)} p99 ${samples[495]!.toFixed(3)}`);
+} finally {
+  await procs.stop();
+}
