@@ -96,16 +96,15 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
     if (signal.aborted) return; // nothing after a cancel: the receipt binds the delivered prefix
     accept();
     const tokens = Math.max(0, Math.floor(chunk.tokens));
-    const frame: ChunkFrame = { type: "chunk", ...ids, seq: nextSeq++, tokens };
+    // This key order is the one src/wire/chunkEncode.ts writes (no spread: this runs per token).
+    const frame: ChunkFrame = { type: "chunk", request_id: ids.request_id, attempt_n: ids.attempt_n, seq: nextSeq++, tokens };
     // Absent keys, not undefined values: msgpackr would encode undefined as an extension type.
     if (chunk.content !== undefined) frame.content = chunk.content;
     if (chunk.tool_calls !== undefined) frame.tool_calls = chunk.tool_calls;
     sentTokens += tokens;
     if (deps.send(frame) === false) return;
-    const kept: EngineChunk = { tokens };
-    if (frame.content !== undefined) kept.content = frame.content;
-    if (frame.tool_calls !== undefined) kept.tool_calls = frame.tool_calls;
-    sent.push(kept);
+    // The frame itself is kept: it holds the chunk's content, tool_calls and tokens, and is never changed.
+    sent.push(frame);
   };
 
   // The session was lost before `end` could go out. The gateway records such an attempt as its own

@@ -38,15 +38,18 @@ export function createEarningsLog(options: { file: string; providerId: string; n
   const now = options.now ?? Date.now;
   const log = options.log ?? (() => {});
   let chain: Promise<void> = Promise.resolve();
+  /** Lines waiting for the next write, and that write (null: none queued yet). */
+  let queued: string[] = [];
+  let nextWrite: Promise<void> | null = null;
   let modeChecked = false;
-  const write = async (line: string) => {
+  const write = async (lines: string) => {
     const handle = await open(options.file, "a", 0o600);
     try {
       if (!modeChecked && process.platform !== "win32") {
         modeChecked = true;
         if (((await handle.stat()).mode & 0o077) !== 0) log("earnings_file_insecure_mode", { file: options.file });
       }
-      await handle.appendFile(line, "utf8");
+      await handle.appendFile(lines, "utf8");
     } finally {
       await handle.close();
     }
@@ -62,12 +65,21 @@ export function createEarningsLog(options: { file: string; providerId: string; n
         reason: frame.reason,
         provider_credits: frame.provider_credits,
       };
-      chain = chain.then(() =>
-        write(`${JSON.stringify(record)}\n`).catch((error: unknown) =>
+      queued.push(`${JSON.stringify(record)}\n`);
+      if (nextWrite !== null) return nextWrite;
+      // Lines appended while a write is in flight go out together in the next one: one open, append
+      // and close per batch rather than per settled frame, in the same order.
+      const batch = chain.then(() => {
+        const text = queued.join("");
+        queued = [];
+        nextWrite = null;
+        return write(text).catch((error: unknown) =>
           log("earnings_write_failed", { file: options.file, error: (error as NodeJS.ErrnoException).code ?? "error" }),
-        ),
-      );
-      return chain;
+        );
+      });
+      nextWrite = batch;
+      chain = batch;
+      return batch;
     },
     flushed: () => chain,
   };

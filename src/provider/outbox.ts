@@ -30,6 +30,8 @@ interface Entry extends OutboxIds {
   deadline_ms: number;
   /** The session (an opaque token) it was last sent on; null = not sent on any live session. */
   sentOn: object | null;
+  /** The entry as it is persisted (JSON), made once: the whole outbox is rewritten after each change. */
+  json: string;
 }
 
 export interface ReceiptOutboxOptions {
@@ -43,6 +45,11 @@ export interface ReceiptOutboxOptions {
 }
 
 const keyOf = (ids: OutboxIds) => `${ids.attempt_n}/${ids.request_id}`;
+
+function entryOf(request_id: string, attempt_n: number, receipt: string, deadline_ms: number, sentOn: object | null): Entry {
+  const persisted: PersistedEntry = { request_id, attempt_n, receipt, deadline_ms };
+  return { request_id, attempt_n, receipt, deadline_ms, sentOn, json: JSON.stringify(persisted) };
+}
 
 interface PersistedEntry extends OutboxIds {
   receipt: string;
@@ -69,6 +76,8 @@ export class ReceiptOutbox {
   private readonly maxEntries: number;
   private saving: Promise<void> = Promise.resolve();
   private dirty = false;
+  /** No entry expires before this (wall-clock ms; may be early, never late): expire() skips its scan until then. */
+  private nextExpiryMs = Number.POSITIVE_INFINITY;
 
   constructor(private readonly options: ReceiptOutboxOptions = {}) {
     this.now = options.now ?? Date.now;
@@ -97,7 +106,8 @@ export class ReceiptOutbox {
     const now = outbox.now();
     for (const item of Array.isArray(parsed) ? parsed : []) {
       if (!isPersistedEntry(item) || item.deadline_ms < now) continue;
-      outbox.entries.set(keyOf(item), { ...item, sentOn: null });
+      outbox.entries.set(keyOf(item), entryOf(item.request_id, item.attempt_n, item.receipt, item.deadline_ms, null));
+      outbox.nextExpiryMs = Math.min(outbox.nextExpiryMs, item.deadline_ms);
     }
     if (outbox.entries.size > 0) outbox.log("receipt_outbox_restored", { receipts: outbox.entries.size });
     return outbox;
@@ -120,7 +130,8 @@ export class ReceiptOutbox {
    */
   keep(ids: OutboxIds, receipt: string, terminalAtMs: number, sentOn: object | null): void {
     this.expire();
-    const entry: Entry = { request_id: ids.request_id, attempt_n: ids.attempt_n, receipt, deadline_ms: terminalAtMs + this.deadlineMs, sentOn };
+    const entry = entryOf(ids.request_id, ids.attempt_n, receipt, terminalAtMs + this.deadlineMs, sentOn);
+    this.nextExpiryMs = Math.min(this.nextExpiryMs, entry.deadline_ms);
     this.entries.delete(keyOf(ids)); // re-insert: Map order is age order, used when trimming
     this.entries.set(keyOf(ids), entry);
     while (this.entries.size > this.maxEntries) {
@@ -162,9 +173,14 @@ export class ReceiptOutbox {
 
   private expire(): void {
     const now = this.now();
+    if (this.nextExpiryMs >= now) return;
+    this.nextExpiryMs = Number.POSITIVE_INFINITY;
     let removed = false;
     for (const [key, entry] of this.entries) {
-      if (entry.deadline_ms >= now) continue;
+      if (entry.deadline_ms >= now) {
+        this.nextExpiryMs = Math.min(this.nextExpiryMs, entry.deadline_ms);
+        continue;
+      }
       this.entries.delete(key);
       removed = true;
       // The gateway has quarantined the attempt (no_receipt) by now; sending it would be `late`.
@@ -188,17 +204,15 @@ export class ReceiptOutbox {
   }
 
   private async write(file: string): Promise<void> {
-    const items: PersistedEntry[] = [...this.entries.values()].map(({ request_id, attempt_n, receipt, deadline_ms }) => ({
-      request_id,
-      attempt_n,
-      receipt,
-      deadline_ms,
-    }));
+    // The same text as JSON.stringify of the entries' array, from each entry's JSON made once.
+    const parts: string[] = [];
+    for (const entry of this.entries.values()) parts.push(entry.json);
+    const text = `[${parts.join(",")}]`;
     const temp = `${file}.${process.pid}.tmp`;
     // Mode 0600 like the key file beside it: receipts name request ids and the account scope.
     const handle = await open(temp, "w", 0o600);
     try {
-      await handle.writeFile(JSON.stringify(items), "utf8");
+      await handle.writeFile(text, "utf8");
       await handle.sync();
     } finally {
       await handle.close();

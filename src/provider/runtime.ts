@@ -1,6 +1,7 @@
 // The reference provider runtime: one WebSocket session at a time to the gateway (DESIGN §3), jobs run
 // on an Engine, reconnect with full-jitter backoff. A plain class: this is an I/O edge, not domain code.
 import type { KeyObject } from "node:crypto";
+import { encodeChunkFrame } from "../wire/chunkEncode.ts";
 import { decodeGatewayFrame, encodeFrame } from "../wire/codec.ts";
 import {
   CloseCode,
@@ -247,7 +248,7 @@ class Runtime implements ProviderRuntime {
   /** False when the frame could not be handed to the socket (closed or closing). */
   private send(session: Session, frame: ProviderFrame): boolean {
     if (session.phase === "closed" || session.ws.readyState !== WebSocket.OPEN) return false;
-    session.ws.send(encodeFrame(frame));
+    session.ws.send(frame.type === "chunk" ? encodeChunkFrame(frame) : encodeFrame(frame));
     return true;
   }
 

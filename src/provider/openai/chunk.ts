@@ -66,6 +66,13 @@ class ToolCallIndices {
   }
 }
 
+/** The choice with index 0 (an absent index counts as 0), else the first one; a loop: this runs per chunk. */
+function firstChoice<C extends { index?: number | null }>(choices: readonly C[] | null | undefined): C | undefined {
+  if (!choices) return undefined;
+  for (const c of choices) if ((c.index ?? 0) === 0) return c;
+  return choices[0];
+}
+
 export interface ChunkMapper {
   /** Maps one parsed `data:` payload of a stream. */
   chunk(payload: unknown): MappedPayload;
@@ -82,13 +89,12 @@ export function createChunkMapper(): ChunkMapper {
     // An error object is checked before `choices` (mid-stream `data: {"error": …}` frames).
     if (isErrorPayload(payload)) return { kind: "error", code: declineCodeFor(200, payload) };
     if (!streamChunkChecker.Check(payload)) return { kind: "malformed" };
-    const choices = payload.choices ?? [];
     // Only the first choice is relayed (the gateway asks for n = 1); `choices: []` is a usage chunk.
-    const choice = choices.find((c) => (c.index ?? 0) === 0) ?? choices[0];
-    const delta = choice?.delta ?? {};
-    const content = typeof delta.content === "string" && delta.content !== "" ? delta.content : undefined;
-    const toolCalls = delta.tool_calls ? toolIndices.map(delta.tool_calls) : [];
-    const reasoning = Boolean(delta.reasoning_content || delta.reasoning);
+    const choice = firstChoice(payload.choices);
+    const delta = choice?.delta;
+    const content = typeof delta?.content === "string" && delta.content !== "" ? delta.content : undefined;
+    const toolCalls = delta?.tool_calls ? toolIndices.map(delta.tool_calls) : [];
+    const reasoning = Boolean(delta?.reasoning_content || delta?.reasoning);
     const relayed = content !== undefined || toolCalls.length > 0;
     let tokens = 0;
     if (relayed || reasoning) {
@@ -111,7 +117,7 @@ export function createChunkMapper(): ChunkMapper {
   function completion(payload: unknown): MappedPayload {
     if (isErrorPayload(payload)) return { kind: "error", code: declineCodeFor(200, payload) };
     if (!completionChecker.Check(payload)) return { kind: "malformed" };
-    const choice = payload.choices.find((c) => (c.index ?? 0) === 0) ?? payload.choices[0];
+    const choice = firstChoice(payload.choices);
     if (!choice) return { kind: "malformed" };
     const { message } = choice;
     const content = message.content ? message.content : undefined;

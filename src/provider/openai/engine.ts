@@ -42,6 +42,11 @@ class UpstreamCall {
   private readonly mapper = createChunkMapper();
   private timedOut: "first_token" | "idle" | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
+  /** The timeout being watched and when it expires (performance.now() ms). */
+  private watching: "first_token" | "idle" = "first_token";
+  private expiresAt = 0;
+  /** When the pending timer fires (Infinity: none pending). */
+  private firesAt = Number.POSITIVE_INFINITY;
   private relayedChunks = 0;
   private finishReason: string | null = null;
   private promptTokens: number | null = null;
@@ -86,24 +91,47 @@ class UpstreamCall {
     return outcome;
   }
 
-  /** (Re)starts the one timer; when it fires, the fetch is aborted and the end is a timeout. */
+  /**
+   * (Re)starts the timeout; when it expires, the fetch is aborted and the end is a timeout. Restarted on
+   * every upstream event, so the one timer is moved only when the expiry comes before it fires; a timer
+   * that fires before the expiry sleeps again for the rest (no timer re-armed per chunk).
+   */
   private arm(which: "first_token" | "idle", ms: number): void {
-    if (this.timer !== null) clearTimeout(this.timer);
-    this.timer = setTimeout(() => {
-      this.timedOut = which;
-      this.controller.abort(which);
-    }, ms);
+    const now = performance.now();
+    this.watching = which;
+    this.expiresAt = now + ms;
+    if (this.expiresAt < this.firesAt) this.schedule(now, ms);
   }
+
+  private schedule(now: number, ms: number): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.firesAt = now + ms;
+    this.timer = setTimeout(this.fire, ms);
+  }
+
+  private readonly fire = (): void => {
+    this.timer = null;
+    this.firesAt = Number.POSITIVE_INFINITY;
+    const now = performance.now();
+    if (this.expiresAt > now) return this.schedule(now, this.expiresAt - now);
+    this.timedOut = this.watching;
+    this.controller.abort(this.watching);
+  };
 
   /** Awaits an I/O step; a rejection becomes the matching stream end (timeout, cancel or transport). */
   private async guarded<T>(step: Promise<T>): Promise<Guarded<T>> {
     try {
       return { ok: true, value: await step };
     } catch {
-      if (this.timedOut !== null) return { ok: false, end: { kind: "timeout", which: this.timedOut } };
-      if (this.job.signal.aborted) return { ok: false, end: { kind: "cancelled", terminalState: cancelTerminalState(this.job.signal) } };
-      return { ok: false, end: { kind: "transport" } };
+      return { ok: false, end: this.failedEnd() };
     }
+  }
+
+  /** The stream end of a failed I/O step: the timeout or cancel that aborted it, else the transport. */
+  private failedEnd(): StreamEnd {
+    if (this.timedOut !== null) return { kind: "timeout", which: this.timedOut };
+    if (this.job.signal.aborted) return { kind: "cancelled", terminalState: cancelTerminalState(this.job.signal) };
+    return { kind: "transport" };
   }
 
   private async exchange(): Promise<StreamEnd> {
@@ -149,14 +177,19 @@ class UpstreamCall {
     const reader = response.body.getReader();
     const decoder = new SseDecoder();
     for (;;) {
-      const read = await this.guarded(reader.read());
-      if (!read.ok) return read.end;
-      const events = read.value.done ? decoder.end() : decoder.push(read.value.value);
+      // Not through guarded(): this runs per upstream read, and one await is enough.
+      let read: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        read = await reader.read();
+      } catch {
+        return this.failedEnd();
+      }
+      const events = read.done ? decoder.end() : decoder.push(read.value);
       for (const event of events) {
         const end = this.onEvent(event);
         if (end !== null) return end;
       }
-      if (read.value.done) return { kind: "eof" };
+      if (read.done) return { kind: "eof" };
     }
   }
 

@@ -18,7 +18,9 @@ export const DEFAULT_MAX_LINE_BYTES = 4 * 1024 * 1024;
 export class SseDecoder {
   private readonly decoder = new TextDecoder();
   private buffered = "";
-  private dataLines: string[] = [];
+  /** The event's data lines joined by "\n" so far (built as it goes: most events have one line). */
+  private data = "";
+  private dataLines = 0;
   private dataChars = 0;
   private eventName = "";
   private overflowed = false;
@@ -71,24 +73,29 @@ export class SseDecoder {
 
   private line(line: string, events: SseEvent[]): void {
     if (line === "") return this.dispatch(events);
+    // `data:` first, without splitting the line: it is nearly every line of a stream.
+    if (line.startsWith("data:")) return this.dataLine(line.charCodeAt(5) === 0x20 ? line.slice(6) : line.slice(5));
     if (line.startsWith(":")) return; // comment: keep-alive pings (llama.cpp, mlx_lm `: keepalive N/M`)
     const colon = line.indexOf(":");
     const field = colon < 0 ? line : line.slice(0, colon);
     let value = colon < 0 ? "" : line.slice(colon + 1);
     if (value.startsWith(" ")) value = value.slice(1);
-    if (field === "data") {
-      this.dataLines.push(value);
-      this.dataChars += value.length;
-    } else if (field === "event") this.eventName = value;
+    if (field === "data") this.dataLine(value);
+    else if (field === "event") this.eventName = value;
     else if (field === "error") events.push({ type: "error_field", data: value });
     // id, retry and unknown fields are ignored, as the SSE spec says.
   }
 
+  private dataLine(value: string): void {
+    this.data = this.dataLines === 0 ? value : `${this.data}\n${value}`;
+    this.dataLines++;
+    this.dataChars += value.length;
+  }
+
   private dispatch(events: SseEvent[]): void {
-    if (this.dataLines.length > 0) {
-      events.push({ type: "data", event: this.eventName, data: this.dataLines.join("\n") });
-    }
-    this.dataLines = [];
+    if (this.dataLines > 0) events.push({ type: "data", event: this.eventName, data: this.data });
+    this.data = "";
+    this.dataLines = 0;
     this.dataChars = 0;
     this.eventName = "";
   }
