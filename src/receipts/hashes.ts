@@ -126,37 +126,55 @@ export interface OutputHashInput {
 /** `output_hash` = sha256 hex of JCS({content, finish_reason, output_prefix_end_byte, output_prefix_start_byte, terminal_state, tool_calls}). */
 export const outputHash = (input: OutputHashInput): string => jcsSha256(input);
 
+/** Pending content (UTF-16 code units) past which the builder hashes what it holds. */
+const HASH_BATCH_UNITS = 2048;
+
 /**
  * Accumulates a delivered prefix chunk by chunk and hashes it at the end without keeping the text:
  * `content` is the first member of the JCS object (keys sort as content < finish_reason < …), so
- * `{"content":"` + escaped text can be streamed into the hash. Escaping per chunk equals escaping the
- * whole, because JSON string escaping is per code point and a chunk (a msgpack string, valid UTF-8)
- * never splits a surrogate pair. Equality with outputHash() is a test.
+ * `{"content":"` + escaped text can be streamed into the hash. Content is hashed in batches of
+ * about HASH_BATCH_UNITS (one escape and one hash update per batch, not per chunk: issue 7). Escaping
+ * a batch equals escaping its chunks one by one, because JSON string escaping is per code point and
+ * each chunk is checked to be well-formed (no lone surrogate) as it is added — so two halves of a
+ * pair split over chunks are still refused, as escaping each chunk would. Equality with outputHash()
+ * is a test.
  */
 export class DeliveredPrefixBuilder {
   private readonly hash = createHash("sha256");
   private readonly toolCalls = new ToolCallAssembler();
-  private bytes = 0;
+  /** JCS text not yet hashed that precedes `pending`: the object's opening until the first update. */
+  private unhashed = '{"content":"';
+  /** Delivered content not yet escaped and hashed. */
+  private pending = "";
+  /** UTF-8 bytes of the content already hashed. */
+  private hashedBytes = 0;
   private tokens = 0;
 
   /** @param startByte bytes the request delivered before this attempt (0 while failover precedes the first byte). */
-  constructor(private readonly startByte = 0) {
-    this.hash.update('{"content":"');
-  }
+  constructor(private readonly startByte = 0) {}
 
   add(chunk: DeliveredChunk): void {
-    if (chunk.content !== undefined && chunk.content.length > 0) {
-      // canonicalString checks well-formedness; strip its quotes to stream the inside.
-      const escaped = canonicalString(chunk.content);
-      this.hash.update(escaped.slice(1, -1));
-      this.bytes += Buffer.byteLength(chunk.content, "utf8");
+    const content = chunk.content;
+    if (content !== undefined && content.length > 0) {
+      // What canonicalString would refuse, refused as it would be.
+      if (!content.isWellFormed()) canonicalString(content);
+      this.pending += content;
+      if (this.pending.length >= HASH_BATCH_UNITS) this.hashPending("");
     }
     if (chunk.tool_calls !== undefined) this.toolCalls.add(chunk.tool_calls);
     this.tokens += chunk.tokens;
   }
 
+  /** Hashes the pending content (escaped, without the quotes canonicalString adds) and then `tail`. */
+  private hashPending(tail: string): void {
+    this.hashedBytes += Buffer.byteLength(this.pending, "utf8");
+    this.hash.update(this.unhashed + JSON.stringify(this.pending).slice(1, -1) + tail);
+    this.unhashed = "";
+    this.pending = "";
+  }
+
   get deliveredBytes(): number {
-    return this.bytes;
+    return this.hashedBytes + Buffer.byteLength(this.pending, "utf8");
   }
 
   get deliveredTokens(): number {
@@ -166,14 +184,14 @@ export class DeliveredPrefixBuilder {
   /** Closes the hash; the builder must not be used afterwards. */
   finish(terminal_state: TerminalState, finish_reason: string | null): DeliveredPrefix {
     const start = this.startByte;
-    const end = start + this.bytes;
+    const end = start + this.deliveredBytes;
     const rest =
       `",${canonicalString("finish_reason")}:${finish_reason === null ? "null" : canonicalString(finish_reason)}` +
       `,${canonicalString("output_prefix_end_byte")}:${canonicalNumber(end)}` +
       `,${canonicalString("output_prefix_start_byte")}:${canonicalNumber(start)}` +
       `,${canonicalString("terminal_state")}:${canonicalString(terminal_state)}` +
       `,${canonicalString("tool_calls")}:${canonicalize(this.toolCalls.result())}}`;
-    this.hash.update(rest);
+    this.hashPending(rest);
     return {
       output_hash: this.hash.digest("hex"),
       start_byte: start,

@@ -10,6 +10,7 @@ import {
   type GatewayFrame,
   type ProviderFrame,
 } from "./frames.ts";
+import { decodeChunkFrame } from "./chunkFrame.ts";
 
 // Plain maps only: no msgpackr records or extensions, so any msgpack implementation can speak the protocol.
 const packr = new Packr({ useRecords: false, mapsAsObjects: true, variableMapSize: true });
@@ -69,8 +70,23 @@ function frameFailure(value: unknown, checkers: Record<string, TypeCheck<TSchema
   return undefined;
 }
 
-/** Decodes and validates a frame received by the gateway from a provider. */
+/**
+ * Decodes and validates a frame received by the gateway from a provider. A plain `chunk` frame (the
+ * per-token path) is read by its own decoder; everything else, including every frame that decoder
+ * leaves alone, takes the general path with the same result it would have had anyway.
+ */
 export function decodeProviderFrame(data: string | ArrayBuffer | Uint8Array): DecodeResult<ProviderFrame> {
+  if (typeof data !== "string") {
+    const bytes = data instanceof Uint8Array ? data : new Uint8Array(data);
+    const chunk = decodeChunkFrame(bytes);
+    if (chunk !== undefined) return { ok: true, frame: chunk };
+    return decodeWith<ProviderFrame>(bytes, providerFrameCheckers);
+  }
+  return decodeWith<ProviderFrame>(data, providerFrameCheckers);
+}
+
+/** The general path alone: msgpackr and the compiled checkers (the chunk decoder's reference in tests). */
+export function decodeProviderFrameGeneral(data: string | ArrayBuffer | Uint8Array): DecodeResult<ProviderFrame> {
   return decodeWith<ProviderFrame>(data, providerFrameCheckers);
 }
 
