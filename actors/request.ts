@@ -48,7 +48,6 @@ export interface RequestContext extends RequestInput {
 export type RequestEvent =
   | { type: "route.dispatched"; attempt: AttemptRef }
   | { type: "route.unavailable"; code: FailureCode; message: string }
-  | { type: "provider.accepted"; modelHash: string }
   /** The gateway refused the attempt's `accepted` measurement (hash ≠ the catalog's): fail over. */
   | { type: "provider.rejected" }
   | { type: "provider.declined"; code: DeclineCode }

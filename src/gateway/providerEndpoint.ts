@@ -154,7 +154,9 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
               session.refusedModels.add(attempt.model);
               return attempt.request.send({ type: "provider.rejected" });
             }
-            return attempt.request.send({ type: "provider.accepted", modelHash: frame.model_hash });
+            // A measurement the catalog agrees with changes nothing in the request's state: the
+            // actor is not told (an event per request it would only discard).
+            return;
           case "declined":
             return attempt.request.send({ type: "provider.declined", code: frame.code });
           case "end":
