@@ -21,7 +21,7 @@ import {
 } from "../receipts/index.ts";
 import type { Log } from "../log.ts";
 import type { NormalizedChat } from "../http/chat/normalize.ts";
-import type { DeliveredRecord, Payer, SettlementRow, Store } from "../store/index.ts";
+import type { DeliveredRecord, Payer, SettleInput, SettlementRow, Store } from "../store/index.ts";
 import { encodeFrame } from "../wire/codec.ts";
 import type { ChunkFrame, EndFrame, JobRoute, TerminalState } from "../wire/frames.ts";
 import { attemptKey } from "./registry.ts";
@@ -78,6 +78,11 @@ interface OpenAttempt {
   /** The gateway's own record of the attempt, fixed when it released the attempt. */
   delivered: Pick<DeliveredPrefix, "output_hash" | "start_byte" | "end_byte" | "tokens" | "terminal_state"> | null;
   deadlineAtMs: number | null;
+  /**
+   * The delivered record while `released` has not persisted it yet: when the attempt settles in the
+   * same call (its receipt came with `end`, or it delivered nothing), the settlement writes it.
+   */
+  unwrittenEnd: NonNullable<SettleInput["ended"]> | null;
   /** A receipt that arrived before the attempt was released: judged at release. */
   earlyReceipt: string | null;
   /** The envelope that was judged, for the ledger row. */
@@ -89,9 +94,23 @@ const toActorVerdict = (v: ReturnType<typeof verifyReceipt>): ActorVerdict =>
 
 const b64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64");
 
+const SCOPE_CACHE_LIMIT = 10_000;
+
 export function createSettlements(deps: SettlementDeps) {
   const { store, log } = deps;
   const open = new Map<string, OpenAttempt>();
+  // account_scope per account id: an HMAC under a secret fixed for this instance, so computed once
+  // per account instead of per attempt (bounded: cleared when full).
+  const scopes = new Map<string, string>();
+  const scopeOf = (accountId: string): string => {
+    let scope = scopes.get(accountId);
+    if (scope === undefined) {
+      scope = accountScope(deps.gatewaySecret, accountId);
+      if (scopes.size >= SCOPE_CACHE_LIMIT) scopes.clear();
+      scopes.set(accountId, scope);
+    }
+    return scope;
+  };
 
   /** The catalog entry (if any) and the rate-card row in force for a model. */
   function pricing(modelId: string) {
@@ -172,7 +191,7 @@ export function createSettlements(deps: SettlementDeps) {
       provider_id: input.providerId,
       provider_public_key: b64(input.providerPublicKey),
       model_id: chat.model,
-      account_scope: accountScope(deps.gatewaySecret, input.accountId),
+      account_scope: scopeOf(input.accountId),
       ...catalogFields,
       route_snapshot_mode: deps.mode,
       route_snapshot_policy_version: SETTLEMENT_POLICY_VERSION,
@@ -219,6 +238,7 @@ export function createSettlements(deps: SettlementDeps) {
         end: null,
         delivered: null,
         deadlineAtMs: null,
+        unwrittenEnd: null,
         earlyReceipt: null,
         judged: null,
       },
@@ -297,7 +317,8 @@ export function createSettlements(deps: SettlementDeps) {
       tool_calls_delivered: prefix.tool_calls_delivered,
       reported_input_tokens: att.end ? att.end.usage.input_tokens : null,
     };
-    store.recordAttemptEnd(requestId, attemptN, record, att.deadlineAtMs, now);
+    // One UPDATE instead of two when the actor settles right away (issue 7); otherwise written below.
+    att.unwrittenEnd = { delivered: record, ended_at_ms: now, pending_deadline_at_ms: att.deadlineAtMs };
     const deliveredNothing = prefix.end_byte === prefix.start_byte && !prefix.tool_calls_delivered;
     if (att.earlyReceipt !== null) {
       const envelope = att.earlyReceipt;
@@ -305,6 +326,15 @@ export function createSettlements(deps: SettlementDeps) {
       judge(att, envelope);
     }
     att.actor.send({ type: "attempt.ended", deliveredNothing });
+    writeEnd(att);
+  }
+
+  /** Persists the delivered record if the settlement did not (the attempt now waits for its receipt). */
+  function writeEnd(att: OpenAttempt): void {
+    const end = att.unwrittenEnd;
+    if (end === null) return;
+    att.unwrittenEnd = null;
+    store.recordAttemptEnd(att.requestId, att.attemptN, end.delivered, end.pending_deadline_at_ms, end.ended_at_ms);
   }
 
   /** A receipt (in `end` or a late `receipt` frame) for any still-pending attempt of this provider id. */
@@ -394,13 +424,17 @@ export function createSettlements(deps: SettlementDeps) {
         reason,
         receipt: att.judged ? { envelope: att.judged.envelope, received_at_ms: att.judged.receivedAtMs } : undefined,
         billed,
+        ended: att.unwrittenEnd ?? undefined,
       },
       deps.now(),
     );
     if (!result.ok) {
       log.error("settlement_not_written", { request_id: att.requestId, attempt_n: att.attemptN, code: result.code });
+      // Nothing was written: the delivered record still is, as it would have been without the outcome.
+      writeEnd(att);
       return;
     }
+    att.unwrittenEnd = null;
     // Group commit (src/store/groupCommit.ts): the outcome is announced only once it is durable.
     store.afterCommit((committed) => {
       if (!committed) {
@@ -501,6 +535,7 @@ export function createSettlements(deps: SettlementDeps) {
           terminal_state: delivered.terminal_state as TerminalState,
         },
         deadlineAtMs,
+        unwrittenEnd: null,
         earlyReceipt: null,
         judged: null,
       },

@@ -24,9 +24,7 @@ export class JcsError extends Error {
 
 /** The RFC 8785 canonical text of `value`. Throws JcsError for anything outside I-JSON. */
 export function canonicalize(value: unknown): string {
-  const out: string[] = [];
-  write(value, out, 0);
-  return out.join("");
+  return write(value, 0);
 }
 
 /** UTF-8 bytes of the canonical text (what is hashed and signed). */
@@ -47,21 +45,32 @@ export function canonicalNumber(n: number): string {
   return String(n);
 }
 
-function write(value: unknown, out: string[], depth: number): void {
-  if (value === null) {
-    out.push("null");
-    return;
+// Member names repeat (every snapshot, receipt and prompt has the same few), so their canonical
+// text is kept: escaping them was most of the work for these small objects (issue 7). Bounded in
+// count and length, since receipts come from providers.
+const memberNames = new Map<string, string>();
+const MEMBER_NAMES_LIMIT = 1024;
+const MEMBER_NAME_MAX_LENGTH = 64;
+
+/** `"name":` in canonical form. */
+function memberPrefix(name: string): string {
+  let text = memberNames.get(name);
+  if (text === undefined) {
+    text = `${canonicalString(name)}:`;
+    if (name.length <= MEMBER_NAME_MAX_LENGTH && memberNames.size < MEMBER_NAMES_LIMIT) memberNames.set(name, text);
   }
+  return text;
+}
+
+function write(value: unknown, depth: number): string {
+  if (value === null) return "null";
   switch (typeof value) {
     case "boolean":
-      out.push(value ? "true" : "false");
-      return;
+      return value ? "true" : "false";
     case "number":
-      out.push(canonicalNumber(value));
-      return;
+      return canonicalNumber(value);
     case "string":
-      out.push(canonicalString(value));
-      return;
+      return canonicalString(value);
     case "object":
       break;
     default:
@@ -69,14 +78,13 @@ function write(value: unknown, out: string[], depth: number): void {
   }
   if (depth >= MAX_JCS_DEPTH) throw new JcsError(`nesting deeper than ${MAX_JCS_DEPTH}`);
   if (Array.isArray(value)) {
-    out.push("[");
+    let out = "[";
     for (let i = 0; i < value.length; i++) {
-      if (i > 0) out.push(",");
-      // A hole in a sparse array reads as undefined and is refused below.
-      write(value[i], out, depth + 1);
+      if (i > 0) out += ",";
+      // A hole in a sparse array reads as undefined and is refused above.
+      out += write(value[i], depth + 1);
     }
-    out.push("]");
-    return;
+    return `${out}]`;
   }
   const proto = Object.getPrototypeOf(value);
   if (proto !== Object.prototype && proto !== null) {
@@ -85,15 +93,14 @@ function write(value: unknown, out: string[], depth: number): void {
   }
   const record = value as Record<string, unknown>;
   const keys = Object.keys(record).sort();
-  out.push("{");
+  let out = "{";
   for (let i = 0; i < keys.length; i++) {
     const key = keys[i]!;
     const member = record[key];
     // JSON.stringify would silently drop it; a hash over a silently dropped field is a trap.
     if (member === undefined) throw new JcsError(`member ${JSON.stringify(key)} is undefined`);
-    if (i > 0) out.push(",");
-    out.push(canonicalString(key), ":");
-    write(member, out, depth + 1);
+    if (i > 0) out += ",";
+    out += memberPrefix(key) + write(member, depth + 1);
   }
-  out.push("}");
+  return `${out}}`;
 }

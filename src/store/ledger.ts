@@ -121,11 +121,21 @@ interface ReservationDbRow extends Omit<ReservationRow, "request_ended"> {
 }
 const toReservation = (r: ReservationDbRow): ReservationRow => ({ ...r, request_ended: r.request_ended === 1 });
 
-function selectSettlement(db: Database, request_id: string, attempt_n: number): SettlementDbRow | null {
-  return db
-    .query("SELECT * FROM settlements WHERE request_id = ? AND attempt_n = ?")
-    .get(request_id, attempt_n) as SettlementDbRow | null;
-}
+/** A delivered record as settlement columns, in the order of DELIVERED_COLUMNS. */
+const deliveredColumns = (d: DeliveredRecord, ended_at_ms: number, pending_deadline_at_ms: number) => ({
+  delivered_output_hash: d.output_hash,
+  delivered_start_byte: d.start_byte,
+  delivered_end_byte: d.end_byte,
+  delivered_tokens: d.tokens,
+  delivered_terminal_state: d.terminal_state,
+  delivered_finish_reason: d.finish_reason,
+  delivered_tool_calls: d.tool_calls_delivered ? 1 : 0,
+  reported_input_tokens: d.reported_input_tokens,
+  ended_at_ms,
+  pending_deadline_at_ms,
+});
+const deliveredValues = (d: DeliveredRecord, ended_at_ms: number, pending_deadline_at_ms: number) =>
+  Object.values(deliveredColumns(d, ended_at_ms, pending_deadline_at_ms));
 
 function accountKind(id: string): LedgerAccountKind {
   if (id.startsWith("buyer:")) return "buyer";
@@ -134,19 +144,87 @@ function accountKind(id: string): LedgerAccountKind {
   throw new Error(`not a ledger account id: ${id}`);
 }
 
-function balanceOf(db: Database, ledger_account_id: string): number {
-  // The trigger-kept total (migrations.ts, ledger_account_totals), equal to SUM(amount) of the account's entries: O(1) on the
-  // reservation path instead of a scan of the account's whole history (issue 7).
-  const row = db.query("SELECT balance AS b FROM ledger_account_totals WHERE account_id = ?").get(ledger_account_id) as { b: number } | null;
-  return row?.b ?? 0;
+// The settlement's terminal columns, and the delivered record's (written with them when the attempt
+// ends and settles at once).
+const SETTLE_COLUMNS = `label = ?, reason = ?, receipt = COALESCE(?, receipt),
+       receipt_received_at_ms = COALESCE(?, receipt_received_at_ms),
+       billed_prompt_tokens = ?, billed_completion_tokens = ?,
+       debit_credits = ?, provider_credits = ?, platform_credits = ?, settled_at_ms = ?`;
+const DELIVERED_COLUMNS = `delivered_output_hash = ?, delivered_start_byte = ?, delivered_end_byte = ?,
+       delivered_tokens = ?, delivered_terminal_state = ?, delivered_finish_reason = ?, delivered_tool_calls = ?,
+       reported_input_tokens = ?, ended_at_ms = ?, pending_deadline_at_ms = ?`;
+
+/**
+ * The request path's statements, prepared once per connection (issue 7): each request runs about
+ * twenty, and a lookup in bun:sqlite's query cache per call was measurable.
+ */
+function ledgerStatements(db: Database) {
+  return {
+    selectSettlement: db.prepare("SELECT * FROM settlements WHERE request_id = ? AND attempt_n = ?"),
+    // A conflict on the key is the duplicate the caller is told about; any other constraint still throws.
+    insertSnapshot: db.prepare(
+      `INSERT INTO route_snapshots (request_id, attempt_n, digest, snapshot, created_at_ms) VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (request_id, attempt_n) DO NOTHING`,
+    ),
+    insertSettlement: db.prepare(
+      `INSERT INTO settlements (request_id, attempt_n, provider_id, account_id, payer, mode,
+         prompt_credits_per_million, completion_credits_per_million, provider_share_bps, created_at_ms)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ),
+    recordAccepted: db.prepare(
+      `UPDATE settlements SET accepted_model_hash = ?
+        WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND accepted_model_hash IS NULL`,
+    ),
+    recordEnd: db.prepare(
+      `UPDATE settlements SET ${DELIVERED_COLUMNS}
+        WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND ended_at_ms IS NULL`,
+    ),
+    insertReceipt: db.prepare(
+      `INSERT INTO receipts_received (request_id, attempt_n, provider_id, envelope, received_at_ms, disposition)
+       VALUES (?, ?, ?, ?, ?, ?)`,
+    ),
+    settle: db.prepare(`UPDATE settlements SET ${SETTLE_COLUMNS} WHERE request_id = ? AND attempt_n = ? AND label = 'pending'`),
+    settleWithEnd: db.prepare(
+      `UPDATE settlements SET ${SETTLE_COLUMNS}, ${DELIVERED_COLUMNS}
+        WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND ended_at_ms IS NULL`,
+    ),
+    insertPosting: db.prepare("INSERT INTO ledger_postings (kind, request_id, attempt_n, memo, created_at_ms) VALUES (?, ?, ?, ?, ?)"),
+    ensureAccount: db.prepare("INSERT OR IGNORE INTO ledger_accounts (id, kind, created_at_ms) VALUES (?, ?, ?)"),
+    insertEntry: db.prepare("INSERT INTO ledger_entries (posting_id, account_id, amount) VALUES (?, ?, ?)"),
+    sealPosting: db.prepare("UPDATE ledger_postings SET sealed = 1 WHERE id = ?"),
+    // The trigger-kept total (migrations.ts, ledger_account_totals), equal to SUM(amount) of the
+    // account's entries: O(1) on the reservation path instead of a scan of the account's history.
+    balance: db.prepare("SELECT balance AS b FROM ledger_account_totals WHERE account_id = ?"),
+    reservationTaken: db.prepare("SELECT 1 FROM reservations WHERE request_id = ?"),
+    heldCredits: db.prepare("SELECT COALESCE(SUM(credits), 0) AS c FROM reservations WHERE account_id = ? AND payer = 'buyer' AND state = 'held'"),
+    insertReservation: db.prepare(
+      `INSERT INTO reservations (request_id, account_id, payer, day, tokens, credits, created_at_ms)
+       VALUES (?, ?, ?, ?, ?, ?, ?)`,
+    ),
+    selectReservation: db.prepare("SELECT * FROM reservations WHERE request_id = ?"),
+    markEnded: db.prepare("UPDATE reservations SET request_ended = 1 WHERE request_id = ? AND state = 'held'"),
+    endedAndHeld: db.prepare("SELECT 1 FROM reservations WHERE request_id = ? AND state = 'held' AND request_ended = 1"),
+    // What the request's settlements charged, and how many are still pending, in one read.
+    requestUsage: db.prepare(
+      `SELECT COUNT(*) FILTER (WHERE label = 'pending') AS pending,
+              COALESCE(SUM(billed_prompt_tokens + billed_completion_tokens), 0) AS tokens,
+              COALESCE(SUM(debit_credits), 0) AS credits
+         FROM settlements WHERE request_id = ?`,
+    ),
+    resolveReservation: db.prepare(
+      `UPDATE reservations SET state = ?, used_tokens = ?, used_credits = ?, resolved_at_ms = ?
+        WHERE request_id = ? AND state = 'held'`,
+    ),
+  };
 }
+type LedgerStatements = ReturnType<typeof ledgerStatements>;
 
 /**
  * Writes one sealed posting. Must run inside a transaction. Zero amounts are left out; the rest must
  * sum to zero — a violation is a bug and throws, rolling the whole transaction back.
  */
 function post(
-  db: Database,
+  q: LedgerStatements,
   kind: "settlement" | "grant",
   key: { request_id: string; attempt_n: number } | null,
   amounts: readonly (readonly [string, number])[],
@@ -163,18 +241,13 @@ function post(
   const sum = entries.reduce((s, [, amount]) => s + amount, 0);
   if (sum !== 0 || entries.length < 2) throw new Error(`unbalanced posting (sum ${sum}, ${entries.length} entries)`);
 
-  const posting = db
-    .query("INSERT INTO ledger_postings (kind, request_id, attempt_n, memo, created_at_ms) VALUES (?, ?, ?, ?, ?)")
-    .run(kind, key?.request_id ?? null, key?.attempt_n ?? null, memo, now_ms);
-  const posting_id = Number(posting.lastInsertRowid);
-  const ensure = db.query("INSERT OR IGNORE INTO ledger_accounts (id, kind, created_at_ms) VALUES (?, ?, ?)");
-  const insert = db.query("INSERT INTO ledger_entries (posting_id, account_id, amount) VALUES (?, ?, ?)");
+  const posting_id = Number(q.insertPosting.run(kind, key?.request_id ?? null, key?.attempt_n ?? null, memo, now_ms).lastInsertRowid);
   for (const [account, amount] of entries) {
-    ensure.run(account, accountKind(account), now_ms);
-    insert.run(posting_id, account, amount);
+    q.ensureAccount.run(account, accountKind(account), now_ms);
+    q.insertEntry.run(posting_id, account, amount);
   }
   // The seal trigger re-checks the sum in SQL; after it, the posting and its entries are immutable.
-  db.query("UPDATE ledger_postings SET sealed = 1 WHERE id = ?").run(posting_id);
+  q.sealPosting.run(posting_id);
   return posting_id;
 }
 
@@ -188,33 +261,15 @@ function settlementEntries(row: SettlementDbRow, charge: Charge): [string, numbe
 }
 
 /** Resolves a request's held reservation once the request ended and none of its attempts is pending. */
-function resolveReservationIfDone(db: Database, request_id: string, now_ms: number): void {
-  const held = db
-    .query("SELECT 1 FROM reservations WHERE request_id = ? AND state = 'held' AND request_ended = 1")
-    .get(request_id);
-  if (held === null) return;
-  const pending = db
-    .query("SELECT COUNT(*) AS n FROM settlements WHERE request_id = ? AND label = 'pending'")
-    .get(request_id) as { n: number };
-  if (pending.n > 0) return;
-  const used = db
-    .query(
-      `SELECT COALESCE(SUM(billed_prompt_tokens + billed_completion_tokens), 0) AS tokens,
-              COALESCE(SUM(debit_credits), 0) AS credits
-         FROM settlements WHERE request_id = ?`,
-    )
-    .get(request_id) as { tokens: number; credits: number };
-  db.query(
-    `UPDATE reservations SET state = ?, used_tokens = ?, used_credits = ?, resolved_at_ms = ?
-      WHERE request_id = ? AND state = 'held'`,
-  ).run(used.tokens > 0 || used.credits > 0 ? "finalised" : "released", used.tokens, used.credits, now_ms, request_id);
+function resolveReservationIfDone(q: LedgerStatements, request_id: string, now_ms: number): void {
+  if (q.endedAndHeld.get(request_id) !== null) resolveReservationUnlessPending(q, request_id, now_ms);
 }
 
-function heldCredits(db: Database, account_id: string): number {
-  const row = db
-    .query("SELECT COALESCE(SUM(credits), 0) AS c FROM reservations WHERE account_id = ? AND payer = 'buyer' AND state = 'held'")
-    .get(account_id) as { c: number };
-  return row.c;
+/** Resolves a request's reservation, known to be held and ended, unless one of its attempts is pending. */
+function resolveReservationUnlessPending(q: LedgerStatements, request_id: string, now_ms: number): void {
+  const used = q.requestUsage.get(request_id) as { pending: number; tokens: number; credits: number };
+  if (used.pending > 0) return;
+  q.resolveReservation.run(used.tokens > 0 || used.credits > 0 ? "finalised" : "released", used.tokens, used.credits, now_ms, request_id);
 }
 
 function tokensCountedOn(db: Database, account_id: string, day: string): number {
@@ -229,40 +284,154 @@ function tokensCountedOn(db: Database, account_id: string, day: string): number 
 
 /** The ledger half of the Store, over an open database. `clock` supplies times not given by the caller. */
 export function ledgerStore(db: Database, clock: () => number): LedgerStore {
+  const q = ledgerStatements(db);
+  const balanceOf = (ledger_account_id: string): number => (q.balance.get(ledger_account_id) as { b: number } | null)?.b ?? 0;
+  const heldCredits = (account_id: string): number => (q.heldCredits.get(account_id) as { c: number }).c;
+  const selectSettlement = (request_id: string, attempt_n: number) => q.selectSettlement.get(request_id, attempt_n) as SettlementDbRow | null;
+
+  // Transaction wrappers are made once: bun:sqlite's db.transaction() builds four wrapper functions
+  // per call. Each runs as BEGIN IMMEDIATE, or as a SAVEPOINT inside an open group commit.
+  const recordRouteSnapshotTx = db.transaction((input: NewAttempt, now_ms: number) => {
+    const inserted = q.insertSnapshot.run(input.request_id, input.attempt_n, input.digest, input.snapshot_json, now_ms);
+    if (inserted.changes === 0) return { ok: false as const, code: "duplicate_attempt" as const };
+    q.insertSettlement.run(
+      input.request_id,
+      input.attempt_n,
+      input.provider_id,
+      input.account_id,
+      input.payer,
+      input.mode,
+      input.rates.prompt_credits_per_million,
+      input.rates.completion_credits_per_million,
+      input.rates.provider_share_bps,
+      now_ms,
+    );
+    return { ok: true as const };
+  }).immediate;
+
+  const settleAttemptTx = db.transaction((input: SettleInput, now_ms: number): SettleResult => {
+    const row = selectSettlement(input.request_id, input.attempt_n);
+    if (row === null) return { ok: false, code: "unknown_attempt" };
+    if (row.label !== "pending") return { ok: false, code: "already_settled", settlement: toSettlement(row) };
+
+    let charge: Charge | null = null;
+    const billed = input.billed ?? null;
+    if (billed !== null && (billed.prompt_tokens !== 0 || billed.completion_tokens !== 0)) {
+      // enforce: only verified work is charged; observe: observed usage is (DESIGN §4). Never zero_settled.
+      const allowed = input.label === "verified" || (row.mode === "observe" && input.label === "quarantined");
+      if (!allowed) return { ok: false, code: "charge_not_allowed" };
+      const priced = priceUsage(billed.prompt_tokens, billed.completion_tokens, {
+        prompt_credits_per_million: row.prompt_credits_per_million,
+        completion_credits_per_million: row.completion_credits_per_million,
+        provider_share_bps: row.provider_share_bps,
+      });
+      if (!priced.ok) return { ok: false, code: "invalid_amount" };
+      charge = priced.charge;
+    }
+
+    const outcome = [
+      input.label,
+      input.reason,
+      input.receipt?.envelope ?? null,
+      input.receipt?.received_at_ms ?? null,
+      charge?.prompt_tokens ?? 0,
+      charge?.completion_tokens ?? 0,
+      charge?.debit_credits ?? 0,
+      charge?.provider_credits ?? 0,
+      charge?.platform_credits ?? 0,
+      now_ms,
+    ];
+    // The delivered record given with the outcome is written by the same UPDATE, unless one was
+    // recorded already (the first one wins, as with recordAttemptEnd).
+    const ended = input.ended !== undefined && row.ended_at_ms === null ? input.ended : null;
+    const res =
+      ended === null
+        ? q.settle.run(...outcome, input.request_id, input.attempt_n)
+        : q.settleWithEnd.run(...outcome, ...deliveredValues(ended.delivered, ended.ended_at_ms, ended.pending_deadline_at_ms), input.request_id, input.attempt_n);
+    if (res.changes !== 1) {
+      // Unreachable under BEGIN IMMEDIATE (we hold the write lock), kept as the race guard it is.
+      return { ok: false, code: "already_settled", settlement: toSettlement(selectSettlement(input.request_id, input.attempt_n)!) };
+    }
+    let posting_id: number | null = null;
+    if (charge !== null && charge.debit_credits > 0) {
+      posting_id = post(q, "settlement", { request_id: input.request_id, attempt_n: input.attempt_n }, settlementEntries(row, charge), null, now_ms);
+    }
+    resolveReservationIfDone(q, input.request_id, now_ms);
+    // The row as written, from the row read above and the values just set (no second read).
+    const written: SettlementDbRow = {
+      ...row,
+      label: input.label,
+      reason: input.reason,
+      receipt: input.receipt?.envelope ?? row.receipt,
+      receipt_received_at_ms: input.receipt?.received_at_ms ?? row.receipt_received_at_ms,
+      billed_prompt_tokens: charge?.prompt_tokens ?? 0,
+      billed_completion_tokens: charge?.completion_tokens ?? 0,
+      debit_credits: charge?.debit_credits ?? 0,
+      provider_credits: charge?.provider_credits ?? 0,
+      platform_credits: charge?.platform_credits ?? 0,
+      settled_at_ms: now_ms,
+      ...(ended === null ? {} : deliveredColumns(ended.delivered, ended.ended_at_ms, ended.pending_deadline_at_ms)),
+    };
+    return { ok: true, settlement: toSettlement(written), posting_id };
+  }).immediate;
+
+  const reserveTx = db.transaction((input: ReserveInput, now_ms: number): ReserveResult => {
+    if (q.reservationTaken.get(input.request_id) !== null) return { ok: false, code: "duplicate_request" };
+    if (input.daily_token_limit !== undefined) {
+      const used = tokensCountedOn(db, input.account_id, input.day);
+      if (used + input.tokens > input.daily_token_limit) return { ok: false, code: "quota_exhausted", used_tokens: used };
+    }
+    if (input.payer === "buyer") {
+      const available = balanceOf(buyerAccount(input.account_id)) - heldCredits(input.account_id);
+      if (available < input.credits) return { ok: false, code: "insufficient_balance", available_credits: available };
+    }
+    q.insertReservation.run(input.request_id, input.account_id, input.payer, input.day, input.tokens, input.credits, now_ms);
+    // The new row, as the schema's defaults make it (not read back).
+    const reservation: ReservationRow = {
+      request_id: input.request_id,
+      account_id: input.account_id,
+      payer: input.payer,
+      day: input.day,
+      tokens: input.tokens,
+      credits: input.credits,
+      state: "held",
+      request_ended: false,
+      used_tokens: 0,
+      used_credits: 0,
+      created_at_ms: now_ms,
+      resolved_at_ms: null,
+    };
+    return { ok: true, reservation };
+  }).immediate;
+
+  const markRequestEndedTx = db.transaction((request_id: string, now_ms: number) => {
+    // A changed row is a held reservation now marked ended: no need to read that back.
+    if (q.markEnded.run(request_id).changes === 1) resolveReservationUnlessPending(q, request_id, now_ms);
+    return q.selectReservation.get(request_id) as ReservationDbRow | null;
+  }).immediate;
+
+  const grantTx = db.transaction((account_id: string, credits: number, memo: string | null, now_ms: number) => {
+    const posting_id = post(
+      q,
+      "grant",
+      null,
+      [
+        [FUNDING_ACCOUNT, -credits],
+        [buyerAccount(account_id), credits],
+      ],
+      memo,
+      now_ms,
+    );
+    return { ok: true as const, posting_id };
+  }).immediate;
+
   return {
     recordRouteSnapshot(input: NewAttempt, now_ms = clock()) {
       // The digest is what the receipt echoes: a row whose text does not hash to it could never settle.
       if (createHash("sha256").update(input.snapshot_json).digest("hex") !== input.digest) {
         return { ok: false as const, code: "digest_mismatch" as const };
       }
-      return db
-        .transaction(() => {
-          const exists = db
-            .query("SELECT 1 FROM route_snapshots WHERE request_id = ? AND attempt_n = ?")
-            .get(input.request_id, input.attempt_n);
-          if (exists !== null) return { ok: false as const, code: "duplicate_attempt" as const };
-          db.query(
-            "INSERT INTO route_snapshots (request_id, attempt_n, digest, snapshot, created_at_ms) VALUES (?, ?, ?, ?, ?)",
-          ).run(input.request_id, input.attempt_n, input.digest, input.snapshot_json, now_ms);
-          db.query(
-            `INSERT INTO settlements (request_id, attempt_n, provider_id, account_id, payer, mode,
-               prompt_credits_per_million, completion_credits_per_million, provider_share_bps, created_at_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-          ).run(
-            input.request_id,
-            input.attempt_n,
-            input.provider_id,
-            input.account_id,
-            input.payer,
-            input.mode,
-            input.rates.prompt_credits_per_million,
-            input.rates.completion_credits_per_million,
-            input.rates.provider_share_bps,
-            now_ms,
-          );
-          return { ok: true as const };
-        })
-        .immediate();
+      return recordRouteSnapshotTx(input, now_ms);
     },
 
     getRouteSnapshot(request_id, attempt_n) {
@@ -273,118 +442,21 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
 
     recordAcceptedMeasurement(request_id, attempt_n, model_hash) {
       // `label = 'pending'` keeps a settled row untouched (its trigger would refuse the write anyway).
-      const res = db
-        .query(
-          `UPDATE settlements SET accepted_model_hash = ?
-            WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND accepted_model_hash IS NULL`,
-        )
-        .run(model_hash, request_id, attempt_n);
-      return res.changes === 1;
+      return q.recordAccepted.run(model_hash, request_id, attempt_n).changes === 1;
     },
 
     recordAttemptEnd(request_id, attempt_n, d, pending_deadline_at_ms, now_ms = clock()) {
-      const res = db
-        .query(
-          `UPDATE settlements SET delivered_output_hash = ?, delivered_start_byte = ?, delivered_end_byte = ?,
-             delivered_tokens = ?, delivered_terminal_state = ?, delivered_finish_reason = ?, delivered_tool_calls = ?,
-             reported_input_tokens = ?, ended_at_ms = ?, pending_deadline_at_ms = ?
-            WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND ended_at_ms IS NULL`,
-        )
-        .run(
-          d.output_hash,
-          d.start_byte,
-          d.end_byte,
-          d.tokens,
-          d.terminal_state,
-          d.finish_reason,
-          d.tool_calls_delivered ? 1 : 0,
-          d.reported_input_tokens,
-          now_ms,
-          pending_deadline_at_ms,
-          request_id,
-          attempt_n,
-        );
-      return res.changes === 1;
+      return q.recordEnd.run(...deliveredValues(d, now_ms, pending_deadline_at_ms), request_id, attempt_n).changes === 1;
     },
 
     recordReceiptArrival(input, now_ms = clock()) {
-      db.query(
-        `INSERT INTO receipts_received (request_id, attempt_n, provider_id, envelope, received_at_ms, disposition)
-         VALUES (?, ?, ?, ?, ?, ?)`,
-      ).run(input.request_id, input.attempt_n, input.provider_id, input.envelope, now_ms, input.disposition satisfies ReceiptDisposition);
+      q.insertReceipt.run(input.request_id, input.attempt_n, input.provider_id, input.envelope, now_ms, input.disposition satisfies ReceiptDisposition);
     },
 
-    settleAttempt(input: SettleInput, now_ms = clock()): SettleResult {
-      return db
-        .transaction((): SettleResult => {
-          const row = selectSettlement(db, input.request_id, input.attempt_n);
-          if (row === null) return { ok: false, code: "unknown_attempt" };
-          if (row.label !== "pending") return { ok: false, code: "already_settled", settlement: toSettlement(row) };
-
-          let charge: Charge | null = null;
-          const billed = input.billed ?? null;
-          if (billed !== null && (billed.prompt_tokens !== 0 || billed.completion_tokens !== 0)) {
-            // enforce: only verified work is charged; observe: observed usage is (DESIGN §4). Never zero_settled.
-            const allowed = input.label === "verified" || (row.mode === "observe" && input.label === "quarantined");
-            if (!allowed) return { ok: false, code: "charge_not_allowed" };
-            const priced = priceUsage(billed.prompt_tokens, billed.completion_tokens, {
-              prompt_credits_per_million: row.prompt_credits_per_million,
-              completion_credits_per_million: row.completion_credits_per_million,
-              provider_share_bps: row.provider_share_bps,
-            });
-            if (!priced.ok) return { ok: false, code: "invalid_amount" };
-            charge = priced.charge;
-          }
-
-          const res = db
-            .query(
-              `UPDATE settlements SET label = ?, reason = ?, receipt = COALESCE(?, receipt),
-                 receipt_received_at_ms = COALESCE(?, receipt_received_at_ms),
-                 billed_prompt_tokens = ?, billed_completion_tokens = ?,
-                 debit_credits = ?, provider_credits = ?, platform_credits = ?, settled_at_ms = ?
-                WHERE request_id = ? AND attempt_n = ? AND label = 'pending'`,
-            )
-            .run(
-              input.label,
-              input.reason,
-              input.receipt?.envelope ?? null,
-              input.receipt?.received_at_ms ?? null,
-              charge?.prompt_tokens ?? 0,
-              charge?.completion_tokens ?? 0,
-              charge?.debit_credits ?? 0,
-              charge?.provider_credits ?? 0,
-              charge?.platform_credits ?? 0,
-              now_ms,
-              input.request_id,
-              input.attempt_n,
-            );
-          if (res.changes !== 1) {
-            // Unreachable under BEGIN IMMEDIATE (we hold the write lock), kept as the race guard it is.
-            return { ok: false, code: "already_settled", settlement: toSettlement(selectSettlement(db, input.request_id, input.attempt_n)!) };
-          }
-          let posting_id: number | null = null;
-          if (charge !== null && charge.debit_credits > 0) {
-            posting_id = post(
-              db,
-              "settlement",
-              { request_id: input.request_id, attempt_n: input.attempt_n },
-              settlementEntries(row, charge),
-              null,
-              now_ms,
-            );
-          }
-          resolveReservationIfDone(db, input.request_id, now_ms);
-          return {
-            ok: true,
-            settlement: toSettlement(selectSettlement(db, input.request_id, input.attempt_n)!),
-            posting_id,
-          };
-        })
-        .immediate();
-    },
+    settleAttempt: (input: SettleInput, now_ms = clock()): SettleResult => settleAttemptTx(input, now_ms),
 
     getSettlement(request_id, attempt_n) {
-      const row = selectSettlement(db, request_id, attempt_n);
+      const row = selectSettlement(request_id, attempt_n);
       return row === null ? null : toSettlement(row);
     },
 
@@ -406,38 +478,12 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
 
     reserve(input: ReserveInput, now_ms = clock()): ReserveResult {
       if (!isCount(input.tokens) || !isCount(input.credits)) return { ok: false, code: "invalid_amount" };
-      return db
-        .transaction((): ReserveResult => {
-          if (db.query("SELECT 1 FROM reservations WHERE request_id = ?").get(input.request_id) !== null) {
-            return { ok: false, code: "duplicate_request" };
-          }
-          if (input.daily_token_limit !== undefined) {
-            const used = tokensCountedOn(db, input.account_id, input.day);
-            if (used + input.tokens > input.daily_token_limit) return { ok: false, code: "quota_exhausted", used_tokens: used };
-          }
-          if (input.payer === "buyer") {
-            const available = balanceOf(db, buyerAccount(input.account_id)) - heldCredits(db, input.account_id);
-            if (available < input.credits) return { ok: false, code: "insufficient_balance", available_credits: available };
-          }
-          db.query(
-            `INSERT INTO reservations (request_id, account_id, payer, day, tokens, credits, created_at_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?)`,
-          ).run(input.request_id, input.account_id, input.payer, input.day, input.tokens, input.credits, now_ms);
-          const row = db.query("SELECT * FROM reservations WHERE request_id = ?").get(input.request_id) as ReservationDbRow;
-          return { ok: true, reservation: toReservation(row) };
-        })
-        .immediate();
+      return reserveTx(input, now_ms);
     },
 
     markRequestEnded(request_id, now_ms = clock()) {
-      return db
-        .transaction(() => {
-          db.query("UPDATE reservations SET request_ended = 1 WHERE request_id = ? AND state = 'held'").run(request_id);
-          resolveReservationIfDone(db, request_id, now_ms);
-          const row = db.query("SELECT * FROM reservations WHERE request_id = ?").get(request_id) as ReservationDbRow | null;
-          return row === null ? null : toReservation(row);
-        })
-        .immediate();
+      const row = markRequestEndedTx(request_id, now_ms);
+      return row === null ? null : toReservation(row);
     },
 
     unendedHeldReservations() {
@@ -447,7 +493,7 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
     },
 
     getReservation(request_id) {
-      const row = db.query("SELECT * FROM reservations WHERE request_id = ?").get(request_id) as ReservationDbRow | null;
+      const row = q.selectReservation.get(request_id) as ReservationDbRow | null;
       return row === null ? null : toReservation(row);
     },
 
@@ -455,25 +501,10 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
 
     grantCredits(account_id, credits, memo, now_ms = clock()) {
       if (!isCount(credits) || credits === 0) return { ok: false, code: "invalid_amount" };
-      return db
-        .transaction(() => {
-          const posting_id = post(
-            db,
-            "grant",
-            null,
-            [
-              [FUNDING_ACCOUNT, -credits],
-              [buyerAccount(account_id), credits],
-            ],
-            memo ?? null,
-            now_ms,
-          );
-          return { ok: true as const, posting_id };
-        })
-        .immediate();
+      return grantTx(account_id, credits, memo ?? null, now_ms);
     },
 
-    ledgerBalance: (id) => balanceOf(db, id),
+    ledgerBalance: (id) => balanceOf(id),
 
     ledgerBalances(): LedgerBalance[] {
       return db
@@ -485,7 +516,7 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
         .all() as LedgerBalance[];
     },
 
-    availableCredits: (account_id) => balanceOf(db, buyerAccount(account_id)) - heldCredits(db, account_id),
+    availableCredits: (account_id) => balanceOf(buyerAccount(account_id)) - heldCredits(account_id),
 
     ledgerAuditData(): LedgerAuditData {
       // One read transaction: postings, entries and settlements are seen at the same instant.

@@ -78,6 +78,11 @@ export interface SettleInput {
    * `verified`, or in observe mode (billing follows observed usage there). The store prices them.
    */
   billed?: { prompt_tokens: number; completion_tokens: number } | null;
+  /**
+   * The attempt's delivered record, when it ends in the same breath as it settles: written with the
+   * outcome, as recordAttemptEnd would have (ignored when a record was already written).
+   */
+  ended?: { delivered: DeliveredRecord; ended_at_ms: number; pending_deadline_at_ms: number };
 }
 
 export type SettleResult =

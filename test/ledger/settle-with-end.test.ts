@@ -1,0 +1,109 @@
+// The request path's merged writes (issue 7) leave exactly the rows the separate writes left: an
+// attempt that ends and settles at once gets its delivered record from the settlement's own UPDATE,
+// and what the store returns is what it stored (it no longer reads rows back).
+import { describe, expect, test } from "bun:test";
+import { snapshotDigest } from "../../src/receipts/index.ts";
+import { canonicalize } from "../../src/receipts/jcs.ts";
+import { openStore, type DeliveredRecord, type NewAttempt, type Store } from "../../src/store/index.ts";
+import { golden } from "../receipts/golden-case.ts";
+import { tempDir } from "../store/temp-dir.ts";
+
+const tmp = tempDir();
+
+function attempt(request_id: string): NewAttempt {
+  const snapshot = { ...golden.snapshot, request_id, attempt_n: 0 };
+  return {
+    request_id,
+    attempt_n: 0,
+    provider_id: snapshot.provider_id,
+    account_id: "acct_1",
+    payer: "buyer",
+    mode: "enforce",
+    snapshot_json: canonicalize(snapshot),
+    digest: snapshotDigest(snapshot),
+    rates: { prompt_credits_per_million: 200_000, completion_credits_per_million: 600_000, provider_share_bps: 9000 },
+  };
+}
+
+const delivered: DeliveredRecord = {
+  output_hash: "2".repeat(64),
+  start_byte: 0,
+  end_byte: 11,
+  tokens: 4,
+  terminal_state: "normal_done",
+  finish_reason: "stop",
+  tool_calls_delivered: false,
+  reported_input_tokens: 30,
+};
+const verified = { label: "verified" as const, reason: null, billed: { prompt_tokens: 30, completion_tokens: 4 } };
+const receipt = { envelope: "e.s", received_at_ms: 1_500 };
+
+function fresh(): Store {
+  const store = openStore(tmp.path("ledger.db"), { now: () => 1_000 });
+  store.grantCredits("acct_1", 1_000);
+  return store;
+}
+
+describe("an attempt that ends and settles in one call", () => {
+  test("stores the same row as recordAttemptEnd followed by settleAttempt, and returns it", () => {
+    const separate = fresh();
+    expect(separate.recordRouteSnapshot(attempt("r1"))).toEqual({ ok: true });
+    expect(separate.recordAttemptEnd("r1", 0, delivered, 301_000, 1_200)).toBe(true);
+    const a = separate.settleAttempt({ request_id: "r1", attempt_n: 0, ...verified, receipt }, 1_600);
+
+    const merged = fresh();
+    expect(merged.recordRouteSnapshot(attempt("r1"))).toEqual({ ok: true });
+    const b = merged.settleAttempt(
+      { request_id: "r1", attempt_n: 0, ...verified, receipt, ended: { delivered, ended_at_ms: 1_200, pending_deadline_at_ms: 301_000 } },
+      1_600,
+    );
+
+    expect(a.ok && b.ok).toBe(true);
+    if (!a.ok || !b.ok) return;
+    expect(b.settlement).toEqual(a.settlement);
+    expect(b.posting_id).toBe(a.posting_id);
+    expect(merged.getSettlement("r1", 0)).toEqual(separate.getSettlement("r1", 0)!);
+    expect(merged.getSettlement("r1", 0)).toEqual(b.settlement);
+    expect(merged.ledgerBalances()).toEqual(separate.ledgerBalances());
+    separate.close();
+    merged.close();
+  });
+
+  test("a delivered record written earlier wins over the one given with the outcome", () => {
+    const store = fresh();
+    store.recordRouteSnapshot(attempt("r1"));
+    expect(store.recordAttemptEnd("r1", 0, delivered, 301_000, 1_200)).toBe(true);
+    const other = { ...delivered, output_hash: "3".repeat(64), end_byte: 99 };
+    const settled = store.settleAttempt(
+      { request_id: "r1", attempt_n: 0, ...verified, ended: { delivered: other, ended_at_ms: 1_300, pending_deadline_at_ms: 9 } },
+      1_600,
+    );
+    expect(settled.ok).toBe(true);
+    if (!settled.ok) return;
+    expect(settled.settlement).toMatchObject({ delivered, ended_at_ms: 1_200, pending_deadline_at_ms: 301_000, label: "verified" });
+    expect(store.getSettlement("r1", 0)).toEqual(settled.settlement);
+    store.close();
+  });
+
+  test("a zero_settled attempt keeps its delivered record and is never charged", () => {
+    const store = fresh();
+    store.recordRouteSnapshot(attempt("r1"));
+    const nothing = { ...delivered, end_byte: 0, tokens: 0 };
+    const settled = store.settleAttempt(
+      { request_id: "r1", attempt_n: 0, label: "zero_settled", reason: "nothing_delivered", ended: { delivered: nothing, ended_at_ms: 1_200, pending_deadline_at_ms: 301_000 } },
+      1_600,
+    );
+    expect(settled.ok && settled.posting_id).toBe(null);
+    expect(store.getSettlement("r1", 0)).toMatchObject({ label: "zero_settled", delivered: nothing, debit_credits: 0 });
+    store.close();
+  });
+});
+
+test("reserve returns the reservation exactly as stored", () => {
+  const store = fresh();
+  const reserved = store.reserve({ request_id: "r9", account_id: "acct_1", payer: "buyer", day: "2026-11-22", tokens: 50, credits: 40 }, 1_234);
+  expect(reserved.ok).toBe(true);
+  if (!reserved.ok) return;
+  expect(reserved.reservation).toEqual(store.getReservation("r9")!);
+  store.close();
+});
