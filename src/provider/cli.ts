@@ -328,8 +328,8 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
   }
   const models = resolved;
 
-  // State kept beside the key file (docs/provider-machines.md). The outbox is rewritten whole, so it
-  // is named after the key file: two identities sharing a folder must not overwrite each other's.
+  // State kept beside the key file (docs/provider-machines.md). The outbox's snapshot is replaced whole,
+  // so it is named after the key file: two identities sharing a folder must not overwrite each other's.
   const outboxFile = join(dirname(keyFile), `${basename(keyFile, extname(keyFile))}.receipts-outbox.json`);
   const outbox = await ReceiptOutbox.load({ file: outboxFile, log });
   const earningsLog = createEarningsLog({ file: earningsPathFor(keyFile), providerId, log });

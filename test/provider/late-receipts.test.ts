@@ -3,11 +3,12 @@
 // `settled`. A settled attempt's receipt is not re-sent; the outbox forgets receipts past the
 // pending deadline and survives a restart when persisted.
 import { afterAll, afterEach, describe, expect, test } from "bun:test";
-import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadOrCreateProviderKey } from "../../src/provider/keys.ts";
 import { ReceiptOutbox } from "../../src/provider/outbox.ts";
+import { journalFileOf } from "../../src/provider/outboxJournal.ts";
 import { startProviderRuntime } from "../../src/provider/runtime.ts";
 import { createSyntheticEngine, type SyntheticOptions } from "../../src/provider/synthetic.ts";
 import type { AcceptedFrame, ChunkFrame, EndFrame, ProviderFrame, ReceiptFrame } from "../../src/wire/frames.ts";
@@ -200,8 +201,8 @@ describe("receipt outbox", () => {
     outbox.keep({ request_id: "r-new", attempt_n: 2 }, "env-new", 5_000, {});
     outbox.settled({ request_id: "r-gone", attempt_n: 0 }, "verified");
     await outbox.saved();
-    expect((await stat(file)).mode & 0o777).toBe(0o600);
-    expect(JSON.parse(await readFile(file, "utf8"))).toHaveLength(2);
+    for (const f of [file, journalFileOf(file)]) expect((await stat(f)).mode & 0o777).toBe(0o600);
+    expect((await ReceiptOutbox.load({ file, now: () => now, deadlineMs: 1_000 })).size).toBe(2);
 
     now = 5_500; // r-old's deadline (5_000) has passed, r-new's (6_000) has not
     const restored = await ReceiptOutbox.load({ file, now: () => now, deadlineMs: 1_000 });
@@ -212,7 +213,7 @@ describe("receipt outbox", () => {
     expect(sent).toEqual([{ type: "receipt", request_id: "r-new", attempt_n: 2, receipt: "env-new" }]);
     restored.settled({ request_id: "r-new", attempt_n: 2 }, "quarantined");
     await restored.saved();
-    expect(JSON.parse(await readFile(file, "utf8"))).toEqual([]);
+    expect((await ReceiptOutbox.load({ file, now: () => now, deadlineMs: 1_000 })).size).toBe(0);
   });
 
   test("an unreadable file starts empty", async () => {
