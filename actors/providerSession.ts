@@ -73,6 +73,8 @@ export const providerSessionMachine = setup({
     draining: ({ context }) => context.drainRequested || context.reportedState === "draining",
     asleep: ({ context }) => context.reportedState === "asleep",
     noFreeSlot: ({ context }) => freeSlots(context) === 0,
+    // Guards see the context before the transition's actions: one free slot now, none after counting.
+    lastFreeSlot: ({ context }) => freeSlots(context) <= 1,
   },
   actions: {
     // Effects, provided at the edge.
@@ -179,8 +181,10 @@ export const providerSessionMachine = setup({
         // Re-entering restarts the heartbeat timer.
         "provider.heartbeat": { target: "admitted", reenter: true, actions: "recordHeartbeat" },
         "provider.outOfTurn": { target: "closing", actions: { type: "recordClose", params: { code: 1008, reason: "out_of_turn" } } },
-        "attempt.started": { target: ".sorting", actions: "countStarted" },
-        "attempt.finished": { target: ".sorting", actions: "countFinished" },
+        // Once per request each: they re-sort only when the sub-state can change (the last free slot
+        // taken, or a slot freed when none was), and otherwise just count.
+        "attempt.started": [{ guard: "lastFreeSlot", target: ".sorting", actions: "countStarted" }, { actions: "countStarted" }],
+        "attempt.finished": [{ guard: "noFreeSlot", target: ".sorting", actions: "countFinished" }, { actions: "countFinished" }],
         "gateway.drain": { target: ".sorting", actions: ["markDrainRequested", "sendDrain"] },
         "gateway.replaced": { target: "closing", actions: { type: "recordClose", params: { code: 4011, reason: "replaced" } } },
       },
