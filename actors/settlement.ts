@@ -2,8 +2,10 @@
 //   running → pending → verified | quarantined | zero_settled
 // `running` is the attempt on the wire (buyer-facing label: pending); `pending` waits for a receipt
 // until the pending deadline. The machine only sequences: receipts are judged at the edge by the pure
-// verifier against the persisted snapshot, and the verdict arrives as an event. The first terminal
-// outcome is final — the machine stops there, so a later receipt has nothing to move.
+// verifier against the persisted snapshot, and the verdict arrives as an event — a later turn than the
+// receipt when its signature is checked off the main thread, so `receipt.arrived` holds the pending
+// deadline for a receipt that came in time. The first terminal outcome is final — the machine stops
+// there, so a later receipt has nothing to move.
 import { assign, setup } from "xstate";
 
 export type SettlementLabel = "pending" | "verified" | "quarantined" | "zero_settled";
@@ -22,12 +24,16 @@ export interface SettlementInput {
 export interface SettlementContext extends SettlementInput {
   /** A receipt that came with `end` before the machine reached `pending` is judged there. */
   verdict: ReceiptVerdict | null;
+  /** A receipt came before the deadline and its verdict is on the way: the deadline no longer applies. */
+  verdictDue: boolean;
   reason: string | null;
 }
 
 export type SettlementEvent =
   /** The attempt is over. `deliveredNothing`: no output byte or tool call reached the buyer. */
   | { type: "attempt.ended"; deliveredNothing: boolean }
+  /** A receipt came before the pending deadline; its `receipt.judged` follows in a later turn. */
+  | { type: "receipt.arrived" }
   /** A receipt (in `end` or a late `receipt` frame) was judged against the persisted snapshot. */
   | { type: "receipt.judged"; verdict: ReceiptVerdict }
   /** The gateway itself refused the attempt before relaying a byte (e.g. `accepted.model_hash` ≠ the catalog's). */
@@ -44,11 +50,13 @@ export const settlementMachine = setup({
     deliveredNothing: ({ event }) => event.type === "attempt.ended" && event.deliveredNothing,
     judgedVerified: ({ context }) => context.verdict?.label === "verified",
     judgedQuarantined: ({ context }) => context.verdict?.label === "quarantined",
+    noVerdictDue: ({ context }) => !context.verdictDue,
   },
   actions: {
     recordVerdict: assign({
       verdict: ({ event }) => (event.type === "receipt.judged" ? event.verdict : null),
     }),
+    recordVerdictDue: assign({ verdictDue: true }),
     recordQuarantineReason: assign({
       reason: ({ context }) => (context.verdict?.label === "quarantined" ? context.verdict.reason : null),
     }),
@@ -66,7 +74,7 @@ export const settlementMachine = setup({
   },
 }).createMachine({
   id: "settlement",
-  context: ({ input }) => ({ ...input, verdict: null, reason: null }),
+  context: ({ input }) => ({ ...input, verdict: null, verdictDue: false, reason: null }),
   initial: "starting",
   states: {
     starting: {
@@ -75,7 +83,8 @@ export const settlementMachine = setup({
     running: {
       on: {
         "attempt.ended": [{ guard: "deliveredNothing", target: "zero_settled", actions: "recordNothingDelivered" }, { target: "pending" }],
-        // A receipt rides on `end`, so it can be judged just before `attempt.ended` arrives.
+        // A receipt rides on `end`, so it can be judged (or its judging begun) before `attempt.ended`.
+        "receipt.arrived": { actions: "recordVerdictDue" },
         "receipt.judged": { actions: "recordVerdict" },
         "attempt.rejected": { target: "quarantined", actions: "recordRejection" },
       },
@@ -85,9 +94,9 @@ export const settlementMachine = setup({
         { guard: "judgedVerified", target: "verified" },
         { guard: "judgedQuarantined", target: "quarantined", actions: "recordQuarantineReason" },
       ],
-      after: { pendingDeadline: { target: "quarantined", actions: "recordNoReceipt" } },
+      after: { pendingDeadline: { guard: "noVerdictDue", target: "quarantined", actions: "recordNoReceipt" } },
       // Targetless: the eventless transitions above are re-checked after it.
-      on: { "receipt.judged": { actions: "recordVerdict" } },
+      on: { "receipt.arrived": { actions: "recordVerdictDue" }, "receipt.judged": { actions: "recordVerdict" } },
     },
     verified: { type: "final", entry: "settleVerified" },
     quarantined: { type: "final", entry: "settleQuarantined" },

@@ -8,6 +8,7 @@ import { observedBilling, rowFor, type RateCard } from "../ledger/index.ts";
 import {
   accountScope,
   canonicalize,
+  checkReceipt,
   DeliveredPrefixBuilder,
   judgeAcceptedMeasurement,
   jobRouteOf,
@@ -15,8 +16,10 @@ import {
   ROUTE_SNAPSHOT_VERSION,
   SETTLEMENT_POLICY_VERSION,
   sha256Hex,
-  verifyReceipt,
+  verdictWithSignature,
+  verifySignatureAsync,
   type DeliveredPrefix,
+  type ReceiptVerdict,
   type RouteSnapshot,
 } from "../receipts/index.ts";
 import type { Log } from "../log.ts";
@@ -80,7 +83,8 @@ interface OpenAttempt {
   deadlineAtMs: number | null;
   /**
    * The delivered record while `released` has not persisted it yet: when the attempt settles in the
-   * same call (its receipt came with `end`, or it delivered nothing), the settlement writes it.
+   * same call (it delivered nothing, or its receipt came with `end` and failed a rule checked before
+   * the signature), the settlement writes it; otherwise `released` does, as the verdict comes later.
    */
   unwrittenEnd: NonNullable<SettleInput["ended"]> | null;
   /** A receipt that arrived before the attempt was released: judged at release. */
@@ -89,7 +93,7 @@ interface OpenAttempt {
   judged: { envelope: string; receivedAtMs: number; billable: { prompt_tokens: number; completion_tokens: number } | null } | null;
 }
 
-const toActorVerdict = (v: ReturnType<typeof verifyReceipt>): ActorVerdict =>
+const toActorVerdict = (v: ReceiptVerdict): ActorVerdict =>
   v.label === "verified" ? { label: "verified" } : { label: "quarantined", reason: v.reason };
 
 const b64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64");
@@ -357,13 +361,18 @@ export function createSettlements(deps: SettlementDeps) {
     judge(att, envelope);
   }
 
+  /**
+   * Judges a receipt: every rule but the signature now, the signature off the main thread (issue 7).
+   * Everything a duplicate receipt or the settlement reads (`judged`) is fixed now; only the verdict
+   * waits, and `receipt.arrived` holds the pending deadline for it.
+   */
   function judge(att: OpenAttempt, envelope: string): void {
     const arrival = deps.now();
     store.recordReceiptArrival(
       { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, envelope, disposition: "judged" },
       arrival,
     );
-    const verdict = verifyReceipt({
+    const check = checkReceipt({
       envelope,
       sessionPublicKey: att.providerPublicKey,
       snapshot: att.snapshot,
@@ -381,18 +390,32 @@ export function createSettlements(deps: SettlementDeps) {
       },
       pendingDeadlineMs: att.deadlineAtMs ?? undefined,
     });
+    // The receipt body is the same whatever the signature turns out to be.
+    const receipt = check.verdict.receipt;
     att.judged = {
       envelope,
       receivedAtMs: arrival,
       billable:
-        verdict.receipt === null
-          ? null
-          : { prompt_tokens: verdict.receipt.usage.billable_input_tokens, completion_tokens: verdict.receipt.usage.billable_output_tokens },
+        receipt === null ? null : { prompt_tokens: receipt.usage.billable_input_tokens, completion_tokens: receipt.usage.billable_output_tokens },
     };
+    const signature = check.signature;
+    if (signature === null) {
+      judged(att, check.verdict);
+      return;
+    }
+    att.actor.send({ type: "receipt.arrived" });
+    void verifySignatureAsync(signature.envelope, signature.publicKey).then((valid) => judged(att, verdictWithSignature(check, valid)));
+  }
+
+  /**
+   * A receipt's verdict reaches the attempt's actor — unless the attempt is no longer open: it settled
+   * meanwhile (zero_settled), or stop() ran, and then nothing is sent or written.
+   */
+  function judged(att: OpenAttempt, verdict: ReceiptVerdict): void {
     if (verdict.label === "quarantined") {
       log.warn("receipt_quarantined", { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, reason: verdict.reason });
     }
-    att.actor.send({ type: "receipt.judged", verdict: toActorVerdict(verdict) });
+    if (open.get(attemptKey(att.requestId, att.attemptN)) === att) att.actor.send({ type: "receipt.judged", verdict: toActorVerdict(verdict) });
   }
 
   /** The settlement actor reached a final state: one ledger transaction, then the `settled` frame. */

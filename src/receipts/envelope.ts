@@ -1,5 +1,6 @@
 // The receipt envelope (DESIGN §4): base64(JCS(T)) + "." + base64(Ed25519(key, JCS(T))), standard
-// padded base64. All cryptography is node:crypto. Expected failures come back as values.
+// padded base64. All cryptography is node:crypto, except the gateway's signature check, WebCrypto's
+// (off the main thread). Expected failures come back as values.
 import { sign, verify, type KeyObject } from "node:crypto";
 import { publicKeyFromRaw } from "../wire/handshake.ts";
 import { canonicalize } from "./jcs.ts";
@@ -22,8 +23,8 @@ export type EnvelopeError =
 export interface ParsedEnvelope {
   body: ReceiptBody;
   /** The exact signed bytes: UTF-8 of JCS(T). */
-  signed: Uint8Array;
-  signature: Uint8Array;
+  signed: Uint8Array<ArrayBuffer>;
+  signature: Uint8Array<ArrayBuffer>;
 }
 
 export type ParseEnvelopeResult = { ok: true; envelope: ParsedEnvelope } | { ok: false; code: EnvelopeError };
@@ -31,7 +32,7 @@ export type ParseEnvelopeResult = { ok: true; envelope: ParsedEnvelope } | { ok:
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
 /** Standard padded base64 to bytes, or null for any other form (the round trip rejects stray bits). */
-function decodeBase64(text: string): Uint8Array | null {
+function decodeBase64(text: string): Uint8Array<ArrayBuffer> | null {
   if (text.length === 0 || !BASE64.test(text)) return null;
   const bytes = Buffer.from(text, "base64");
   return bytes.toString("base64") === text ? new Uint8Array(bytes) : null;
@@ -84,6 +85,35 @@ export function parseEnvelope(envelope: string): ParseEnvelopeResult {
 export function verifySignature(envelope: Pick<ParsedEnvelope, "signed" | "signature">, publicKeyRaw: Uint8Array): boolean {
   try {
     return verify(null, envelope.signed, publicKeyFromRaw(publicKeyRaw), envelope.signature);
+  } catch {
+    return false;
+  }
+}
+
+/** Imported verification keys by raw key (base64): importing costs more than verifying; bounded. */
+const verifyKeys = new Map<string, Promise<CryptoKey | null>>();
+const VERIFY_KEY_LIMIT = 1024;
+
+function verifyKeyOf(publicKeyRaw: Uint8Array): Promise<CryptoKey | null> {
+  const id = Buffer.from(publicKeyRaw).toString("base64");
+  let key = verifyKeys.get(id);
+  if (key === undefined) {
+    key = crypto.subtle.importKey("raw", new Uint8Array(publicKeyRaw), { name: "Ed25519" }, false, ["verify"]).catch(() => null);
+    if (verifyKeys.size >= VERIFY_KEY_LIMIT) verifyKeys.clear();
+    verifyKeys.set(id, key);
+  }
+  return key;
+}
+
+/**
+ * `verifySignature` with WebCrypto: the same answer for every input (test/receipts/signature-async.test.ts
+ * compares them), but the Ed25519 work runs off the main thread (issue 7: ~50 µs of it per receipt
+ * synchronously). Never rejects.
+ */
+export async function verifySignatureAsync(envelope: Pick<ParsedEnvelope, "signed" | "signature">, publicKeyRaw: Uint8Array): Promise<boolean> {
+  try {
+    const key = await verifyKeyOf(publicKeyRaw);
+    return key !== null && (await crypto.subtle.verify("Ed25519", key, envelope.signature, envelope.signed));
   } catch {
     return false;
   }

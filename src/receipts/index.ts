@@ -1,5 +1,5 @@
 // Receipts v0.4 (DESIGN §4): canonical JSON, the hashes a receipt binds, the envelope, the provider's
-// signer and the gateway's pure verifier. Nothing here does I/O besides node:crypto.
+// signer and the gateway's pure verifier. Nothing here does I/O besides node:crypto and WebCrypto.
 export { canonicalBytes, canonicalize, JcsError, MAX_JCS_DEPTH } from "./jcs.ts";
 export {
   accountScope,
@@ -37,6 +37,7 @@ export {
   MAX_ENVELOPE_CHARS,
   parseEnvelope,
   verifySignature,
+  verifySignatureAsync,
   type EnvelopeError,
   type ParsedEnvelope,
   type ParseEnvelopeResult,
@@ -44,11 +45,14 @@ export {
 export { jobRouteOf, ROUTE_SNAPSHOT_VERSION, RouteSnapshot, routeSnapshotChecker, snapshotDigest } from "./snapshot.ts";
 export { createReceiptSigner, type ReceiptFacts, type ReceiptSigner } from "./signer.ts";
 export {
+  checkReceipt,
   ISSUED_AT_TOLERANCE_MS,
   judgeAcceptedMeasurement,
   SETTLEMENT_REASONS,
+  verdictWithSignature,
   verifyReceipt,
   type QuarantineReason,
+  type ReceiptCheck,
   type ReceiptVerdict,
   type SettlementReason,
   type VerifyReceiptInput,

@@ -1,6 +1,6 @@
 // The settlement verdict for one receipt (DESIGN §4): pure — every input is a value the gateway
 // persisted before the receipt arrived, so a receipt judged after a restart gets the same verdict.
-import { parseEnvelope, verifySignature } from "./envelope.ts";
+import { parseEnvelope, verifySignature, type ParsedEnvelope } from "./envelope.ts";
 import { receiptKeyId, type DeliveredPrefix } from "./hashes.ts";
 import type { ReceiptBody } from "./schema.ts";
 import type { RouteSnapshot } from "./snapshot.ts";
@@ -87,22 +87,51 @@ const ECHOED = [
 ] as const satisfies readonly (keyof ReceiptBody & keyof RouteSnapshot)[];
 
 /**
- * Applies every rule of DESIGN §4 to one receipt. Rules are checked in a fixed order and the first
- * failing one names the reason, so one receipt always gets one reason. The order: can the envelope be
- * read → whose key → bound to this attempt → the model → the output → the usage → time.
+ * A receipt judged on every rule but its signature. `signature` is null when a rule before the
+ * signature's place already decided `verdict`; otherwise `verdict` (from the rules after it) holds
+ * only when the signature verifies, and the receipt is `bad_signature` when it does not.
  */
-export function verifyReceipt(input: VerifyReceiptInput): ReceiptVerdict {
+export interface ReceiptCheck {
+  verdict: ReceiptVerdict;
+  signature: { envelope: ParsedEnvelope; publicKey: Uint8Array } | null;
+}
+
+/**
+ * Applies every rule of DESIGN §4 to one receipt except the signature, whose verification is left to
+ * the caller — `verifyReceipt` checks it synchronously, the gateway off its main thread — and folded
+ * in by `verdictWithSignature`.
+ * Rules are checked in a fixed order and the first failing one names the reason, so one receipt
+ * always gets one reason. The order: can the envelope be read → whose key → bound to this attempt →
+ * the model → the output → the usage → time.
+ */
+export function checkReceipt(input: VerifyReceiptInput): ReceiptCheck {
   const parsed = parseEnvelope(input.envelope);
-  if (!parsed.ok) return { label: "quarantined", reason: parsed.code, receipt: null };
+  if (!parsed.ok) return { verdict: { label: "quarantined", reason: parsed.code, receipt: null }, signature: null };
   const r = parsed.envelope.body;
-  const q = (reason: QuarantineReason): ReceiptVerdict => ({ label: "quarantined", reason, receipt: r });
+  const decided = (reason: QuarantineReason): ReceiptCheck => ({ verdict: { label: "quarantined", reason, receipt: r }, signature: null });
 
-  if (input.pendingDeadlineMs !== undefined && input.arrivalMs > input.pendingDeadlineMs) return q("late");
-
+  if (input.pendingDeadlineMs !== undefined && input.arrivalMs > input.pendingDeadlineMs) return decided("late");
   // The key id is checked before the signature so "signed by another provider's key" reads as such.
-  if (r.provider_receipt_key_id !== receiptKeyId(input.sessionPublicKey)) return q("wrong_key");
-  if (!verifySignature(parsed.envelope, input.sessionPublicKey)) return q("bad_signature");
+  if (r.provider_receipt_key_id !== receiptKeyId(input.sessionPublicKey)) return decided("wrong_key");
+  return { verdict: afterSignature(input, r), signature: { envelope: parsed.envelope, publicKey: input.sessionPublicKey } };
+}
 
+/** The verdict of a check once its signature, when one was left to verify, is known to be valid or not. */
+export function verdictWithSignature(check: ReceiptCheck, signatureValid: boolean): ReceiptVerdict {
+  if (check.signature === null || signatureValid) return check.verdict;
+  return { label: "quarantined", reason: "bad_signature", receipt: check.signature.envelope.body };
+}
+
+/** Applies every rule of DESIGN §4 to one receipt, the signature verified synchronously. */
+export function verifyReceipt(input: VerifyReceiptInput): ReceiptVerdict {
+  const check = checkReceipt(input);
+  if (check.signature === null) return check.verdict;
+  return verdictWithSignature(check, verifySignature(check.signature.envelope, check.signature.publicKey));
+}
+
+/** The rules after the signature, in order: a well-signed receipt's verdict. */
+function afterSignature(input: VerifyReceiptInput, r: ReceiptBody): ReceiptVerdict {
+  const q = (reason: QuarantineReason): ReceiptVerdict => ({ label: "quarantined", reason, receipt: r });
   const { expected, snapshot } = input;
   if (
     r.request_id !== expected.request_id ||

@@ -1,8 +1,19 @@
 // The receipt attack table (issue 4 acceptance): each forged or mismatched receipt, signed by the
-// independent test signer, is quarantined by src/receipts with its documented reason.
+// independent test signer, is quarantined by src/receipts with its documented reason — by the
+// synchronous verifier and by the gateway's path (every rule but the signature, then the signature
+// with WebCrypto), which must agree on every case.
 import { describe, expect, test } from "bun:test";
 import { createPrivateKey } from "node:crypto";
-import { snapshotDigest, verifyReceipt, SETTLEMENT_REASONS, type VerifyReceiptInput } from "../../src/receipts/index.ts";
+import {
+  checkReceipt,
+  snapshotDigest,
+  verdictWithSignature,
+  verifyReceipt,
+  verifySignatureAsync,
+  SETTLEMENT_REASONS,
+  type ReceiptVerdict,
+  type VerifyReceiptInput,
+} from "../../src/receipts/index.ts";
 import { fieldsOf, keyFromSeed, outputHashOf, signFields, signReceipt, type Fields, type ReceiptValues } from "./independent-signer.ts";
 import { golden, goldenEnvelope, goldenInput } from "./golden-case.ts";
 
@@ -47,6 +58,13 @@ const signed = (o: Partial<ReceiptValues> = {}) => signReceipt(base(o));
 const withFields = (edit: (f: Fields) => Fields) => signFields(edit(fieldsOf(base())), providerKey);
 // Changes one signature character well inside the base64 text (the last ones carry padding bits).
 const flipSignatureChar = (env: string) => env.slice(0, -10) + (env.at(-10) === "A" ? "B" : "A") + env.slice(-9);
+
+/** The gateway's path (src/gateway/settlements.ts): the checks now, the signature off the main thread. */
+async function verifyReceiptAsync(input: VerifyReceiptInput): Promise<ReceiptVerdict> {
+  const check = checkReceipt(input);
+  if (check.signature === null) return check.verdict;
+  return verdictWithSignature(check, await verifySignatureAsync(check.signature.envelope, check.signature.publicKey));
+}
 
 test("the untouched golden receipt verifies (the table's baseline)", () => {
   expect(verifyReceipt(goldenInput({ envelope: signed() })).label).toBe("verified");
@@ -123,13 +141,34 @@ const attacks: [string, () => VerifyReceiptInput, string][] = [
 ];
 
 describe("receipt attacks → quarantined", () => {
-  test.each(attacks)("%s", (_name, input, reason) => {
+  test.each(attacks)("%s", async (_name, input, reason) => {
     const verdict = verifyReceipt(input());
     expect(verdict).toMatchObject({ label: "quarantined", reason });
+    expect(await verifyReceiptAsync(input())).toEqual(verdict);
   });
 
   test("every reason used is in the documented list", () => {
     for (const [, , reason] of attacks) expect(SETTLEMENT_REASONS as readonly string[]).toContain(reason);
+  });
+});
+
+describe("the signature keeps its place in the rule order (both paths)", () => {
+  const forged = (input: VerifyReceiptInput) => ({ ...input, envelope: flipSignatureChar(input.envelope) });
+  test.each([
+    ["forged and replayed → bad_signature", () => forged(goldenInput({ expected: { ...goldenInput().expected, request_id: "req_other" } })), "bad_signature"],
+    ["forged and issued out of window → bad_signature", () => forged(goldenInput({ envelope: signed({ issued_at_unix_ms: 0 }) })), "bad_signature"],
+    ["forged and a measurement mismatch → bad_signature", () => forged(goldenInput({ acceptedModelHash: null })), "bad_signature"],
+    ["forged and late → late", () => forged(goldenInput({ pendingDeadlineMs: golden.arrival_unix_ms - 1 })), "late"],
+    ["forged and another key → wrong_key", () => forged(goldenInput({ envelope: signed({ key: otherKey }) })), "wrong_key"],
+  ] as const)("%s", async (_name, input, reason) => {
+    const verdict = verifyReceipt(input());
+    expect(verdict).toMatchObject({ label: "quarantined", reason });
+    expect(await verifyReceiptAsync(input())).toEqual(verdict);
+  });
+
+  test("the golden receipt verifies on both paths", async () => {
+    expect(await verifyReceiptAsync(goldenInput())).toEqual(verifyReceipt(goldenInput()));
+    expect(verifyReceipt(goldenInput()).label).toBe("verified");
   });
 });
 
