@@ -43,8 +43,11 @@ export interface ReplayIdentity {
   retryMarked: boolean;
 }
 
-/** What a fresh run tells the cache about its outcome: the responder's success, or anything else. */
+/** What a fresh run tells the cache: its body as written, and its outcome. */
 export interface RunTracker {
+  /** Every piece of the response body, in order, exactly as the buyer is sent it. */
+  readonly record: (text: string) => void;
+  /** The responder's success, or anything else (refusal, failure, buyer gone); the first call counts. */
   outcome(ok: boolean): void;
 }
 
@@ -62,6 +65,8 @@ interface Entry {
   status: number;
   headers: string[] | null;
   body: ArrayBuffer | null;
+  /** The copy of an in-flight body while a retry may still get it; null once none can, and when finished. */
+  recording: Recording | null;
   /** Retries waiting for this in-flight result; created only when one waits (rare). */
   waiters: (() => void)[] | null;
 }
@@ -135,23 +140,26 @@ export function createReplayCache(options: ReplayCacheOptions) {
     e && (e.state === "in_flight" || e.at_ms > now - windowMs) ? e : undefined;
 
   function register(keyId: string | null, fingerprint: string): Entry {
-    const e: Entry = { seq: ++seq, fingerprint, keyId, state: "in_flight", at_ms: options.now(), status: 0, headers: null, body: null, waiters: null };
+    const e: Entry = { seq: ++seq, fingerprint, keyId, state: "in_flight", at_ms: options.now(), status: 0, headers: null, body: null, recording: new Recording(), waiters: null };
     entries.set(e.seq, e);
     const previousKeyed = keyId === null ? undefined : byKey.get(keyId);
     if (keyId !== null) byKey.set(keyId, e);
     const previous = byBody.get(fingerprint);
     byBody.set(fingerprint, e);
     // The previous request with this fingerprint is no longer what a retry finds (unless its key still
-    // names it): a finished one is dropped now; an in-flight one stops recording (see recordingStream).
-    for (const p of [previous, previousKeyed]) if (p && p.state !== "in_flight" && !reachable(p)) forget(p);
+    // names it): a finished one is dropped now; an in-flight one stops recording unless retries already
+    // wait on it. Nothing makes an entry reachable again, and only a reachable one gets new waiters.
+    for (const p of [previous, previousKeyed]) {
+      if (!p || reachable(p)) continue;
+      if (p.state !== "in_flight") forget(p);
+      else if (p.waiters === null) p.recording = null;
+    }
     return e;
   }
 
-  /** Whether an in-flight entry's result must still be recorded: a retry may find it or waits on it. */
-  const wanted = (e: Entry) => e.waiters !== null || reachable(e);
-
   function finish(e: Entry, result: { status: number; headers: string[]; body: ArrayBuffer } | null): void {
     if (e.state !== "in_flight") return;
+    e.recording = null;
     finished++;
     e.state = result ? "succeeded" : "failed";
     if (result) {
@@ -182,38 +190,36 @@ export function createReplayCache(options: ReplayCacheOptions) {
     return new Response(e.body!.slice(0), { status: e.status, headers });
   }
 
-  /** Runs `start` as a new request, recording its result for later retries. */
+  /**
+   * Runs `start` as a new request, recording its result for later retries: kept once both the response
+   * (status, headers) and a successful outcome are known, in either order.
+   */
   async function runFresh(keyId: string | null, fingerprint: string, start: (tracker: RunTracker) => Promise<Response>): Promise<Response> {
     const entry = register(keyId, fingerprint);
-    let ok = false;
-    const tracker: RunTracker = { outcome: (succeeded) => (ok = succeeded) };
-    let response: Response;
+    let ok: boolean | null = null;
+    let response: Response | null = null;
+    const settle = () => {
+      if (ok === null || response === null) return;
+      const body = ok ? entry.recording?.bytes() : undefined;
+      finish(entry, body ? { status: 200, headers: keptHeaders(response), body } : null);
+    };
+    const tracker: RunTracker = {
+      record: (text) => entry.recording?.add(text),
+      outcome(succeeded) {
+        if (ok !== null) return;
+        ok = succeeded;
+        settle();
+      },
+    };
     try {
       response = await start(tracker);
     } catch (error) {
       finish(entry, null);
       throw error;
     }
-    if (response.status !== 200 || response.body === null) {
-      finish(entry, null);
-      return response;
-    }
-    const headers: string[] = [];
-    for (const name of KEPT_HEADERS) {
-      const value = response.headers.get(name);
-      if (value !== null) headers.push(name, value);
-    }
-    const store = (body: ArrayBuffer | null) => finish(entry, ok && body ? { status: 200, headers, body } : null);
-    if (!(response.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
-      // A JSON body is complete by now: copy it without touching the response the buyer gets.
-      response
-        .clone()
-        .arrayBuffer()
-        .then((b) => store(b), () => store(null));
-      return response;
-    }
-    // Mid-stream only reachability can stop the copy; at the end a failed result is not even assembled.
-    return new Response(recordingStream(response.body, (ended) => (!ended || ok) && wanted(entry), store), { status: response.status, headers: response.headers });
+    if (response.status !== 200 || response.body === null) finish(entry, null);
+    else settle();
+    return response;
   }
 
   return {
@@ -253,6 +259,12 @@ export function createReplayCache(options: ReplayCacheOptions) {
     },
     /** Results held now (diagnostics and tests). */
     size: () => entries.size,
+    /** In-flight results whose body is still being copied (diagnostics and tests). */
+    recordings: () => {
+      let n = 0;
+      for (const e of entries.values()) if (e.recording) n++;
+      return n;
+    },
     /** Approximate bytes held: bodies plus a per-entry estimate (diagnostics). */
     footprintBytes: () => storedBytes + entries.size * ENTRY_OVERHEAD_BYTES,
   };
@@ -260,48 +272,35 @@ export function createReplayCache(options: ReplayCacheOptions) {
 
 export type ReplayCache = ReturnType<typeof createReplayCache>;
 
+function keptHeaders(response: Response): string[] {
+  const headers: string[] = [];
+  for (const name of KEPT_HEADERS) {
+    const value = response.headers.get(name);
+    if (value !== null) headers.push(name, value);
+  }
+  return headers;
+}
+
 /**
- * Passes `body` through unchanged while keeping a copy; `done` gets the bytes once it ended normally,
- * or null when the buyer went away first. A cancel is passed on, so the responder still sees the buyer
- * leave. The copy goes into one growing buffer rather than a list of the responder's chunks (each its
- * own Uint8Array and backing store), and stops as soon as `wanted` says no retry can get this result.
+ * A response body as its responder writes it, in one growing buffer rather than a list of the
+ * responder's pieces (each its own string or Uint8Array), copied once, to its exact length, at the end.
  */
-function recordingStream(body: ReadableStream<Uint8Array>, wanted: (ended: boolean) => boolean, done: (bytes: ArrayBuffer | null) => void): ReadableStream<Uint8Array> {
-  const reader = body.getReader();
-  let buffer: Uint8Array<ArrayBuffer> | null = new Uint8Array(1024);
-  let length = 0;
-  return new ReadableStream<Uint8Array>({
-    async pull(controller) {
-      try {
-        const { value, done: ended } = await reader.read();
-        if (ended) {
-          controller.close();
-          // The only copy kept: exactly the body's length (the growing buffer has slack).
-          done(buffer && wanted(true) ? buffer.buffer.slice(0, length) : null);
-          buffer = null;
-          return;
-        }
-        controller.enqueue(value);
-        if (buffer && !wanted(false)) buffer = null;
-        if (buffer) {
-          if (length + value.byteLength > buffer.byteLength) {
-            const grown = new Uint8Array(Math.max(buffer.byteLength * 2, length + value.byteLength));
-            grown.set(buffer.subarray(0, length));
-            buffer = grown;
-          }
-          buffer.set(value, length);
-          length += value.byteLength;
-        }
-      } catch (error) {
-        buffer = null;
-        done(null);
-        controller.error(error);
-      }
-    },
-    cancel(reason) {
-      buffer = null;
-      done(null);
-      return reader.cancel(reason);
-    },
-  });
+class Recording {
+  private buffer = Buffer.allocUnsafeSlow(0);
+  private length = 0;
+
+  add(text: string): void {
+    // A UTF-16 code unit is at most 3 UTF-8 bytes: with this room `write` never cuts the text short.
+    const needed = this.length + text.length * 3;
+    if (needed > this.buffer.byteLength) {
+      const grown = Buffer.allocUnsafeSlow(Math.max(this.buffer.byteLength * 2, needed, 1024));
+      this.buffer.copy(grown, 0, 0, this.length);
+      this.buffer = grown;
+    }
+    this.length += this.buffer.write(text, this.length);
+  }
+
+  bytes(): ArrayBuffer {
+    return new Uint8Array(this.buffer.subarray(0, this.length)).buffer;
+  }
 }

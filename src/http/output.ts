@@ -1,47 +1,70 @@
-// Plumbing the facades' responders share: a server-sent-event body that exists only from its first
-// write (DESIGN §7: nothing, not even the status line, before the first delta), and an accumulator
-// of an attempt's output for responses written in one piece, and the responder built on it.
+// Plumbing every entrypoint's responders share: a server-sent-event body that exists only from its
+// first write (DESIGN §7: nothing, not even the status line, before the first delta), and an
+// accumulator of an attempt's output for responses written in one piece, and the responder built on it.
+// Both report the body text they write to `record` (the retry-replay copy, src/http/idempotency.ts).
 import type { ChunkFrame } from "../wire/frames.ts";
 import type { ChatOutcome, ChatResponder } from "./chat/responders.ts";
 import type { GatewayError } from "./errors.ts";
 
-const encoder = new TextEncoder();
+/** Where a responder's body goes besides the buyer (the pipeline's ResponderContext has these). */
+export interface BodyTarget {
+  /** Headers every successful response carries. */
+  headers: Record<string, string>;
+  /** Called once when the buyer goes away before the response ended. */
+  onBuyerGone: () => void;
+  /** Gets every piece of body text, in order, exactly as the buyer is sent it. */
+  record: (text: string) => void;
+}
 
 export interface LazyEventStream {
   /** Resolves with the 200 SSE response at the first `write`, or with what `settle` is given. */
   readonly response: Promise<Response>;
   readonly started: boolean;
   readonly ended: boolean;
+  /** Sends one or more whole events; ignored once the stream ended. */
   write(text: string): void;
   end(): void;
   /** Answers with a whole response instead (only before the first write; no-op after). */
   settle(response: Response): void;
 }
 
-export function lazyEventStream(headers: Record<string, string>, onBuyerGone: () => void): LazyEventStream {
+/**
+ * The SSE body as a Bun direct stream: strings go straight into the HTTP response's buffer (no
+ * TextEncoder, no queue of chunks, no pull per chunk), and Bun sends what one turn wrote when that turn
+ * ends, so an event never waits for a later one. Bun calls `cancel` when the buyer hangs up.
+ */
+export function lazyEventStream(target: BodyTarget): LazyEventStream {
   let resolve!: (r: Response) => void;
   const response = new Promise<Response>((r) => (resolve = r));
-  let controller: ReadableStreamDefaultController<Uint8Array> | null = null;
+  // The controller exists only once the response is being sent (the server asks after the handler
+  // resolved, a turn after the first write at the earliest); text written before waits in `pending`.
+  let sink: ReadableStreamDirectController | null = null;
+  let pending = "";
   let started = false;
   let ended = false;
 
   const start = () => {
     started = true;
-    const stream = new ReadableStream<Uint8Array>({
-      start: (c) => {
-        controller = c;
-      },
-      cancel: () => {
-        if (!ended) {
-          ended = true;
-          onBuyerGone();
+    const body = new ReadableStream({
+      type: "direct",
+      pull(controller) {
+        sink = controller;
+        if (pending !== "") {
+          controller.write(pending);
+          pending = "";
         }
+        if (ended) controller.close();
+      },
+      cancel() {
+        if (ended) return;
+        ended = true;
+        target.onBuyerGone();
       },
     });
     resolve(
-      new Response(stream, {
+      new Response(body, {
         status: 200,
-        headers: { ...headers, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-accel-buffering": "no" },
+        headers: { ...target.headers, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-accel-buffering": "no" },
       }),
     );
   };
@@ -56,9 +79,14 @@ export function lazyEventStream(headers: Record<string, string>, onBuyerGone: ()
     },
     write(text) {
       if (!started) start();
-      if (ended || !controller) return;
+      if (ended) return;
+      target.record(text);
+      if (!sink) {
+        pending += text;
+        return;
+      }
       try {
-        controller.enqueue(encoder.encode(text));
+        sink.write(text);
       } catch {
         ended = true; // The buyer is gone; the abort path handles the rest.
       }
@@ -67,7 +95,7 @@ export function lazyEventStream(headers: Record<string, string>, onBuyerGone: ()
       if (ended) return;
       ended = true;
       try {
-        controller?.close();
+        sink?.close();
       } catch {}
     },
     settle(whole) {
@@ -118,6 +146,7 @@ export class OutputCollector {
  */
 export function bufferedJsonResponder(o: {
   headers: Record<string, string>;
+  record: (text: string) => void;
   render: (output: OutputCollector, outcome: ChatOutcome) => unknown;
   refuse: (error: GatewayError) => Response;
 }): ChatResponder {
@@ -132,8 +161,9 @@ export function bufferedJsonResponder(o: {
     succeed(outcome) {
       if (done) return;
       done = true;
-      const body = o.render(collected, outcome);
-      resolve(new Response(JSON.stringify(body), { status: 200, headers: { ...o.headers, "content-type": "application/json" } }));
+      const body = JSON.stringify(o.render(collected, outcome));
+      o.record(body);
+      resolve(new Response(body, { status: 200, headers: { ...o.headers, "content-type": "application/json" } }));
     },
     fail(error) {
       if (done) return;

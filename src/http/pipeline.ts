@@ -79,6 +79,8 @@ export interface ResponderContext {
   headers: Record<string, string>;
   /** The responder calls this when the buyer goes away before the response ended. */
   onBuyerGone: () => void;
+  /** The responder passes every piece of the body it writes, in order (the retry-replay copy). */
+  record: (text: string) => void;
 }
 
 export interface PipelineRequest {
@@ -107,6 +109,9 @@ export function runChatPipeline(deps: PipelineDeps, input: PipelineRequest): Pro
   const identity = replayIdentity(input.request, input.principal.account_id, input.buyerRoute ?? "/v1/chat/completions", body);
   return deps.replays.run(identity, (tracker) => runFresh(deps, input, tracker), input.refuse);
 }
+
+/** Where the body copy goes when there is no replay cache to keep it. */
+const ignoreBody = (_text: string) => {};
 
 /** Runs the request as a new one: admission, concurrency slot, reservation, then the request actor. */
 function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null): Promise<Response> {
@@ -151,6 +156,7 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
         end(false);
         abort();
       },
+      record: tracker ? tracker.record : ignoreBody,
     }),
     end,
   );

@@ -3,6 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import { createReplayCache, REPLAY_WINDOW_MS, type ReplayIdentity, type RunTracker } from "../../src/http/idempotency.ts";
 import { errorResponse, type GatewayError } from "../../src/http/errors.ts";
+import { lazyEventStream, type LazyEventStream } from "../../src/http/output.ts";
 
 const enc = new TextEncoder();
 const identity = (over: Partial<ReplayIdentity> = {}): ReplayIdentity => ({
@@ -19,11 +20,13 @@ function harness(options: { maxBytes?: number } = {}) {
   let now = 1_000_000;
   const cache = createReplayCache({ now: () => now, ...options });
   let runs = 0;
-  /** A run that succeeds with a JSON body naming the run. */
+  /** A run that succeeds with a JSON body naming the run (recorded as written, like a responder's). */
   const ok = (tracker: RunTracker) => {
     runs++;
+    const body = JSON.stringify({ run: runs });
+    tracker.record(body);
     tracker.outcome(true);
-    return Promise.resolve(new Response(JSON.stringify({ run: runs }), { headers: { "content-type": "application/json", "x-request-id": `req_${runs}` } }));
+    return Promise.resolve(new Response(body, { headers: { "content-type": "application/json", "x-request-id": `req_${runs}` } }));
   };
   const failing = (tracker: RunTracker) => {
     runs++;
@@ -99,8 +102,10 @@ describe("replay cache", () => {
     let runs = 0;
     const ok = (tracker: RunTracker) => {
       runs++;
+      const body = JSON.stringify({ run: runs });
+      tracker.record(body);
       tracker.outcome(true);
-      return Promise.resolve(new Response(JSON.stringify({ run: runs }), { headers: { "content-type": "application/json" } }));
+      return Promise.resolve(new Response(body, { headers: { "content-type": "application/json" } }));
     };
     for (const key of ["a", "b", "c", "d"]) {
       await cache.run(identity({ idempotencyKey: key }), ok, refuse);
@@ -131,6 +136,7 @@ describe("replay cache", () => {
     const slow = (tracker: RunTracker) =>
       new Promise<Response>((resolve) => {
         release = () => {
+          tracker.record('{"slow":true}');
           tracker.outcome(true);
           resolve(new Response('{"slow":true}', { headers: { "content-type": "application/json" } }));
         };
@@ -150,26 +156,71 @@ describe("replay cache", () => {
     expect(otherAccount.headers.get("idempotent-replayed")).toBeNull();
   });
 
-  test("an SSE result is recorded as it streams and replayed whole; a cancelled one is not kept", async () => {
-    const h = harness();
-    const sse = (tracker: RunTracker) => {
-      const stream = new ReadableStream<Uint8Array>({
-        start(c) {
-          c.enqueue(enc.encode("data: 1\n\n"));
-          c.enqueue(enc.encode("data: [DONE]\n\n"));
-          tracker.outcome(true);
-          c.close();
-        },
-      });
-      return Promise.resolve(new Response(stream, { headers: { "content-type": "text/event-stream" } }));
+  /** A streamed run through the responders' own sink; `finish` ends it with the given events. */
+  function streamedRun() {
+    let out!: LazyEventStream;
+    let tracker!: RunTracker;
+    const run = (t: RunTracker) => {
+      tracker = t;
+      out = lazyEventStream({ headers: { "x-request-id": "req_sse" }, onBuyerGone: () => t.outcome(false), record: t.record });
+      out.write("data: 1\n\n");
+      return out.response;
     };
-    expect(await (await h.cache.run(identity(), sse, refuse)).text()).toBe("data: 1\n\ndata: [DONE]\n\n");
-    const replay = await h.cache.run(identity({ retryMarked: true }), h.ok, refuse);
-    expect(replay.headers.get("content-type")).toBe("text/event-stream");
-    expect(await replay.text()).toBe("data: 1\n\ndata: [DONE]\n\n");
+    const finish = (...events: string[]) => {
+      for (const e of events) out.write(e);
+      out.end();
+      tracker.outcome(true);
+    };
+    return { run, finish };
+  }
 
-    const cut = await h.cache.run(identity({ body: enc.encode("cut") }), sse, refuse);
+  test("an SSE result is recorded as it streams and replayed byte for byte with its headers", async () => {
+    const h = harness();
+    const s = streamedRun();
+    const first = await h.cache.run(identity(), s.run, refuse);
+    s.finish("data: ünïcödé 🚀\n\n", "data: [DONE]\n\n");
+    const firstBytes = new Uint8Array(await first.arrayBuffer());
+    const replay = await h.cache.run(identity({ retryMarked: true }), h.ok, refuse);
+    expect(replay.headers.get("idempotent-replayed")).toBe("true");
+    for (const name of ["content-type", "cache-control", "x-request-id", "x-accel-buffering"]) expect(replay.headers.get(name)).toBe(first.headers.get(name));
+    expect(new Uint8Array(await replay.arrayBuffer())).toEqual(firstBytes);
+    expect(new TextDecoder().decode(firstBytes)).toBe("data: 1\n\ndata: ünïcödé 🚀\n\ndata: [DONE]\n\n");
+    expect(h.runs()).toBe(0);
+  });
+
+  test("a stream the buyer cancelled is not kept, even if its responder finishes later", async () => {
+    const h = harness();
+    const s = streamedRun();
+    const cut = await h.cache.run(identity(), s.run, refuse);
     await cut.body!.cancel();
-    expect((await h.cache.run(identity({ body: enc.encode("cut"), retryMarked: true }), h.ok, refuse)).headers.get("idempotent-replayed")).toBeNull();
+    s.finish("data: [DONE]\n\n");
+    const retry = await h.cache.run(identity({ retryMarked: true }), h.ok, refuse);
+    expect(retry.headers.get("idempotent-replayed")).toBeNull();
+    expect(h.runs()).toBe(1);
+  });
+
+  test("recording stops once no retry can reach the run, but not while a retry waits on it", async () => {
+    const h = harness();
+    const a = streamedRun();
+    const first = h.cache.run(identity(), a.run, refuse);
+    expect(h.cache.recordings()).toBe(1);
+    // A retry of the first waits for it; then an identical unmarked request replaces it as the latest.
+    const waiting = h.cache.run(identity({ retryMarked: true }), h.ok, refuse);
+    const b = streamedRun();
+    const second = h.cache.run(identity(), b.run, refuse);
+    expect(h.cache.recordings()).toBe(2);
+    a.finish("data: a\n\n");
+    expect(await (await waiting).text()).toBe("data: 1\n\ndata: a\n\n");
+    expect((await waiting).headers.get("idempotent-replayed")).toBe("true");
+    // A third identical request makes the second unreachable: nothing waits on it, so its copy stops.
+    const c = streamedRun();
+    const third = h.cache.run(identity(), c.run, refuse);
+    expect(h.cache.recordings()).toBe(1);
+    b.finish("data: b\n\n");
+    c.finish("data: c\n\n");
+    for (const r of [first, second, third]) await (await r).text();
+    expect(h.cache.recordings()).toBe(0);
+    expect(await (await h.cache.run(identity({ retryMarked: true }), h.ok, refuse)).text()).toBe("data: 1\n\ndata: c\n\n");
+    expect(h.runs()).toBe(0);
   });
 });

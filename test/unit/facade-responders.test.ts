@@ -15,6 +15,7 @@ const context = (): ResponderContext => ({
   created: 1_700_000_000,
   headers: { "x-request-id": requestId },
   onBuyerGone: () => {},
+  record: () => {},
 });
 const echo: ResponseEcho = {
   instructions: null,

@@ -3,7 +3,7 @@
 // that point is invisible (DESIGN §7).
 import { errorResponse, inBandErrorFrame, type GatewayError } from "../errors.ts";
 import type { ChunkFrame, ToolCallDelta } from "../../wire/frames.ts";
-import { bufferedJsonResponder } from "../output.ts";
+import { bufferedJsonResponder, lazyEventStream } from "../output.ts";
 
 export interface ChatUsage {
   prompt_tokens: number;
@@ -34,10 +34,10 @@ export interface ResponderOptions {
   headers: Record<string, string>;
   /** Called when the buyer goes away before the response ended. */
   onBuyerGone: () => void;
+  /** Gets the body text as written (the retry-replay copy). */
+  record: (text: string) => void;
   requestId: string;
 }
-
-const encoder = new TextEncoder();
 
 const usageObject = (u: ChatUsage) => ({
   prompt_tokens: u.prompt_tokens,
@@ -59,51 +59,11 @@ const toolCallDeltas = (calls: ToolCallDelta[]) =>
 
 /** SSE: `data: {chunk}` per delta, a finish chunk, an optional usage chunk, then `[DONE]`. */
 export function streamingResponder(o: ResponderOptions): ChatResponder {
-  let resolve!: (r: Response) => void;
-  const response = new Promise<Response>((r) => (resolve = r));
-  let controller: ReadableStreamDefaultController<Uint8Array> | null = null;
-  let started = false;
-  let ended = false;
+  const out = lazyEventStream(o);
   let sentRole = false;
   // Everything but the choices is the same on every chunk: built once.
   const head = `data: {"id":${JSON.stringify(o.completionId)},"object":"chat.completion.chunk","created":${o.created},"model":${JSON.stringify(o.model)},"choices":`;
 
-  const write = (text: string) => {
-    if (ended || !controller) return;
-    try {
-      controller.enqueue(encoder.encode(text));
-    } catch {
-      ended = true; // The buyer is gone; the abort path handles the rest.
-    }
-  };
-  const end = () => {
-    if (ended) return;
-    ended = true;
-    try {
-      controller?.close();
-    } catch {}
-  };
-  const start = () => {
-    if (started) return;
-    started = true;
-    const stream = new ReadableStream<Uint8Array>({
-      start: (c) => {
-        controller = c;
-      },
-      cancel: () => {
-        if (!ended) {
-          ended = true;
-          o.onBuyerGone();
-        }
-      },
-    });
-    resolve(
-      new Response(stream, {
-        status: 200,
-        headers: { ...o.headers, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-accel-buffering": "no" },
-      }),
-    );
-  };
   const delta = (d: Record<string, unknown>, finishReason: string | null) => {
     if (!sentRole) {
       d = { role: "assistant", ...d };
@@ -113,40 +73,36 @@ export function streamingResponder(o: ResponderOptions): ChatResponder {
   };
 
   return {
-    response,
+    response: out.response,
     relay(frame) {
-      start();
       // Per-token fast path (issue 7): a content-only delta after the first is written from the
       // template, byte-identical to the general path, without building and serialising an object.
       if (sentRole && frame.tool_calls === undefined && frame.content !== undefined) {
-        write(`${head}[{"index":0,"delta":{"content":${JSON.stringify(frame.content)}},"logprobs":null,"finish_reason":null}]}\n\n`);
+        out.write(`${head}[{"index":0,"delta":{"content":${JSON.stringify(frame.content)}},"logprobs":null,"finish_reason":null}]}\n\n`);
         return;
       }
       const d: Record<string, unknown> = {};
       if (frame.content !== undefined) d.content = frame.content;
       if (frame.tool_calls !== undefined) d.tool_calls = toolCallDeltas(frame.tool_calls);
-      write(delta(d, null));
+      out.write(delta(d, null));
     },
     discard() {},
     succeed({ finishReason, usage }) {
-      start();
-      write(delta({}, finishReason));
-      if (o.includeUsage) write(`${head}[],"usage":${JSON.stringify(usageObject(usage))}}\n\n`);
-      write("data: [DONE]\n\n");
-      end();
+      out.write(delta({}, finishReason));
+      if (o.includeUsage) out.write(`${head}[],"usage":${JSON.stringify(usageObject(usage))}}\n\n`);
+      out.write("data: [DONE]\n\n");
+      out.end();
     },
     fail(error) {
-      if (!started) {
-        started = true;
-        resolve(errorResponse(error, o.requestId));
+      if (!out.started) {
+        out.settle(errorResponse(error, o.requestId));
         return;
       }
-      write(inBandErrorFrame(error));
-      end();
+      this.failMidStream(error);
     },
     failMidStream(error) {
-      write(inBandErrorFrame(error));
-      end();
+      out.write(inBandErrorFrame(error));
+      out.end();
     },
   };
 }
@@ -155,6 +111,7 @@ export function streamingResponder(o: ResponderOptions): ChatResponder {
 export function jsonResponder(o: ResponderOptions): ChatResponder {
   return bufferedJsonResponder({
     headers: o.headers,
+    record: o.record,
     refuse: (error) => errorResponse(error, o.requestId),
     render: (output, { finishReason, usage }) => {
       const calls = output.toolCalls();

@@ -38,6 +38,7 @@ export function chatCompletionsHandler(deps: ChatRouteDeps) {
           headers: ctx.headers,
           requestId: rid,
           onBuyerGone: ctx.onBuyerGone,
+          record: ctx.record,
         };
         return chat.stream ? streamingResponder(options) : jsonResponder(options);
       },

@@ -30,8 +30,8 @@ function inputObject(args: string): Record<string, unknown> {
 }
 
 export function messagesStreamResponder(o: MessagesResponderOptions): ChatResponder {
-  const { ids, headers, onBuyerGone } = o.context;
-  const out = lazyEventStream(headers, onBuyerGone);
+  const { ids } = o.context;
+  const out = lazyEventStream(o.context);
   const id = messageId(ids.requestId);
   let blocks = 0;
   let open: { kind: "text" } | { kind: "tool"; providerIndex: number } | null = null;
@@ -123,9 +123,10 @@ export function messagesStreamResponder(o: MessagesResponderOptions): ChatRespon
 
 /** One message object, written only when the whole result is known. */
 export function messagesJsonResponder(o: MessagesResponderOptions): ChatResponder {
-  const { ids, headers } = o.context;
+  const { ids, headers, record } = o.context;
   return bufferedJsonResponder({
     headers,
+    record,
     refuse: (error) => messagesErrorResponse(error, ids.responseRequestId),
     render: (collected, { finishReason, usage }) => {
       const content: Record<string, unknown>[] = [];

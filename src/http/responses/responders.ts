@@ -89,8 +89,8 @@ function responseObject(o: ResponsesResponderOptions, f: ResponseFields) {
 }
 
 export function responsesStreamResponder(o: ResponsesResponderOptions): ChatResponder {
-  const { ids, headers, onBuyerGone } = o.context;
-  const out = lazyEventStream(headers, onBuyerGone);
+  const { ids } = o.context;
+  const out = lazyEventStream(o.context);
   const items: ItemState[] = [];
   /** Index in `items` of the item receiving deltas, or -1. */
   let open = -1;
@@ -188,9 +188,10 @@ export function responsesStreamResponder(o: ResponsesResponderOptions): ChatResp
 
 /** One response object, written only when the whole result is known. */
 export function responsesJsonResponder(o: ResponsesResponderOptions): ChatResponder {
-  const { ids, headers } = o.context;
+  const { ids, headers, record } = o.context;
   return bufferedJsonResponder({
     headers,
+    record,
     refuse: (error) => errorResponse(error, ids.responseRequestId),
     render: (collected, { finishReason, usage }) => {
       const { status, incomplete_details } = finalStatus(finishReason);
