@@ -8,8 +8,8 @@ const [mode = "load", cArg = "128", sArg = "8"] = process.argv.slice(2);
 const concurrency = Number(cArg);
 const seconds = Number(sArg);
 const ticks = 100;
-const cpu = (pid: number): number => {
-  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+const cpu = (pid: number, path = `/proc/${pid}/stat`): number => {
+  const f = readFileSync(path, "utf8").split(") ")[1]!.split(" ");
   return (Number(f[11]) + Number(f[12])) / ticks;
 };
 
@@ -44,7 +44,7 @@ try {
   // The gateway's threads: the main (JS) thread is the one that saturates.
   for (const t of readdirSync(`/proc/${gw.gateway.pid}/task`)) {
     const name = readFileSync(`/proc/${gw.gateway.pid}/task/${t}/comm`, "utf8").trim();
-    const s = cpu(Number(t));
+    const s = cpu(Number(t), `/proc/${gw.gateway.pid}/task/${t}/stat`);
     if (s >= 0.05) console.log(`  gateway thread ${name.padEnd(12)} ${s.toFixed(2)} s CPU (since start)`);
   }
   console.log(`${"driver".padEnd(12)} ${driverCpu.toFixed(2)} s CPU (approx)`);
