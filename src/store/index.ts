@@ -10,7 +10,6 @@ import { requestSlotStore } from "./requestSlots.ts";
 import { usageStore } from "./usage.ts";
 import * as catalog from "./catalog.ts";
 import { immediateCommits, withGroupCommit, type GroupCommitPort } from "./groupCommit.ts";
-import { startBackgroundCheckpoints } from "./checkpoints.ts";
 import { openDatabase } from "./db.ts";
 import { KEY_PREFIX_PATTERN, type RandomBytes } from "./ids.ts";
 import * as providers from "./providers.ts";
@@ -69,8 +68,6 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
   const clock = options.now ?? Date.now;
   const random: RandomBytes = options.randomBytes ?? cryptoRandomBytes;
   const db = openDatabase(path);
-  // The gateway's store (group commit) checkpoints its WAL on a worker thread, off the event loop.
-  const checkpoints = options.groupCommit && path !== ":memory:" ? startBackgroundCheckpoints(db, path) : null;
 
   const store: Omit<Store, keyof GroupCommitPort> = {
     createAccount: (input, now_ms = clock()) => accounts.createAccount(db, random, input, now_ms),
@@ -107,10 +104,7 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
     ...usageStore(db),
     ...requestSlotStore(),
 
-    close: () => {
-      checkpoints?.stop();
-      db.close();
-    },
+    close: () => db.close(),
   };
   // Group commit and the cached key lookup wrap every method (see groupCommit.ts for the invariants).
   return options.groupCommit ? withGroupCommit(store, db, keyPrefix, clock) : { ...store, ...immediateCommits };
