@@ -196,7 +196,8 @@ function ledgerStatements(db: Database) {
     // account's entries: O(1) on the reservation path instead of a scan of the account's history.
     balance: db.prepare("SELECT balance AS b FROM ledger_account_totals WHERE account_id = ?"),
     reservationTaken: db.prepare("SELECT 1 FROM reservations WHERE request_id = ?"),
-    heldCredits: db.prepare("SELECT COALESCE(SUM(credits), 0) AS c FROM reservations WHERE account_id = ? AND payer = 'buyer' AND state = 'held'"),
+    // The trigger-kept sum (migrations.ts, reservation_holds) of the account's held buyer reservations.
+    heldCredits: db.prepare("SELECT held_credits AS c FROM reservation_holds WHERE account_id = ?"),
     insertReservation: db.prepare(
       `INSERT INTO reservations (request_id, account_id, payer, day, tokens, credits, created_at_ms)
        VALUES (?, ?, ?, ?, ?, ?, ?)`,
@@ -286,7 +287,7 @@ function tokensCountedOn(db: Database, account_id: string, day: string): number 
 export function ledgerStore(db: Database, clock: () => number): LedgerStore {
   const q = ledgerStatements(db);
   const balanceOf = (ledger_account_id: string): number => (q.balance.get(ledger_account_id) as { b: number } | null)?.b ?? 0;
-  const heldCredits = (account_id: string): number => (q.heldCredits.get(account_id) as { c: number }).c;
+  const heldCredits = (account_id: string): number => (q.heldCredits.get(account_id) as { c: number } | null)?.c ?? 0;
   const selectSettlement = (request_id: string, attempt_n: number) => q.selectSettlement.get(request_id, attempt_n) as SettlementDbRow | null;
 
   // Transaction wrappers are made once: bun:sqlite's db.transaction() builds four wrapper functions

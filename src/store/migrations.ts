@@ -297,4 +297,27 @@ export const migrations: readonly string[] = [
         ON CONFLICT (account_id) DO UPDATE SET balance = balance + excluded.balance;
     END;
   `,
+  // Held credits per buyer account (issue 7): the balance check summed every held reservation of the
+  // account, O(requests in flight) per request — 1,024 rows per admission at 1,024 live streams. The
+  // sum is kept by triggers in the transactions that take and resolve holds (a reservation's payer,
+  // account and credits never change; its state only leaves 'held').
+  `
+  CREATE TABLE reservation_holds (
+    account_id   TEXT PRIMARY KEY,
+    held_credits INTEGER NOT NULL CHECK (held_credits >= 0)
+  ) STRICT;
+  INSERT INTO reservation_holds (account_id, held_credits)
+    SELECT account_id, SUM(credits) FROM reservations WHERE payer = 'buyer' AND state = 'held' GROUP BY account_id;
+  CREATE TRIGGER reservations_hold_taken AFTER INSERT ON reservations
+    WHEN NEW.payer = 'buyer' AND NEW.state = 'held'
+    BEGIN
+      INSERT INTO reservation_holds (account_id, held_credits) VALUES (NEW.account_id, NEW.credits)
+        ON CONFLICT (account_id) DO UPDATE SET held_credits = held_credits + excluded.held_credits;
+    END;
+  CREATE TRIGGER reservations_hold_resolved AFTER UPDATE OF state ON reservations
+    WHEN OLD.payer = 'buyer' AND OLD.state = 'held' AND NEW.state <> 'held'
+    BEGIN
+      UPDATE reservation_holds SET held_credits = held_credits - OLD.credits WHERE account_id = OLD.account_id;
+    END;
+  `,
 ];
