@@ -8,7 +8,7 @@
 // max_tokens cap, counts them and relays them), which tells this machine only what changes its state:
 // `stream.seqError`, `stream.lengthLimited`, and `stream.progress` at most once per idle-check window.
 // A per-chunk event with a re-armed stall timer was 65 % of the gateway's CPU at 384 live streams.
-import { assign, fromCallback, setup } from "xstate";
+import { assign, setup } from "xstate";
 import type { ChunkFrame, DeclineCode, EndFrame } from "../src/wire/frames.ts";
 
 export type FailureCode =
@@ -48,6 +48,8 @@ export interface RequestContext extends RequestInput {
 export type RequestEvent =
   | { type: "route.dispatched"; attempt: AttemptRef }
   | { type: "route.unavailable"; code: FailureCode; message: string }
+  /** Dispatching hit an internal error (a bug): this request fails, nothing else. */
+  | { type: "route.failed" }
   /** The gateway refused the attempt's `accepted` measurement (hash ≠ the catalog's): fail over. */
   | { type: "provider.rejected" }
   | { type: "provider.declined"; code: DeclineCode }
@@ -84,12 +86,6 @@ export const requestMachine = setup({
     events: {} as RequestEvent,
     input: {} as RequestInput,
   },
-  actors: {
-    // Picks a provider and sends it the job; answers with route.dispatched or route.unavailable.
-    dispatchAttempt: fromCallback<RequestEvent, DispatchInput>(() => {
-      throw new Error("provide dispatchAttempt");
-    }),
-  },
   guards: {
     mayRetry: ({ context }) => context.nextAttemptN < context.maxAttempts,
     endedNormally: ({ event }) => event.type === "provider.ended" && event.frame.terminal_state === "normal_done",
@@ -103,6 +99,12 @@ export const requestMachine = setup({
   },
   actions: {
     // Effects, provided at the edge: write to the buyer, talk to the provider session.
+    // Picks a provider and sends it the job; the edge answers with route.dispatched, route.unavailable
+    // or route.failed. An entry action, not an invoked actor: a child actor per attempt cost more than
+    // the dispatch itself.
+    dispatchAttempt: (_, _params: DispatchInput) => {},
+    // Leaving `routing` before the edge answered (buyer gone, deadline): the job must not leave.
+    abandonDispatch: () => {},
     // Relays the attempt's first chunk (and starts the edge's count of the attempt).
     relayChunk: (_, _params: { frame: ChunkFrame }) => {},
     // Lets the edge report the next chunk as progress: a new idle-check window starts.
@@ -187,16 +189,17 @@ export const requestMachine = setup({
   },
   states: {
     routing: {
-      invoke: {
-        src: "dispatchAttempt",
-        input: ({ context }) => ({
+      entry: {
+        type: "dispatchAttempt",
+        params: ({ context }) => ({
           requestId: context.requestId,
           attemptN: context.nextAttemptN,
           excludedProviders: context.excludedProviders,
         }),
-        onError: { target: "failed", actions: "recordDispatchError" },
       },
+      exit: "abandonDispatch",
       on: {
+        "route.failed": { target: "failed", actions: "recordDispatchError" },
         "route.dispatched": { target: "awaitingFirstByte", actions: "recordDispatch" },
         "route.unavailable": { target: "failed", actions: "recordUnavailable" },
       },

@@ -3,8 +3,9 @@
 // `running` is the attempt on the wire (buyer-facing label: pending); `pending` waits for a receipt
 // until the pending deadline. The machine only sequences: receipts are judged at the edge by the pure
 // verifier against the persisted snapshot, and the verdict arrives as an event — a later turn than the
-// receipt when its signature is checked off the main thread, so `receipt.arrived` holds the pending
-// deadline for a receipt that came in time. The first terminal outcome is final — the machine stops
+// receipt when its signature is checked off the main thread, so a receipt that came in time holds the
+// pending deadline until it arrives (`attempt.ended` says so for a receipt that came with `end`,
+// `receipt.arrived` for a later one). The first terminal outcome is final — the machine stops
 // there, so a later receipt has nothing to move.
 import { assign, setup } from "xstate";
 
@@ -30,9 +31,12 @@ export interface SettlementContext extends SettlementInput {
 }
 
 export type SettlementEvent =
-  /** The attempt is over. `deliveredNothing`: no output byte or tool call reached the buyer. */
-  | { type: "attempt.ended"; deliveredNothing: boolean }
-  /** A receipt came before the pending deadline; its `receipt.judged` follows in a later turn. */
+  /**
+   * The attempt is over. `deliveredNothing`: no output byte or tool call reached the buyer.
+   * `verdictDue`: its receipt came with `end` and its `receipt.judged` follows in a later turn.
+   */
+  | { type: "attempt.ended"; deliveredNothing: boolean; verdictDue: boolean }
+  /** A receipt came after the attempt ended, before the pending deadline; its `receipt.judged` follows in a later turn. */
   | { type: "receipt.arrived" }
   /** A receipt (in `end` or a late `receipt` frame) was judged against the persisted snapshot. */
   | { type: "receipt.judged"; verdict: ReceiptVerdict }
@@ -56,7 +60,9 @@ export const settlementMachine = setup({
     recordVerdict: assign({
       verdict: ({ event }) => (event.type === "receipt.judged" ? event.verdict : null),
     }),
-    recordVerdictDue: assign({ verdictDue: true }),
+    recordVerdictDue: assign({
+      verdictDue: ({ context, event }) => context.verdictDue || event.type === "receipt.arrived" || (event.type === "attempt.ended" && event.verdictDue),
+    }),
     recordQuarantineReason: assign({
       reason: ({ context }) => (context.verdict?.label === "quarantined" ? context.verdict.reason : null),
     }),
@@ -82,9 +88,12 @@ export const settlementMachine = setup({
     },
     running: {
       on: {
-        "attempt.ended": [{ guard: "deliveredNothing", target: "zero_settled", actions: "recordNothingDelivered" }, { target: "pending" }],
-        // A receipt rides on `end`, so it can be judged (or its judging begun) before `attempt.ended`.
-        "receipt.arrived": { actions: "recordVerdictDue" },
+        "attempt.ended": [
+          { guard: "deliveredNothing", target: "zero_settled", actions: "recordNothingDelivered" },
+          { target: "pending", actions: "recordVerdictDue" },
+        ],
+        // A receipt rides on `end`, so it can be judged before `attempt.ended` (when its signature needs
+        // no checking: a verdict is reached without it).
         "receipt.judged": { actions: "recordVerdict" },
         "attempt.rejected": { target: "quarantined", actions: "recordRejection" },
       },

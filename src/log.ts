@@ -1,5 +1,6 @@
 // Structured JSON logs, one object per line. Callers pass ids and counts only: never prompts,
 // outputs or keys (the field names here are the whole vocabulary a log line can carry).
+import { writeSync } from "node:fs";
 import type { RequestSummary } from "./metrics.ts";
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
@@ -14,7 +15,35 @@ export interface Log {
 
 const rank: Record<LogLevel, number> = { debug: 0, info: 1, warn: 2, error: 3 };
 
-export function createLog(level: LogLevel, write: (line: string) => void = (line) => process.stdout.write(line + "\n"), now: () => number = Date.now): Log {
+let pendingStdout = "";
+const flushStdout = () => {
+  const text = pendingStdout;
+  pendingStdout = "";
+  if (text !== "") process.stdout.write(text);
+};
+let exitFlush = false;
+
+/**
+ * The default sink. Lines made in one event-loop turn are written together when the turn ends
+ * (setImmediate), so a line never delays the response or frame that its turn produced (issue 7: the
+ * gateway's `request_completed` line was written before the buyer's response). A line still waiting
+ * at exit is written synchronously then; the timestamp is taken when the line is made, not written.
+ */
+function stdoutAtEndOfTurn(line: string): void {
+  if (!exitFlush) {
+    exitFlush = true;
+    process.on("exit", () => {
+      try {
+        if (pendingStdout !== "") writeSync(1, pendingStdout);
+      } catch {} // stdout already closed: nothing is left to tell
+      pendingStdout = "";
+    });
+  }
+  if (pendingStdout === "") setImmediate(flushStdout);
+  pendingStdout += line + "\n";
+}
+
+export function createLog(level: LogLevel, write: (line: string) => void = stdoutAtEndOfTurn, now: () => number = Date.now): Log {
   const at = (l: LogLevel) => (event: string, fields?: LogFields) => {
     if (rank[l] < rank[level]) return;
     write(JSON.stringify({ ts: new Date(now()).toISOString(), level: l, event, ...fields }));

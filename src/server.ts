@@ -142,7 +142,9 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     streamIdleTimeoutMs: config.streamIdleTimeoutMs,
     requestDeadlineMs: config.requestDeadlineMs,
     inspect: ports.inspect,
-    onClosed: () => supervisor.send({ type: "request.closed" }),
+    onClosed: () => {
+      if (!accepting()) supervisor.send({ type: "request.closed" });
+    },
     log,
     metrics,
     monotonicNow,
@@ -155,7 +157,9 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     runner: {
       ...runner,
       start: (spec) => {
-        supervisor.send({ type: "request.opened" });
+        // While running, the supervisor is not told (the drain brings the live count); once it left
+        // `running`, each request is counted so the drain waits for it too.
+        if (!accepting()) supervisor.send({ type: "request.opened" });
         return runner.start(spec);
       },
     },
@@ -250,7 +254,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     settlements,
     metrics,
     async drain() {
-      supervisor.send({ type: "gateway.drain" });
+      supervisor.send({ type: "gateway.drain", liveRequests: runner.liveRequests() });
       await stoppedPromise;
       // Stop listening, then give finished responses a moment to reach buyers before stop() cuts
       // connections: a stream's last bytes ([DONE]) are queued, not yet written, when its actor ends.

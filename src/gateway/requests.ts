@@ -2,7 +2,7 @@
 // provider and sending the job, relaying chunks to the buyer's responder, cancelling and releasing attempts.
 // An attempt's chunks after its first never reach the actor: `chunkArrived` checks and counts them with the
 // attempt's ChunkMeter and relays them here, sending the actor only what changes its state.
-import { createActor, fromCallback, type ActorRefFrom, type InspectionEvent } from "xstate";
+import { createActor, type ActorRefFrom, type InspectionEvent } from "xstate";
 import {
   requestMachine,
   streamIdleCheckMs,
@@ -48,6 +48,8 @@ interface RequestHandle extends RequestSpec {
   meter: ChunkMeter;
   /** Adds a relayed chunk to the current attempt's delivered prefix (settlement); replaced at each dispatch. */
   toPrefix: (frame: ChunkFrame) => void;
+  /** The dispatch of the current `routing` visit; `stopped` once the actor left `routing`. */
+  dispatch: { stopped: boolean };
 }
 
 /**
@@ -185,9 +187,9 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     }
   };
 
-  const dispatchAttempt = fromCallback<RequestEvent, DispatchInput>(({ input, sendBack }) => {
-    const handle = handles.get(input.requestId);
-    if (!handle) return;
+  /** Chooses a provider and sends it the job once its snapshot committed; answers the actor by event. */
+  const dispatchAttempt = (handle: RequestHandle, input: DispatchInput, dispatch: { stopped: boolean }): void => {
+    const sendBack = (event: RequestEvent) => handle.actor.send(event);
     const { chat } = handle;
     const choice = chooseProvider(routableViews(chat.model), chat.model, input.excludedProviders);
     if (!choice.ok) {
@@ -242,8 +244,8 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     });
     // Group commit (src/store/groupCommit.ts): the job leaves only once its reservation and route
     // snapshot are durable — at the end of this event-loop turn, shared with the turn's other writes.
-    let stopped = false;
     const send = (committed: boolean) => {
+      const stopped = dispatch.stopped;
       if (stopped || !committed) {
         // Left `routing` meanwhile (buyer gone, deadline) or the commit failed: the job never left,
         // so the attempt ends having delivered nothing.
@@ -265,14 +267,26 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       if (lost) sendBack({ type: "provider.lost" });
     };
     settlements.afterCommit(send);
-    return () => {
-      stopped = true;
-    };
-  });
+  };
 
   const machine = requestMachine.provide({
-    actors: { dispatchAttempt },
     actions: {
+      dispatchAttempt: ({ context }, input) => {
+        const handle = handles.get(context.requestId);
+        if (!handle) return;
+        const dispatch = { stopped: false };
+        handle.dispatch = dispatch;
+        try {
+          dispatchAttempt(handle, input, dispatch);
+        } catch {
+          // As an invoked actor's error did: this request fails as an internal error, the process goes on.
+          handle.actor.send({ type: "route.failed" });
+        }
+      },
+      abandonDispatch: ({ context }) => {
+        const handle = handles.get(context.requestId);
+        if (handle) handle.dispatch.stopped = true;
+      },
       relayChunk: ({ context }, { frame }) => {
         const handle = handles.get(context.requestId);
         if (!handle) return;
@@ -384,7 +398,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       errorCode: null,
       lastAttemptOutcome: null,
     };
-    const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing, meter: new ChunkMeter(spec.chat.params.max_tokens), toPrefix: noPrefix };
+    const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing, meter: new ChunkMeter(spec.chat.params.max_tokens), toPrefix: noPrefix, dispatch: { stopped: true } };
     handles.set(spec.requestId, handle);
     actor.subscribe({
       complete: () => {

@@ -324,12 +324,13 @@ export function createSettlements(deps: SettlementDeps) {
     // One UPDATE instead of two when the actor settles right away (issue 7); otherwise written below.
     att.unwrittenEnd = { delivered: record, ended_at_ms: now, pending_deadline_at_ms: att.deadlineAtMs };
     const deliveredNothing = prefix.end_byte === prefix.start_byte && !prefix.tool_calls_delivered;
+    let verdictDue = false;
     if (att.earlyReceipt !== null) {
       const envelope = att.earlyReceipt;
       att.earlyReceipt = null;
-      judge(att, envelope);
+      verdictDue = judge(att, envelope);
     }
-    att.actor.send({ type: "attempt.ended", deliveredNothing });
+    att.actor.send({ type: "attempt.ended", deliveredNothing, verdictDue });
     writeEnd(att);
   }
 
@@ -358,15 +359,16 @@ export function createSettlements(deps: SettlementDeps) {
       att.earlyReceipt ??= envelope;
       return;
     }
-    judge(att, envelope);
+    if (judge(att, envelope)) att.actor.send({ type: "receipt.arrived" });
   }
 
   /**
    * Judges a receipt: every rule but the signature now, the signature off the main thread (issue 7).
    * Everything a duplicate receipt or the settlement reads (`judged`) is fixed now; only the verdict
-   * waits, and `receipt.arrived` holds the pending deadline for it.
+   * waits. Returns whether it does: the caller then tells the actor (`attempt.ended` or
+   * `receipt.arrived`), which holds the pending deadline for it.
    */
-  function judge(att: OpenAttempt, envelope: string): void {
+  function judge(att: OpenAttempt, envelope: string): boolean {
     const arrival = deps.now();
     store.recordReceiptArrival(
       { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, envelope, disposition: "judged" },
@@ -401,10 +403,10 @@ export function createSettlements(deps: SettlementDeps) {
     const signature = check.signature;
     if (signature === null) {
       judged(att, check.verdict);
-      return;
+      return false;
     }
-    att.actor.send({ type: "receipt.arrived" });
     void verifySignatureAsync(signature.envelope, signature.publicKey).then((valid) => judged(att, verdictWithSignature(check, valid)));
+    return true;
   }
 
   /**

@@ -12,6 +12,12 @@ export async function readBody(request: Request, limit: number): Promise<Uint8Ar
   const declared = Number(request.headers.get("content-length") ?? "NaN");
   if (declared > limit) return null;
   if (!request.body) return new Uint8Array(0);
+  // A body framed by its declared length alone is already bounded by it: one native read instead of a
+  // stream loop (a promise per part; issue 7). Chunked framing still goes through the loop below.
+  if (declared >= 0 && !request.headers.has("transfer-encoding")) {
+    const body = new Uint8Array(await request.arrayBuffer());
+    return body.byteLength > limit ? null : body;
+  }
   const parts: Uint8Array[] = [];
   let size = 0;
   const reader = request.body.getReader();
@@ -52,13 +58,16 @@ export function jsonDepthExceeds(text: string, max: number): boolean {
   return false;
 }
 
+/** Stateless for whole-buffer decodes, so one serves every request. */
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
 export type JsonBody = { ok: true; json: unknown } | { ok: false; error: GatewayError };
 
 /** Decodes UTF-8 JSON, refusing invalid text and nesting deeper than MAX_JSON_DEPTH. */
 export function parseJsonBody(body: Uint8Array): JsonBody {
   let text: string;
   try {
-    text = new TextDecoder("utf-8", { fatal: true }).decode(body);
+    text = utf8.decode(body);
   } catch {
     return { ok: false, error: gatewayError("invalid_request", "The request body is not valid UTF-8.") };
   }

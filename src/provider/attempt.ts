@@ -1,8 +1,8 @@
 // One job attempt on the provider side: accepted → chunk (seq 0, 1, …) → end, or declined.
-// The attempt owns the protocol invariants; the engine only produces content. Every `end` carries a
-// signed v0.4 receipt binding what the gateway can have delivered (DESIGN §4).
+// The attempt owns the protocol invariants; the engine only produces content. Every `end` is followed
+// by a `receipt` frame with the signed v0.4 receipt binding what the gateway can have delivered (DESIGN §4).
 import type { ReceiptSigner } from "../receipts/index.ts";
-import type { CancelFrame, ChunkFrame, DeclineCode, EndFrame, JobFrame, ProviderFrame, TerminalState } from "../wire/frames.ts";
+import type { CancelFrame, ChunkFrame, DeclineCode, JobFrame, ProviderFrame, TerminalState } from "../wire/frames.ts";
 import type { Engine, EngineChunk, EngineOutcome, EngineResult } from "./engine.ts";
 import type { LogFn } from "./events.ts";
 import { issueReceipt, observedInputTokens, type IssuedReceipt } from "./receipts.ts";
@@ -65,9 +65,8 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
   const sent: EngineChunk[] = [];
   const now = deps.now ?? Date.now;
 
-  const sign = (terminal_state: TerminalState, finish_reason: string | null, inputTokens: number, bytes: number | null) => {
+  const sign = (terminal_state: TerminalState, finish_reason: string | null, inputTokens: number, bytes: number | null, at = now()) => {
     if (!deps.signer) return null;
-    const at = now();
     try {
       return issueReceipt(deps.signer, {
         job,
@@ -136,10 +135,12 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
     // Usage reports what was actually sent: the gateway checks output tokens against delivered chunks.
     // Input is capped at the gateway's own bound for the prompt, as in the receipt.
     const usage = { input_tokens: observedInputTokens(job, result.usage.input_tokens), output_tokens: sentTokens };
-    const receipt = sign(terminal_state, finish_reason, result.usage.input_tokens, cancelReason !== null ? cancelBytes : null);
-    const end: EndFrame = { type: "end", ...ids, terminal_state, finish_reason, usage };
-    if (receipt !== null) end.receipt = receipt.envelope;
-    const delivered = deps.send(end) !== false;
+    const terminalAtMs = now();
+    // `end` goes out first and the receipt right after it in a `receipt` frame (DESIGN §3): the buyer's
+    // response waits on `end` only, not on signing here nor on the gateway's judging there.
+    const endSent = deps.send({ type: "end", ...ids, terminal_state, finish_reason, usage }) !== false;
+    const receipt = sign(terminal_state, finish_reason, result.usage.input_tokens, cancelReason !== null ? cancelBytes : null, terminalAtMs);
+    const delivered = endSent && receipt !== null && deps.send({ type: "receipt", ...ids, receipt: receipt.envelope }) !== false;
     deps.log("job_ended", { ...ids, terminal_state, finish_reason, chunks: nextSeq, ...usage, receipt: receipt !== null });
     if (receipt !== null && !receipt.deliveredNothing) deps.keep?.(receipt, delivered);
   };

@@ -98,3 +98,21 @@ test("a request that starts while draining is counted, so the gateway waits for 
   g.send("request.closed");
   expect(g.snapshot().value).toBe("stopped");
 });
+
+// The server reports opens and closes only once the supervisor left `running`: the drain brings the count.
+test("gateway.drain with a live count waits for that many closes", () => {
+  const g = startGateway();
+  g.actor.send({ type: "gateway.drain", liveRequests: 2 });
+  expect(g.snapshot().value).toBe("draining");
+  g.send("request.opened", "request.closed", "request.closed");
+  expect(g.snapshot().value).toBe("draining");
+  g.send("request.closed");
+  expect(g.snapshot().value).toBe("stopped");
+});
+
+test("gateway.drain with a live count of 0 stops at once", () => {
+  const g = startGateway();
+  g.actor.send({ type: "gateway.drain", liveRequests: 0 });
+  expect(g.snapshot().value).toBe("stopped");
+  expect(g.calls).toEqual(["drainProviders", "stopServing"]);
+});

@@ -4,7 +4,7 @@
 // ChunkMeter: the first chunk of an attempt is a `provider.chunk` event, later ones become
 // `stream.progress` / `stream.seqError` / `stream.lengthLimited` as the meter decides.
 import { describe, expect, test } from "bun:test";
-import { createActor, fromCallback, SimulatedClock } from "xstate";
+import { createActor, SimulatedClock } from "xstate";
 import {
   requestMachine,
   streamIdleCheckMs,
@@ -55,7 +55,8 @@ function startRequest({ script, input, delays }: Options) {
   // As at the edge: one meter per attempt, replaced at each dispatch.
   let meter = new ChunkMeter(maxTokens);
 
-  const dispatchAttempt = fromCallback<RequestEvent, DispatchInput>(({ input: d, sendBack }) => {
+  // As at the edge: answers by event; a dispatch that throws is a `route.failed`.
+  const dispatch = (d: DispatchInput, sendBack: (event: RequestEvent) => void) => {
     // Copy: the machine's context array must not be what we later assert on.
     dispatches.push({ ...d, excludedProviders: [...d.excludedProviders] });
     const step = script[d.attemptN];
@@ -70,11 +71,17 @@ function startRequest({ script, input, delays }: Options) {
       type: "route.dispatched",
       attempt: { attemptN: d.attemptN, sessionId: `sess-${step.provider}`, providerId: step.provider },
     });
-  });
+  };
 
   const machine = requestMachine.provide({
-    actors: { dispatchAttempt },
     actions: {
+      dispatchAttempt: ({ self }, d) => {
+        try {
+          dispatch(d, (event) => self.send(event));
+        } catch {
+          self.send({ type: "route.failed" });
+        }
+      },
       relayChunk: ({ context }, { frame }) => {
         meter.accept(frame);
         meter.markProgress();

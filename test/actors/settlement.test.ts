@@ -25,7 +25,7 @@ function startSettlement(input: Partial<SettlementInput> = {}) {
 
 const verified = { type: "receipt.judged", verdict: { label: "verified" } } as const;
 const quarantined = (reason: string) => ({ type: "receipt.judged", verdict: { label: "quarantined", reason } }) as const;
-const ended = (deliveredNothing = false) => ({ type: "attempt.ended", deliveredNothing }) as const;
+const ended = (deliveredNothing = false, verdictDue = false) => ({ type: "attempt.ended", deliveredNothing, verdictDue }) as const;
 
 describe("settlement", () => {
   test("a receipt riding on `end` is judged as the attempt ends → verified, settled once", () => {

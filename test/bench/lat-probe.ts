@@ -1,5 +1,5 @@
 // `bun test/bench/lat-probe.ts`: one request at a time through the full stack (one provider runtime):
-// 300 warm-up requests, then 500 measured — p50/p90/p99 ms. MODEL=… picks the mock behaviour;
+// 300 warm-up requests, then N (default 500) measured — p50/p90/p99 ms. MODEL=… picks the mock behaviour;
 // PAUSE=ms waits after printing the process ids (attach strace/perf to the gateway meanwhile).
 import { Processes, startGatewayStack, startMock } from "./stack.ts";
 
@@ -17,10 +17,12 @@ try {
   for (let i = 0; i < 300; i++) await one();
   console.log(JSON.stringify({ gateway: gw.gateway.pid, provider: gw.providers[0]!.pid, mock: mock.proc.pid }));
   await Bun.sleep(Number(process.env.PAUSE ?? 0));
+  const n = Number(process.env.N ?? 500);
   const samples: number[] = [];
-  for (let i = 0; i < 500; i++) samples.push(await one());
+  for (let i = 0; i < n; i++) samples.push(await one());
   samples.sort((a, b) => a - b);
-  console.log(`p50 ${samples[250]!.toFixed(3)} p90 ${samples[450]!.toFixed(3)} p99 ${samples[495]!.toFixed(3)}`);
+  const at = (q: number) => samples[Math.floor(q * n)]!.toFixed(3);
+  console.log(`p50 ${at(0.5)} p90 ${at(0.9)} p99 ${at(0.99)}`);
 } finally {
   await procs.stop();
 }

@@ -91,11 +91,12 @@ describe("late receipts", () => {
     await first.welcomed;
     const routed = routedJob({ key, providerId: PROVIDER, modelHash: HASH, overrides: { request_id: "req-unsettled" } });
     first.send(routed.job);
-    const end = await first.take<EndFrame>(of("end", "req-unsettled"));
+    await first.take<EndFrame>(of("end", "req-unsettled"));
+    const sent = await first.take<ReceiptFrame>(of("receipt", "req-unsettled"));
     first.terminate();
     const second = await gateway.session(1);
     const late = await second.take<ReceiptFrame>(of("receipt", "req-unsettled"));
-    expect(late.receipt).toBe(end.receipt!);
+    expect(late.receipt).toBe(sent.receipt);
   });
 
   test("a settled attempt's receipt is not re-sent; a pending label keeps it", async () => {
@@ -126,8 +127,8 @@ describe("late receipts", () => {
     first.send(routedJob({ key, providerId: PROVIDER, modelHash: HASH, overrides: { request_id: "req-empty" } }).job);
     await first.take(of("accepted", "req-empty"));
     first.send({ type: "cancel", request_id: "req-empty", attempt_n: 0, reason: "buyer_cancel", delivered_output_bytes: 0 });
-    const end = await first.take<EndFrame>(of("end", "req-empty"));
-    expect(end.receipt).toBeString();
+    await first.take<EndFrame>(of("end", "req-empty"));
+    expect((await first.take<ReceiptFrame>(of("receipt", "req-empty"))).receipt).toBeString();
     expect(outbox.size).toBe(0);
   });
 });

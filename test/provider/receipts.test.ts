@@ -1,4 +1,5 @@
-// The provider runtime signs a v0.4 receipt for every attempt that ends with `end`, and the gateway's
+// The provider runtime signs a v0.4 receipt for every attempt that ends with `end` (sent in a `receipt`
+// frame right after it), and the gateway's
 // verifier (src/receipts' verifyReceipt, fed a snapshot and a delivered record computed independently
 // in trust-support.ts) settles it `verified`: normal end, cancel mid-stream (exactly the delivered
 // prefix), provider error, tool calls, and a prompt count capped at the gateway's bound.
@@ -10,7 +11,7 @@ import { parseEnvelope, promptTokenBound } from "../../src/receipts/index.ts";
 import { loadOrCreateProviderKey } from "../../src/provider/keys.ts";
 import { startProviderRuntime, type ProviderRuntimeOptions } from "../../src/provider/runtime.ts";
 import { createSyntheticEngine, estimateInputTokens, type SyntheticOptions } from "../../src/provider/synthetic.ts";
-import type { AcceptedFrame, ChunkFrame, EndFrame, ProviderFrame } from "../../src/wire/frames.ts";
+import type { AcceptedFrame, ChunkFrame, EndFrame, ProviderFrame, ReceiptFrame } from "../../src/wire/frames.ts";
 import { startFakeGateway, type FakeSession } from "./fake-gateway.ts";
 import { CLOCK_MS, deliveredRecord, judge, routedJob } from "./trust-support.ts";
 
@@ -53,18 +54,19 @@ function chunksOf(session: FakeSession, requestId: string): ChunkFrame[] {
   return session.frames.filter((f): f is ChunkFrame => f.type === "chunk" && f.request_id === requestId);
 }
 
-describe("receipts in end", () => {
+describe("receipts after end", () => {
   test("normal_done: binds every chunk sent, billable = observed, route echoed, clock timestamps → verified", async () => {
     const { session } = await start();
     const routed = routedJob({ key, providerId: PROVIDER, modelHash: HASH, overrides: { request_id: "req-done" } });
     session.send(routed.job);
     const accepted = await session.take<AcceptedFrame>(of("accepted", "req-done"));
     const end = await session.take<EndFrame>(of("end", "req-done"));
+    const receipt = (await session.take<ReceiptFrame>(of("receipt", "req-done"))).receipt;
     const chunks = chunksOf(session, "req-done");
     expect(end.terminal_state).toBe("normal_done");
-    expect(typeof end.receipt).toBe("string");
+    expect(typeof receipt).toBe("string");
 
-    const verdict = judge(routed, end.receipt!, key, accepted.model_hash, deliveredRecord(chunks, "normal_done", end.finish_reason));
+    const verdict = judge(routed, receipt, key, accepted.model_hash, deliveredRecord(chunks, "normal_done", end.finish_reason));
     expect(verdict).toMatchObject({ label: "verified" });
     const body = verdict.receipt!;
     const input = estimateInputTokens(routed.job.messages);
@@ -98,10 +100,11 @@ describe("receipts in end", () => {
     const deliveredBytes = Buffer.byteLength(relayed.map((c) => c.content).join(""), "utf8");
     session.send({ type: "cancel", request_id: "req-cancel", attempt_n: 0, reason: "buyer_cancel", delivered_output_bytes: deliveredBytes });
     const end = await session.take<EndFrame>(of("end", "req-cancel"));
+    const receipt = (await session.take<ReceiptFrame>(of("receipt", "req-cancel"))).receipt;
     expect(chunksOf(session, "req-cancel").length).toBeGreaterThan(relayed.length);
     expect(end).toMatchObject({ terminal_state: "buyer_cancel", finish_reason: null });
 
-    const verdict = judge(routed, end.receipt!, key, accepted.model_hash, deliveredRecord(relayed, "buyer_cancel", null));
+    const verdict = judge(routed, receipt, key, accepted.model_hash, deliveredRecord(relayed, "buyer_cancel", null));
     expect(verdict).toMatchObject({ label: "verified" });
     expect(verdict.receipt!.usage).toMatchObject({
       delivered_output_bytes: deliveredBytes,
@@ -111,7 +114,7 @@ describe("receipts in end", () => {
     expect(verdict.receipt!.output_prefix_end_byte).toBe(deliveredBytes);
     // Against everything sent, the same receipt does not verify: it binds only the prefix.
     const all = chunksOf(session, "req-cancel");
-    expect(judge(routed, end.receipt!, key, accepted.model_hash, deliveredRecord(all, "buyer_cancel", null)).label).toBe("quarantined");
+    expect(judge(routed, receipt, key, accepted.model_hash, deliveredRecord(all, "buyer_cancel", null)).label).toBe("quarantined");
   });
 
   test("gateway_timeout with nothing delivered: a receipt binding an empty prefix", async () => {
@@ -121,7 +124,8 @@ describe("receipts in end", () => {
     await session.take(of("accepted", "req-timeout"));
     session.send({ type: "cancel", request_id: "req-timeout", attempt_n: 0, reason: "gateway_timeout", delivered_output_bytes: 0 });
     const end = await session.take<EndFrame>(of("end", "req-timeout"));
-    const parsed = parseEnvelope(end.receipt!);
+    const receipt = (await session.take<ReceiptFrame>(of("receipt", "req-timeout"))).receipt;
+    const parsed = parseEnvelope(receipt);
     expect(parsed.ok && parsed.envelope.body).toMatchObject({
       terminal_state: "gateway_timeout",
       output_prefix_end_byte: 0,
@@ -135,9 +139,10 @@ describe("receipts in end", () => {
     session.send(routed.job);
     const accepted = await session.take<AcceptedFrame>(of("accepted", "req-err"));
     const end = await session.take<EndFrame>(of("end", "req-err"));
+    const receipt = (await session.take<ReceiptFrame>(of("receipt", "req-err"))).receipt;
     const chunks = chunksOf(session, "req-err");
     expect(chunks).toHaveLength(2);
-    const verdict = judge(routed, end.receipt!, key, accepted.model_hash, deliveredRecord(chunks, "provider_error", null));
+    const verdict = judge(routed, receipt, key, accepted.model_hash, deliveredRecord(chunks, "provider_error", null));
     expect(verdict).toMatchObject({ label: "verified", receipt: { terminal_state: "provider_error", usage: { billable_output_tokens: 2 } } });
   });
 
@@ -156,7 +161,8 @@ describe("receipts in end", () => {
     session.send(routed.job);
     const accepted = await session.take<AcceptedFrame>(of("accepted", "req-tools"));
     const end = await session.take<EndFrame>(of("end", "req-tools"));
-    const verdict = judge(routed, end.receipt!, key, accepted.model_hash, deliveredRecord(chunksOf(session, "req-tools"), "normal_done", "tool_calls"));
+    const receipt = (await session.take<ReceiptFrame>(of("receipt", "req-tools"))).receipt;
+    const verdict = judge(routed, receipt, key, accepted.model_hash, deliveredRecord(chunksOf(session, "req-tools"), "normal_done", "tool_calls"));
     expect(verdict).toMatchObject({ label: "verified" });
     const bound = promptTokenBound(routed.job.messages, routed.job.params.tools);
     expect(verdict.receipt!.usage).toMatchObject({ observed_input_tokens: bound, billable_input_tokens: bound, observed_output_tokens: 9 });
@@ -170,10 +176,11 @@ describe("receipts in end", () => {
     session.send(routed.job);
     const accepted = await session.take<AcceptedFrame>(of("accepted", "req-key"));
     const end = await session.take<EndFrame>(of("end", "req-key"));
+    const receipt = (await session.take<ReceiptFrame>(of("receipt", "req-key"))).receipt;
     const otherDir = await mkdtemp(join(tmpdir(), "provider-other-"));
     cleanups.push(() => rm(otherDir, { recursive: true, force: true }));
     const other = await loadOrCreateProviderKey(join(otherDir, "k.pem"));
     const delivered = deliveredRecord(chunksOf(session, "req-key"), "normal_done", end.finish_reason);
-    expect(judge(routed, end.receipt!, other, accepted.model_hash, delivered)).toMatchObject({ label: "quarantined", reason: "wrong_key" });
+    expect(judge(routed, receipt, other, accepted.model_hash, delivered)).toMatchObject({ label: "quarantined", reason: "wrong_key" });
   });
 });

@@ -124,12 +124,13 @@ describe("provider runtime", () => {
       terminal_state: "normal_done",
       finish_reason: "stop",
       usage: { input_tokens: estimateInputTokens(job.messages), output_tokens: expected.length },
-      receipt: expect.any(String), // its contents: test/provider/receipts.test.ts
     });
-    // accepted precedes every chunk, and end comes last
+    // Its receipt follows `end` in a `receipt` frame (contents: test/provider/receipts.test.ts).
+    expect(await session.take(isType("receipt", "req-ok"))).toMatchObject({ type: "receipt", attempt_n: 0, receipt: expect.any(String) });
+    // accepted precedes every chunk, end comes after the last, and the receipt last
     const order = session.frames.filter((f) => f.type !== "heartbeat").map((f) => f.type);
     expect(order[0]).toBe("accepted");
-    expect(order.at(-1)).toBe("end");
+    expect(order.slice(-2)).toEqual(["end", "receipt"]);
 
     const logged = JSON.stringify(h.logs);
     expect(logged).not.toContain("secret");

@@ -55,7 +55,7 @@ interface Rig {
   /** `settled` frames sent to the provider (after their commit). */
   settled: SettledFrame[];
   warnings: { event: string; reason: unknown }[];
-  /** Receipt events sent to settlement actors, with the actor's status when it got them. */
+  /** Receipt events sent to settlement actors (and `attempt.ended` saying a verdict is due), with the actor's status when it got them. */
   receiptEvents: { type: string; status: string }[];
   /** The settlement edge's clock (the machine's pending deadline runs on real timers). */
   clock: { ms: number };
@@ -98,7 +98,10 @@ function openRig(options: { mode?: SettlementMode; pendingDeadlineMs?: number; p
     },
     log,
     inspect: (e) => {
-      if (e.type === "@xstate.event" && e.event.type.startsWith("receipt.")) receiptEvents.push({ type: e.event.type, status: e.actorRef.getSnapshot().status });
+      if (e.type !== "@xstate.event") return;
+      const status = e.actorRef.getSnapshot().status;
+      if (e.event.type.startsWith("receipt.")) receiptEvents.push({ type: e.event.type, status });
+      else if (e.event.type === "attempt.ended" && e.event.verdictDue) receiptEvents.push({ type: "attempt.ended (verdict due)", status });
     },
   });
   let closed = false;
@@ -268,7 +271,7 @@ describe("orderings", () => {
     deliver(rig, a.requestId);
     endAndRelease(rig, a.requestId, receiptFor(rig, a));
     expect(await settledRow(rig, a.requestId)).toMatchObject({ label: "verified", ...CHARGE });
-    expect(rig.receiptEvents.map((e) => e.type)).toEqual(["receipt.arrived", "receipt.judged"]);
+    expect(rig.receiptEvents.map((e) => e.type)).toEqual(["attempt.ended (verdict due)", "receipt.judged"]);
   });
 
   test("an attempt settled before its verdict comes (nothing delivered) stays settled; the actor gets no event", async () => {
@@ -281,7 +284,7 @@ describe("orderings", () => {
     // The verdict is still logged, as it was when judging was synchronous.
     expect(rig.warnings).toEqual([{ event: "receipt_quarantined", reason: "bad_signature" }]);
     expect(rig.settled.map((f) => f.label)).toEqual(["zero_settled"]);
-    expect(rig.receiptEvents).toEqual([{ type: "receipt.arrived", status: "active" }]);
+    expect(rig.receiptEvents).toEqual([{ type: "attempt.ended (verdict due)", status: "active" }]);
   });
 
   test("duplicate receipts: the first decides, even while its signature is still being checked", async () => {
@@ -353,8 +356,7 @@ describe("the settlement machine holds the deadline for a verdict that is due", 
 
   test("receipt with `end`: the deadline passes, then the verdict decides", () => {
     const m = start();
-    m.actor.send({ type: "receipt.arrived" });
-    m.actor.send({ type: "attempt.ended", deliveredNothing: false });
+    m.actor.send({ type: "attempt.ended", deliveredNothing: false, verdictDue: true });
     m.clock.increment(5000);
     expect(m.actor.getSnapshot().value).toBe("pending");
     m.actor.send({ type: "receipt.judged", verdict: { label: "verified" } });
@@ -363,7 +365,7 @@ describe("the settlement machine holds the deadline for a verdict that is due", 
 
   test("late receipt frame: arrived in pending before the deadline; a quarantine verdict decides", () => {
     const m = start();
-    m.actor.send({ type: "attempt.ended", deliveredNothing: false });
+    m.actor.send({ type: "attempt.ended", deliveredNothing: false, verdictDue: false });
     m.clock.increment(999);
     m.actor.send({ type: "receipt.arrived" });
     m.clock.increment(1);
@@ -374,15 +376,14 @@ describe("the settlement machine holds the deadline for a verdict that is due", 
 
   test("without a receipt the deadline still quarantines (no_receipt)", () => {
     const m = start();
-    m.actor.send({ type: "attempt.ended", deliveredNothing: false });
+    m.actor.send({ type: "attempt.ended", deliveredNothing: false, verdictDue: false });
     m.clock.increment(1000);
     expect(m.settled).toEqual(["quarantined:no_receipt"]);
   });
 
   test("nothing delivered: zero_settled at once, a verdict due or not", () => {
     const m = start();
-    m.actor.send({ type: "receipt.arrived" });
-    m.actor.send({ type: "attempt.ended", deliveredNothing: true });
+    m.actor.send({ type: "attempt.ended", deliveredNothing: true, verdictDue: true });
     expect(m.settled).toEqual(["zero_settled:nothing_delivered"]);
   });
 });

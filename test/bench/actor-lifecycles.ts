@@ -1,0 +1,44 @@
+// `bun test/bench/actor-lifecycles.ts`: µs of XState work per request, by actor — one request actor's
+// life (create, dispatch, first chunk, end), one settlement actor's (create, end, receipt verdict) and
+// the supervisor's per-request events. Effects are no-ops: this measures the machines alone.
+import { createActor } from "xstate";
+import { gatewayMachine } from "../../actors/gateway.ts";
+import { requestMachine } from "../../actors/request.ts";
+import { settlementMachine } from "../../actors/settlement.ts";
+import type { ChunkFrame, EndFrame } from "../../src/wire/frames.ts";
+
+const chunk = { type: "chunk", request_id: "r", attempt_n: 0, seq: 0, content: "x", tokens: 1 } as unknown as ChunkFrame;
+const end = { type: "end", request_id: "r", attempt_n: 0, terminal_state: "normal_done", finish_reason: "stop", usage: { input_tokens: 1, output_tokens: 1 } } as unknown as EndFrame;
+const attempt = { attemptN: 0, sessionId: "s", providerId: "p" };
+
+const request = requestMachine.provide({ actions: { dispatchAttempt: () => {} } });
+function requestLife(): void {
+  const a = createActor(request, { input: { requestId: "r", streaming: true, maxTokens: 16, maxAttempts: 3 } }).start();
+  a.send({ type: "route.dispatched", attempt });
+  a.send({ type: "provider.chunk", frame: chunk });
+  a.send({ type: "provider.ended", frame: end });
+  if (a.getSnapshot().status !== "done") throw new Error("request did not finish");
+}
+
+const settlement = settlementMachine.provide({ actions: { settleVerified: () => {} } });
+function settlementLife(): void {
+  const a = createActor(settlement, { input: { requestId: "r", attemptN: 0, resumedPending: false, pendingDeadlineMs: 60_000 } }).start();
+  a.send({ type: "attempt.ended", deliveredNothing: false, verdictDue: true });
+  a.send({ type: "receipt.judged", verdict: { label: "verified" } });
+  if (a.getSnapshot().status !== "done") throw new Error("settlement did not finish");
+}
+
+const gateway = createActor(gatewayMachine).start();
+function supervisorEvents(): void {
+  gateway.send({ type: "request.opened" });
+  gateway.send({ type: "request.closed" });
+}
+
+const N = Number(process.argv[2] ?? 20_000);
+for (const [name, life] of [["request", requestLife], ["settlement", settlementLife], ["supervisor", supervisorEvents]] as const) {
+  for (let i = 0; i < N / 4; i++) life();
+  const t = performance.now();
+  for (let i = 0; i < N; i++) life();
+  console.log(`${name.padEnd(11)} ${(((performance.now() - t) / N) * 1000).toFixed(2)} µs`);
+}
+process.exit(0);
