@@ -46,7 +46,7 @@ function fnv1a(text: string): number {
 }
 
 /** mulberry32: tiny deterministic PRNG, so the same prompt always yields the same words. */
-function prng(seed: number): () => number {
+export function prng(seed: number): () => number {
   let state = seed >>> 0;
   return () => {
     state = (state + 0x6d2b79f5) >>> 0;

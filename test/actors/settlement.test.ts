@@ -98,3 +98,38 @@ describe("settlement", () => {
     expect(overdue.settled).toEqual(["quarantined:no_receipt"]);
   });
 });
+
+describe("the settlement machine holds the deadline for a verdict that is due", () => {
+  test("receipt with `end`: the deadline passes, then the verdict decides", () => {
+    const m = startSettlement({ requestId: "req_m", pendingDeadlineMs: 1000 });
+    m.actor.send({ type: "attempt.ended", deliveredNothing: false, verdictDue: true });
+    m.clock.increment(5000);
+    expect(m.actor.getSnapshot().value).toBe("pending");
+    m.actor.send({ type: "receipt.judged", verdict: { label: "verified" } });
+    expect(m.settled).toEqual(["verified"]);
+  });
+
+  test("late receipt frame: arrived in pending before the deadline; a quarantine verdict decides", () => {
+    const m = startSettlement({ requestId: "req_m", pendingDeadlineMs: 1000 });
+    m.actor.send({ type: "attempt.ended", deliveredNothing: false, verdictDue: false });
+    m.clock.increment(999);
+    m.actor.send({ type: "receipt.arrived" });
+    m.clock.increment(1);
+    expect(m.settled).toEqual([]);
+    m.actor.send({ type: "receipt.judged", verdict: { label: "quarantined", reason: "bad_signature" } });
+    expect(m.settled).toEqual(["quarantined:bad_signature"]);
+  });
+
+  test("without a receipt the deadline still quarantines (no_receipt)", () => {
+    const m = startSettlement({ requestId: "req_m", pendingDeadlineMs: 1000 });
+    m.actor.send({ type: "attempt.ended", deliveredNothing: false, verdictDue: false });
+    m.clock.increment(1000);
+    expect(m.settled).toEqual(["quarantined:no_receipt"]);
+  });
+
+  test("nothing delivered: zero_settled at once, a verdict due or not", () => {
+    const m = startSettlement({ requestId: "req_m", pendingDeadlineMs: 1000 });
+    m.actor.send({ type: "attempt.ended", deliveredNothing: true, verdictDue: true });
+    expect(m.settled).toEqual(["zero_settled:nothing_delivered"]);
+  });
+});

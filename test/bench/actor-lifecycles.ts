@@ -1,11 +1,13 @@
 // `bun test/bench/actor-lifecycles.ts`: µs of XState work per request, by actor — one request actor's
-// life (create, dispatch, first chunk, end), one settlement actor's (create, end, receipt verdict) and
-// the supervisor's per-request events. Effects are no-ops: this measures the machines alone.
-import { createActor } from "xstate";
+// life (create, dispatch, first chunk, end), one settlement actor's (create, end, receipt verdict), an
+// admitted provider session's attempt.started + attempt.finished, and the supervisor's per-request
+// events. Effects are no-ops: this measures the machines alone.
+import { createActor, fromPromise } from "xstate";
 import { gatewayMachine } from "../../actors/gateway.ts";
+import { providerSessionMachine, type AdmissionVerdict } from "../../actors/providerSession.ts";
 import { requestMachine } from "../../actors/request.ts";
 import { settlementMachine } from "../../actors/settlement.ts";
-import type { ChunkFrame, EndFrame } from "../../src/wire/frames.ts";
+import type { ChunkFrame, EndFrame, HelloFrame } from "../../src/wire/frames.ts";
 
 const chunk = { type: "chunk", request_id: "r", attempt_n: 0, seq: 0, content: "x", tokens: 1 } as unknown as ChunkFrame;
 const end = { type: "end", request_id: "r", attempt_n: 0, terminal_state: "normal_done", finish_reason: "stop", usage: { input_tokens: 1, output_tokens: 1 } } as unknown as EndFrame;
@@ -34,8 +36,22 @@ function supervisorEvents(): void {
   gateway.send({ type: "request.closed" });
 }
 
+const session = createActor(
+  providerSessionMachine.provide({ actors: { admitProvider: fromPromise(async (): Promise<AdmissionVerdict> => ({ admitted: true, tier: "pinned" })) } }),
+  { input: { sessionId: "s", nonce: new Uint8Array(32), heartbeatIntervalMs: 600_000 } },
+).start();
+const hello = { type: "hello", protocol: 1, provider_id: "p", receipt_public_key: new Uint8Array(32), runtime: { name: "x", version: "1" }, hardware: { ram_gb: 1 }, max_concurrency: 1024, models: [] } as HelloFrame;
+session.send({ type: "provider.hello", frame: hello });
+session.send({ type: "provider.auth", signature: new Uint8Array(64) });
+await Bun.sleep(10);
+if (!session.getSnapshot().matches({ admitted: "ready" })) throw new Error("session not admitted");
+function sessionEvents(): void {
+  session.send({ type: "attempt.started" });
+  session.send({ type: "attempt.finished" });
+}
+
 const N = Number(process.argv[2] ?? 20_000);
-for (const [name, life] of [["request", requestLife], ["settlement", settlementLife], ["supervisor", supervisorEvents]] as const) {
+for (const [name, life] of [["request", requestLife], ["settlement", settlementLife], ["session", sessionEvents], ["supervisor", supervisorEvents]] as const) {
   for (let i = 0; i < N / 4; i++) life();
   const t = performance.now();
   for (let i = 0; i < N; i++) life();

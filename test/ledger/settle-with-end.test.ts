@@ -2,28 +2,11 @@
 // attempt that ends and settles at once gets its delivered record from the settlement's own UPDATE,
 // and what the store returns is what it stored (it no longer reads rows back).
 import { describe, expect, test } from "bun:test";
-import { snapshotDigest } from "../../src/receipts/index.ts";
-import { canonicalize } from "../../src/receipts/jcs.ts";
-import { openStore, type DeliveredRecord, type NewAttempt, type Store } from "../../src/store/index.ts";
-import { golden } from "../receipts/golden-case.ts";
+import { openStore, type DeliveredRecord, type Store } from "../../src/store/index.ts";
+import { attempt } from "./attempt-fixture.ts";
 import { tempDir } from "../store/temp-dir.ts";
 
 const tmp = tempDir();
-
-function attempt(request_id: string): NewAttempt {
-  const snapshot = { ...golden.snapshot, request_id, attempt_n: 0 };
-  return {
-    request_id,
-    attempt_n: 0,
-    provider_id: snapshot.provider_id,
-    account_id: "acct_1",
-    payer: "buyer",
-    mode: "enforce",
-    snapshot_json: canonicalize(snapshot),
-    digest: snapshotDigest(snapshot),
-    rates: { prompt_credits_per_million: 200_000, completion_credits_per_million: 600_000, provider_share_bps: 9000 },
-  };
-}
 
 const delivered: DeliveredRecord = {
   output_hash: "2".repeat(64),

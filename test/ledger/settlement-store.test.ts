@@ -3,31 +3,11 @@
 // reservations hold, finalise and release; everything survives a reopen.
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
-import { snapshotDigest } from "../../src/receipts/index.ts";
-import { canonicalize } from "../../src/receipts/jcs.ts";
-import { openStore, type NewAttempt, type Store } from "../../src/store/index.ts";
+import { openStore, type Store } from "../../src/store/index.ts";
 import { tempDir } from "../store/temp-dir.ts";
-import { golden } from "../receipts/golden-case.ts";
+import { attempt } from "./attempt-fixture.ts";
 
 const tmp = tempDir();
-const rates = { prompt_credits_per_million: 200_000, completion_credits_per_million: 600_000, provider_share_bps: 9000 };
-
-export function attempt(request_id: string, attempt_n = 0, over: Partial<NewAttempt> = {}): NewAttempt {
-  const snapshot = { ...golden.snapshot, request_id, attempt_n };
-  return {
-    request_id,
-    attempt_n,
-    provider_id: snapshot.provider_id,
-    account_id: "acct_1",
-    payer: "buyer",
-    mode: "enforce",
-    snapshot_json: canonicalize(snapshot),
-    digest: snapshotDigest(snapshot),
-    rates,
-    ...over,
-  };
-}
-
 const delivered = {
   output_hash: "1".repeat(64),
   start_byte: 0,

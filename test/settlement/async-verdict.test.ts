@@ -8,8 +8,6 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { createActor, SimulatedClock } from "xstate";
-import { settlementMachine } from "../../actors/settlement.ts";
 import type { CatalogState } from "../../src/catalog/index.ts";
 import { createSettlements, type SettlementMode, type Settlements } from "../../src/gateway/settlements.ts";
 import { buildRateCard } from "../../src/ledger/index.ts";
@@ -334,56 +332,5 @@ describe("orderings", () => {
     endAndRelease(rig, forged.requestId, flipSignatureChar(receiptFor(rig, forged)));
     expect(await settledRow(rig, good.requestId)).toMatchObject({ label: "verified", ...CHARGE });
     expect(await settledRow(rig, forged.requestId)).toMatchObject({ label: "quarantined", reason: "bad_signature", ...CHARGE });
-  });
-});
-
-describe("the settlement machine holds the deadline for a verdict that is due", () => {
-  function start() {
-    const clock = new SimulatedClock();
-    const settled: string[] = [];
-    const actor = createActor(
-      settlementMachine.provide({
-        actions: {
-          settleVerified: () => void settled.push("verified"),
-          settleQuarantined: ({ context }) => void settled.push(`quarantined:${context.reason}`),
-          settleZero: ({ context }) => void settled.push(`zero_settled:${context.reason}`),
-        },
-      }),
-      { input: { requestId: "req_m", attemptN: 0, resumedPending: false, pendingDeadlineMs: 1000 }, clock },
-    ).start();
-    return { actor, clock, settled };
-  }
-
-  test("receipt with `end`: the deadline passes, then the verdict decides", () => {
-    const m = start();
-    m.actor.send({ type: "attempt.ended", deliveredNothing: false, verdictDue: true });
-    m.clock.increment(5000);
-    expect(m.actor.getSnapshot().value).toBe("pending");
-    m.actor.send({ type: "receipt.judged", verdict: { label: "verified" } });
-    expect(m.settled).toEqual(["verified"]);
-  });
-
-  test("late receipt frame: arrived in pending before the deadline; a quarantine verdict decides", () => {
-    const m = start();
-    m.actor.send({ type: "attempt.ended", deliveredNothing: false, verdictDue: false });
-    m.clock.increment(999);
-    m.actor.send({ type: "receipt.arrived" });
-    m.clock.increment(1);
-    expect(m.settled).toEqual([]);
-    m.actor.send({ type: "receipt.judged", verdict: { label: "quarantined", reason: "bad_signature" } });
-    expect(m.settled).toEqual(["quarantined:bad_signature"]);
-  });
-
-  test("without a receipt the deadline still quarantines (no_receipt)", () => {
-    const m = start();
-    m.actor.send({ type: "attempt.ended", deliveredNothing: false, verdictDue: false });
-    m.clock.increment(1000);
-    expect(m.settled).toEqual(["quarantined:no_receipt"]);
-  });
-
-  test("nothing delivered: zero_settled at once, a verdict due or not", () => {
-    const m = start();
-    m.actor.send({ type: "attempt.ended", deliveredNothing: true, verdictDue: true });
-    expect(m.settled).toEqual(["zero_settled:nothing_delivered"]);
   });
 });

@@ -5,22 +5,7 @@ import { describe, expect, test } from "bun:test";
 import { Packr } from "msgpackr";
 import { decodeChunkFrame } from "../../src/wire/chunkFrame.ts";
 import { decodeProviderFrame, decodeProviderFrameGeneral, encodeFrame } from "../../src/wire/codec.ts";
-
-// mulberry32: a seeded generator, so a failure names its case and reproduces.
-function rng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const int = (n: number) => Math.floor(next() * n);
-  const pick = <T>(xs: readonly T[]): T => xs[int(xs.length)]!;
-  return { next, int, pick };
-}
-type Rng = ReturnType<typeof rng>;
+import { rng, type Rng } from "../support/seededRandom.ts";
 
 // ---- a msgpack writer that can choose every encoding ----
 
