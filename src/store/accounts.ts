@@ -29,7 +29,7 @@ export function createAccount(
 }
 
 export function listAccounts(db: Database): AccountRow[] {
-  return db.query(`SELECT ${ACCOUNT_COLUMNS} FROM accounts ORDER BY created_at_ms, id`).all() as AccountRow[];
+  return db.query(`SELECT ${ACCOUNT_COLUMNS} FROM accounts ORDER BY created_at_ms, rowid`).all() as AccountRow[];
 }
 
 export function getAccount(db: Database, account_id: string): AccountRow | null {
@@ -100,9 +100,9 @@ export function revokeApiKey(db: Database, key_id: string, now_ms: number): bool
 
 export function listApiKeys(db: Database, account_id?: string): ApiKeyRow[] {
   if (account_id === undefined) {
-    return db.query(`SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY created_at_ms, id`).all() as ApiKeyRow[];
+    return db.query(`SELECT ${KEY_COLUMNS} FROM api_keys ORDER BY created_at_ms, rowid`).all() as ApiKeyRow[];
   }
   return db
-    .query(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at_ms, id`)
+    .query(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at_ms, rowid`)
     .all(account_id) as ApiKeyRow[];
 }
