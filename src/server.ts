@@ -19,6 +19,7 @@ import { openStore, type Store } from "./store/index.ts";
 import { pollCatalog, startCatalog, type CatalogLive, type CatalogModel } from "./catalog/index.ts";
 import { buildRateCard, RateRowConfig } from "./ledger/index.ts";
 import { createSettlements, type Settlements } from "./gateway/settlements.ts";
+import { hexId, timeOrderedId } from "./gateway/ids.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
 
@@ -51,7 +52,6 @@ export interface RunningGateway {
 /** After the drain: longest wait for open HTTP responses to finish writing before they are cut. */
 const DRAIN_FLUSH_MS = 1000;
 
-const hexId = (prefix: string, random: (n: number) => Uint8Array) => () => prefix + Buffer.from(random(12)).toString("hex");
 
 /** The `rateCard` setting: a JSON array of rows (validated by buildRateCard). */
 function parseRateCardSetting(text: string | undefined): { ok: true; rows: RateRowConfig[] } | { ok: false; message: string } {
@@ -151,7 +151,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     settlements,
   });
 
-  const newRequestId = hexId("req_", random);
+  const newRequestId = timeOrderedId("req_", now, random);
   const handleHttp = createHttpApp({
     store,
     runner: {
