@@ -90,7 +90,7 @@ interface OpenAttempt {
   /** A receipt that arrived before the attempt was released: judged at release. */
   earlyReceipt: string | null;
   /** The envelope that was judged, for the ledger row. */
-  judged: { envelope: string; receivedAtMs: number; billable: { prompt_tokens: number; completion_tokens: number } | null } | null;
+  judged: { envelope: string; arrivalId: number; receivedAtMs: number; billable: { prompt_tokens: number; completion_tokens: number } | null } | null;
 }
 
 const toActorVerdict = (v: ReceiptVerdict): ActorVerdict =>
@@ -370,7 +370,7 @@ export function createSettlements(deps: SettlementDeps) {
    */
   function judge(att: OpenAttempt, envelope: string): boolean {
     const arrival = deps.now();
-    store.recordReceiptArrival(
+    const arrivalId = store.recordReceiptArrival(
       { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, envelope, disposition: "judged" },
       arrival,
     );
@@ -396,6 +396,7 @@ export function createSettlements(deps: SettlementDeps) {
     const receipt = check.verdict.receipt;
     att.judged = {
       envelope,
+      arrivalId,
       receivedAtMs: arrival,
       billable:
         receipt === null ? null : { prompt_tokens: receipt.usage.billable_input_tokens, completion_tokens: receipt.usage.billable_output_tokens },
@@ -447,7 +448,7 @@ export function createSettlements(deps: SettlementDeps) {
         attempt_n: att.attemptN,
         label,
         reason,
-        receipt: att.judged ? { envelope: att.judged.envelope, received_at_ms: att.judged.receivedAtMs } : undefined,
+        receipt: att.judged ? { envelope: att.judged.envelope, received_at_ms: att.judged.receivedAtMs, arrival_id: att.judged.arrivalId } : undefined,
         billed,
         ended: att.unwrittenEnd ?? undefined,
       },

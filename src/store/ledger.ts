@@ -61,7 +61,11 @@ interface SettlementDbRow {
   reported_input_tokens: number | null;
   ended_at_ms: number | null;
   pending_deadline_at_ms: number | null;
+  /** The deciding envelope as stored in the row (settlements settled before migration 8), else null. */
   receipt: string | null;
+  /** The deciding envelope's row in the arrival log (receipts_received), and its text from there. */
+  receipt_id: number | null;
+  receipt_envelope?: string | null;
   receipt_received_at_ms: number | null;
   billed_prompt_tokens: number;
   billed_completion_tokens: number;
@@ -104,7 +108,7 @@ function toSettlement(r: SettlementDbRow): SettlementRow {
     delivered,
     ended_at_ms: r.ended_at_ms,
     pending_deadline_at_ms: r.pending_deadline_at_ms,
-    receipt: r.receipt,
+    receipt: r.receipt ?? r.receipt_envelope ?? null,
     receipt_received_at_ms: r.receipt_received_at_ms,
     billed_prompt_tokens: r.billed_prompt_tokens,
     billed_completion_tokens: r.billed_completion_tokens,
@@ -146,7 +150,7 @@ function accountKind(id: string): LedgerAccountKind {
 
 // The settlement's terminal columns, and the delivered record's (written with them when the attempt
 // ends and settles at once).
-const SETTLE_COLUMNS = `label = ?, reason = ?, receipt = COALESCE(?, receipt),
+const SETTLE_COLUMNS = `label = ?, reason = ?, receipt = COALESCE(?, receipt), receipt_id = COALESCE(?, receipt_id),
        receipt_received_at_ms = COALESCE(?, receipt_received_at_ms),
        billed_prompt_tokens = ?, billed_completion_tokens = ?,
        debit_credits = ?, provider_credits = ?, platform_credits = ?, settled_at_ms = ?`;
@@ -155,12 +159,20 @@ const DELIVERED_COLUMNS = `delivered_output_hash = ?, delivered_start_byte = ?, 
        reported_input_tokens = ?, ended_at_ms = ?, pending_deadline_at_ms = ?`;
 
 /**
+ * Settlement rows with their deciding envelope: a settlement refers to its receipt's row in the arrival
+ * log instead of storing the ~2 KB envelope twice (issue 7: it was half the bytes a request wrote, and
+ * growing each settlement row by it at settle time split its pages).
+ */
+const SELECT_SETTLEMENTS = `SELECT s.*, rr.envelope AS receipt_envelope
+  FROM settlements s LEFT JOIN receipts_received rr ON rr.id = s.receipt_id`;
+
+/**
  * The request path's statements, prepared once per connection (issue 7): each request runs about
  * twenty, and a lookup in bun:sqlite's query cache per call was measurable.
  */
 function ledgerStatements(db: Database) {
   return {
-    selectSettlement: db.prepare("SELECT * FROM settlements WHERE request_id = ? AND attempt_n = ?"),
+    selectSettlement: db.prepare(`${SELECT_SETTLEMENTS} WHERE s.request_id = ? AND s.attempt_n = ?`),
     // A conflict on the key is the duplicate the caller is told about; any other constraint still throws.
     insertSnapshot: db.prepare(
       `INSERT INTO route_snapshots (request_id, attempt_n, digest, snapshot, created_at_ms) VALUES (?, ?, ?, ?, ?)
@@ -330,10 +342,12 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
       charge = priced.charge;
     }
 
+    const byArrival = input.receipt?.arrival_id !== undefined;
     const outcome = [
       input.label,
       input.reason,
-      input.receipt?.envelope ?? null,
+      byArrival ? null : (input.receipt?.envelope ?? null),
+      input.receipt?.arrival_id ?? null,
       input.receipt?.received_at_ms ?? null,
       charge?.prompt_tokens ?? 0,
       charge?.completion_tokens ?? 0,
@@ -363,7 +377,9 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
       ...row,
       label: input.label,
       reason: input.reason,
-      receipt: input.receipt?.envelope ?? row.receipt,
+      receipt: byArrival ? row.receipt : (input.receipt?.envelope ?? row.receipt),
+      receipt_id: input.receipt?.arrival_id ?? row.receipt_id,
+      receipt_envelope: byArrival ? input.receipt!.envelope : row.receipt_envelope,
       receipt_received_at_ms: input.receipt?.received_at_ms ?? row.receipt_received_at_ms,
       billed_prompt_tokens: charge?.prompt_tokens ?? 0,
       billed_completion_tokens: charge?.completion_tokens ?? 0,
@@ -451,7 +467,10 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
     },
 
     recordReceiptArrival(input, now_ms = clock()) {
-      q.insertReceipt.run(input.request_id, input.attempt_n, input.provider_id, input.envelope, now_ms, input.disposition satisfies ReceiptDisposition);
+      return Number(
+        q.insertReceipt.run(input.request_id, input.attempt_n, input.provider_id, input.envelope, now_ms, input.disposition satisfies ReceiptDisposition)
+          .lastInsertRowid,
+      );
     },
 
     settleAttempt: (input: SettleInput, now_ms = clock()): SettleResult => settleAttemptTx(input, now_ms),
@@ -472,8 +491,8 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
         where.push("label = ?");
         args.push(filter.label);
       }
-      const sql = `SELECT * FROM settlements ${where.length ? `WHERE ${where.join(" AND ")}` : ""}
-                    ORDER BY created_at_ms, request_id, attempt_n`;
+      const sql = `${SELECT_SETTLEMENTS} ${where.length ? `WHERE ${where.map((w) => `s.${w}`).join(" AND ")}` : ""}
+                    ORDER BY s.created_at_ms, s.request_id, s.attempt_n`;
       return (db.query(sql).all(...args) as SettlementDbRow[]).map(toSettlement);
     },
 
@@ -539,8 +558,9 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
         const settlements = (
           db
             .query(
-              `SELECT s.*, r.snapshot AS snapshot_json, r.digest AS snapshot_digest
+              `SELECT s.*, rr.envelope AS receipt_envelope, r.snapshot AS snapshot_json, r.digest AS snapshot_digest
                  FROM settlements s LEFT JOIN route_snapshots r USING (request_id, attempt_n)
+                 LEFT JOIN receipts_received rr ON rr.id = s.receipt_id
                 ORDER BY s.created_at_ms, s.request_id, s.attempt_n`,
             )
             .all() as (SettlementDbRow & { snapshot_json: string | null; snapshot_digest: string | null })[]

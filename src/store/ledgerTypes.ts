@@ -71,8 +71,12 @@ export interface SettleInput {
   label: TerminalLabel;
   /** null for verified; a word of SETTLEMENT_REASONS otherwise. */
   reason: string | null;
-  /** The envelope that decided the outcome, and when it arrived. */
-  receipt?: { envelope: string; received_at_ms: number };
+  /**
+   * The envelope that decided the outcome, and when it arrived. With `arrival_id` (its row in the
+   * arrival log, from recordReceiptArrival) the settlement refers to that row instead of storing the
+   * envelope a second time.
+   */
+  receipt?: { envelope: string; received_at_ms: number; arrival_id?: number };
   /**
    * Tokens to bill at the attempt's route-time rates, or null for no charge. Allowed only for
    * `verified`, or in observe mode (billing follows observed usage there). The store prices them.
@@ -172,11 +176,11 @@ export interface LedgerStore {
     pending_deadline_at_ms: number,
     now_ms?: number,
   ): boolean;
-  /** Logs a received receipt envelope (every arrival, including late and duplicate ones). */
+  /** Logs a received receipt envelope (every arrival, including late and duplicate ones); returns its row id. */
   recordReceiptArrival(
     input: { request_id: string; attempt_n: number; provider_id: string; envelope: string; disposition: ReceiptDisposition },
     now_ms?: number,
-  ): void;
+  ): number;
   /**
    * The terminal outcome of a pending attempt, its ledger posting (when charged) and the request's
    * reservation resolution, in one BEGIN IMMEDIATE transaction. Only the first call for an attempt

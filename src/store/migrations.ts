@@ -320,4 +320,10 @@ export const migrations: readonly string[] = [
       UPDATE reservation_holds SET held_credits = held_credits - OLD.credits WHERE account_id = OLD.account_id;
     END;
   `,
+  // A settlement refers to its deciding receipt's row in the arrival log (issue 7): the envelope
+  // (~2 KB) was stored twice, and writing it into the settlement row at settle time grew the row past
+  // its page's room. Rows settled before keep their envelope in `receipt`.
+  `
+  ALTER TABLE settlements ADD COLUMN receipt_id INTEGER REFERENCES receipts_received (id);
+  `,
 ];

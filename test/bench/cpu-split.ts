@@ -1,5 +1,5 @@
-// `bun test/bench/cpu-split.ts [load|streams] [concurrency] [seconds]`: runs one full-stack load level and
-// prints CPU seconds per process (gateway, each provider runtime, mock, driver) — where the time goes.
+// `bun test/bench/cpu-split.ts [load|streams|frames] [concurrency] [seconds]`: runs one full-stack load level
+// (frames: the unthrottled 256-delta streams of the frames/s figure) and prints CPU seconds per process (gateway, each provider runtime, mock, driver) — where the time goes.
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { FETCH_ENV, Processes, startGatewayStack, startMock } from "./stack.ts";
@@ -18,10 +18,12 @@ try {
   const mock = await startMock(procs);
   const gw = await startGatewayStack(procs, { mockUrl: mock.url, providers: Number(process.env.BENCH_PROVIDERS ?? 4), logLevel: "info" });
   const headers = { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` };
-  const stream = mode === "streams";
-  const body = JSON.stringify({ model: stream ? "bench-sse" : "bench-json-d20", stream, max_tokens: stream ? 64 : 16, messages: [{ role: "user", content: "x".repeat(256) }] });
+  const stream = mode === "streams" || mode === "frames";
+  const deltas = mode === "frames" ? 256 : 64;
+  const model = mode === "frames" ? "bench-sse-n256-i0" : stream ? "bench-sse" : "bench-json-d20";
+  const body = JSON.stringify({ model, stream, max_tokens: stream ? deltas : 16, messages: [{ role: "user", content: "x".repeat(256) }] });
   const spec = stream
-    ? { mode: "streams", url: `${gw.url}/v1/chat/completions`, headers, body, concurrency, perWorker: Math.max(1, Math.round(seconds / 1.4)), warmup: 0, expectedFrames: 64, stallMs: 200 }
+    ? { mode: "streams", url: `${gw.url}/v1/chat/completions`, headers, body, concurrency, perWorker: mode === "frames" ? seconds : Math.max(1, Math.round(seconds / 1.4)), warmup: 0, expectedFrames: deltas, stallMs: mode === "frames" ? 1e9 : 200 }
     : { mode: "load", url: `${gw.url}/v1/chat/completions`, headers, body, concurrency, warmupMs: 1000, durationMs: seconds * 1000 };
   const pids: Record<string, number> = { gateway: gw.gateway.pid, mock: mock.proc.pid };
   gw.providers.forEach((p, i) => (pids[`provider-${i}`] = p.pid));
