@@ -173,6 +173,9 @@ const SELECT_SETTLEMENTS = `SELECT s.*, rr.envelope AS receipt_envelope
 function ledgerStatements(db: Database) {
   return {
     selectSettlement: db.prepare(`${SELECT_SETTLEMENTS} WHERE s.request_id = ? AND s.attempt_n = ?`),
+    // The settlement transaction's own read: a pending row has no receipt yet (only the settlement
+    // writes one), so it needs no join.
+    selectSettlementRow: db.prepare("SELECT * FROM settlements WHERE request_id = ? AND attempt_n = ?"),
     // A conflict on the key is the duplicate the caller is told about; any other constraint still throws.
     insertSnapshot: db.prepare(
       `INSERT INTO route_snapshots (request_id, attempt_n, digest, snapshot, created_at_ms) VALUES (?, ?, ?, ?, ?)
@@ -323,9 +326,9 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
   }).immediate;
 
   const settleAttemptTx = db.transaction((input: SettleInput, now_ms: number): SettleResult => {
-    const row = selectSettlement(input.request_id, input.attempt_n);
+    const row = q.selectSettlementRow.get(input.request_id, input.attempt_n) as SettlementDbRow | null;
     if (row === null) return { ok: false, code: "unknown_attempt" };
-    if (row.label !== "pending") return { ok: false, code: "already_settled", settlement: toSettlement(row) };
+    if (row.label !== "pending") return { ok: false, code: "already_settled", settlement: toSettlement(selectSettlement(input.request_id, input.attempt_n)!) };
 
     let charge: Charge | null = null;
     const billed = input.billed ?? null;
@@ -377,9 +380,9 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
       ...row,
       label: input.label,
       reason: input.reason,
-      receipt: byArrival ? row.receipt : (input.receipt?.envelope ?? row.receipt),
-      receipt_id: input.receipt?.arrival_id ?? row.receipt_id,
-      receipt_envelope: byArrival ? input.receipt!.envelope : row.receipt_envelope,
+      receipt: byArrival ? null : (input.receipt?.envelope ?? null),
+      receipt_id: input.receipt?.arrival_id ?? null,
+      receipt_envelope: byArrival ? input.receipt!.envelope : null,
       receipt_received_at_ms: input.receipt?.received_at_ms ?? row.receipt_received_at_ms,
       billed_prompt_tokens: charge?.prompt_tokens ?? 0,
       billed_completion_tokens: charge?.completion_tokens ?? 0,
