@@ -461,8 +461,10 @@ export function createSettlements(deps: SettlementDeps) {
       return;
     }
     att.unwrittenEnd = null;
-    // Group commit (src/store/groupCommit.ts): the outcome is announced only once it is durable.
-    store.afterCommit((committed) => {
+    // Group commit (src/store/groupCommit.ts): the outcome is announced only once it is durable. No
+    // buyer waits for it, so it asks for no commit of its own: at one request at a time that was a
+    // second fsync per request, blocking the event loop when the next request came (issue 7).
+    store.afterLazyCommit((committed) => {
       if (!committed) {
         log.error("settlement_not_written", { request_id: att.requestId, attempt_n: att.attemptN, code: "commit_failed" });
         return;

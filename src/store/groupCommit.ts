@@ -45,7 +45,7 @@ const GROUPED = new Set([
   "markRequestEnded",
 ]);
 /** Methods that touch no SQL (process-memory counters): neither flush nor clear anything. */
-const MEMORY = new Set(["acquireRequestSlot", "releaseRequestSlot", "requestSlotsInUse", "afterCommit", "flushCommits"]);
+const MEMORY = new Set(["acquireRequestSlot", "releaseRequestSlot", "requestSlotsInUse", "afterCommit", "afterLazyCommit", "flushCommits"]);
 const CACHE_LIMIT = 10_000;
 /** The longest a group that no effect waits for stays open before it commits anyway. */
 export const LAZY_COMMIT_MS = 10;
@@ -56,6 +56,11 @@ export interface GroupCommitPort {
    * for a commit — or `effect(false)` when their commit failed.
    */
   afterCommit(effect: (committed: boolean) => void): void;
+  /**
+   * `afterCommit` for an effect nobody waits on (the `settled` frame): it asks for no commit of its own
+   * and rides the group's next one — the next urgent effect's, or the lazy one within LAZY_COMMIT_MS.
+   */
+  afterLazyCommit(effect: (committed: boolean) => void): void;
   /** Commits the open group now (tests, shutdown); runs the waiting effects. */
   flushCommits(): void;
 }
@@ -63,6 +68,7 @@ export interface GroupCommitPort {
 /** The port for a store without grouping: every write is already committed when it returns. */
 export const immediateCommits: GroupCommitPort = {
   afterCommit: (effect) => effect(true),
+  afterLazyCommit: (effect) => effect(true),
   flushCommits: () => {},
 };
 
@@ -120,6 +126,11 @@ export function withGroupCommit<S extends object>(
   const commitGroup = (which: number) => {
     if (open && group === which) flushCommits();
   };
+  // The open group always has its lazy commit scheduled (join), so a lazy effect waits at most that.
+  const afterLazyCommit = (effect: (committed: boolean) => void) => {
+    if (!open) return effect(true);
+    waiting.push(effect);
+  };
   const afterCommit = (effect: (committed: boolean) => void) => {
     if (!open) return effect(true);
     waiting.push(effect);
@@ -173,6 +184,7 @@ export function withGroupCommit<S extends object>(
     }
   }
   wrapped.afterCommit = afterCommit;
+  wrapped.afterLazyCommit = afterLazyCommit;
   wrapped.flushCommits = flushCommits;
   return wrapped as S & GroupCommitPort;
 }

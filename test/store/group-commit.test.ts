@@ -84,6 +84,37 @@ test("a group no effect waits for stays open for the next turns' writes, at most
   expect(committedReservations(path)).toEqual(["req_l1", "req_l2", "req_l3"]);
 });
 
+test("a lazy effect asks for no commit: it runs with the group's next commit, urgent or lazy", async () => {
+  const { store, path } = open();
+  const { account_id } = store.createAccount({ tier: "free" });
+  const lazy: boolean[] = [];
+  // No group open: at once, like afterCommit.
+  store.afterLazyCommit((committed) => lazy.push(committed));
+  expect(lazy).toEqual([true]);
+  // A write and a lazy effect: the turn ends without a commit, the effect still waits.
+  store.reserve(reservation("req_z1", account_id));
+  store.afterLazyCommit((committed) => lazy.push(committed));
+  await new Promise((r) => setImmediate(r));
+  expect(lazy).toEqual([true]);
+  expect(committedReservations(path)).toEqual([]);
+  // A later urgent effect commits the group: both effects run, the lazy one first (queued first).
+  store.reserve(reservation("req_z2", account_id));
+  const urgent: boolean[] = [];
+  store.afterCommit((committed) => urgent.push(committed));
+  await new Promise((r) => setImmediate(r));
+  expect(lazy).toEqual([true, true]);
+  expect(urgent).toEqual([true]);
+  expect(committedReservations(path)).toEqual(["req_z1", "req_z2"]);
+  // With no urgent effect after it, the lazy commit runs it within LAZY_COMMIT_MS.
+  store.reserve(reservation("req_z3", account_id));
+  store.afterLazyCommit((committed) => lazy.push(committed));
+  await new Promise((r) => setImmediate(r));
+  expect(lazy).toEqual([true, true]);
+  await Bun.sleep(LAZY_COMMIT_MS + 20);
+  expect(lazy).toEqual([true, true, true]);
+  expect(committedReservations(path)).toEqual(["req_z1", "req_z2", "req_z3"]);
+});
+
 test("any other store call commits the open group first", () => {
   const { store, path } = open();
   const { account_id } = store.createAccount({ tier: "free" });
