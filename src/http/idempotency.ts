@@ -196,12 +196,29 @@ export function createReplayCache(options: ReplayCacheOptions) {
    */
   async function runFresh(keyId: string | null, fingerprint: string, start: (tracker: RunTracker) => Promise<Response>): Promise<Response> {
     const entry = register(keyId, fingerprint);
+    // No closure is made in this async function: one would keep its whole scope, `start` included —
+    // and with it the buyer's request and prompt — alive for as long as the stream runs.
+    const run = trackRun(entry);
+    let response: Response;
+    try {
+      response = await start(run.tracker);
+    } catch (error) {
+      finish(entry, null);
+      throw error;
+    }
+    run.responded(response);
+    return response;
+  }
+
+  /** The run's tracker, and what to call with its response: the result is kept once both are known. */
+  function trackRun(entry: Entry): { tracker: RunTracker; responded: (response: Response) => void } {
     let ok: boolean | null = null;
-    let response: Response | null = null;
+    // Only the kept headers of the response, not the response itself.
+    let headers: string[] | null = null;
     const settle = () => {
-      if (ok === null || response === null) return;
+      if (ok === null || headers === null) return;
       const body = ok ? entry.recording?.bytes() : undefined;
-      finish(entry, body ? { status: 200, headers: keptHeaders(response), body } : null);
+      finish(entry, body ? { status: 200, headers, body } : null);
     };
     const tracker: RunTracker = {
       record: (text) => entry.recording?.add(text),
@@ -211,15 +228,15 @@ export function createReplayCache(options: ReplayCacheOptions) {
         settle();
       },
     };
-    try {
-      response = await start(tracker);
-    } catch (error) {
-      finish(entry, null);
-      throw error;
-    }
-    if (response.status !== 200 || response.body === null) finish(entry, null);
-    else settle();
-    return response;
+    const responded = (response: Response) => {
+      if (response.status !== 200 || response.body === null) {
+        finish(entry, null);
+        return;
+      }
+      headers = keptHeaders(response);
+      settle();
+    };
+    return { tracker, responded };
   }
 
   return {

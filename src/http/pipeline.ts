@@ -105,6 +105,8 @@ export interface PipelineRequest {
  */
 export function runChatPipeline(deps: PipelineDeps, input: PipelineRequest): Promise<Response> {
   const body = rawBodies.get(input.request);
+  // Read once: the body bytes need not live as long as the request (a stream's whole life).
+  rawBodies.delete(input.request);
   if (!deps.replays || !body) return runFresh(deps, input, null);
   const identity = replayIdentity(input.request, input.principal.account_id, input.buyerRoute ?? "/v1/chat/completions", body);
   return deps.replays.run(identity, (tracker) => runFresh(deps, input, tracker), input.refuse);
