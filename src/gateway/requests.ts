@@ -187,6 +187,12 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     }
   };
 
+  /**
+   * The attempt's chunk handler. Made outside dispatchAttempt, whose closures share one scope: one
+   * made there would keep the encoded job (the whole prompt) alive for as long as the attempt runs.
+   */
+  const chunkSink = (handle: RequestHandle, meter: ChunkMeter) => (frame: ChunkFrame) => chunkArrived(handle, meter, frame);
+
   /** Chooses a provider and sends it the job once its snapshot committed; answers the actor by event. */
   const dispatchAttempt = (handle: RequestHandle, input: DispatchInput, dispatch: { stopped: boolean }): void => {
     const sendBack = (event: RequestEvent) => handle.actor.send(event);
@@ -240,7 +246,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       request: handle.actor,
       session,
       meter,
-      chunk: (frame) => chunkArrived(handle, meter, frame),
+      chunk: chunkSink(handle, meter),
     });
     // Group commit (src/store/groupCommit.ts): the job leaves only once its reservation and route
     // snapshot are durable — at the end of this event-loop turn, shared with the turn's other writes.
