@@ -6,6 +6,16 @@ import type { ChunkFrame } from "../wire/frames.ts";
 import type { ChatOutcome, ChatResponder } from "./chat/responders.ts";
 import type { GatewayError } from "./errors.ts";
 
+/**
+ * Body text written many times with only a middle part changing (a stream's content deltas): the
+ * piece is `prefix + hole + suffix`. The replay copy keeps the prefix and suffix once instead of per
+ * piece (about 200 bytes of a chat stream's ~220-byte delta event). One object per responder.
+ */
+export interface BodyTemplate {
+  readonly prefix: string;
+  readonly suffix: string;
+}
+
 /** Where a responder's body goes besides the buyer (the pipeline's ResponderContext has these). */
 export interface BodyTarget {
   /** Headers every successful response carries. */
@@ -14,6 +24,8 @@ export interface BodyTarget {
   onBuyerGone: () => void;
   /** Gets every piece of body text, in order, exactly as the buyer is sent it. */
   record: (text: string) => void;
+  /** Gets a templated piece, in the same order as `record`'s; absent: `record` gets its whole text. */
+  recordFilled?: (template: BodyTemplate, hole: string) => void;
 }
 
 export interface LazyEventStream {
@@ -23,6 +35,8 @@ export interface LazyEventStream {
   readonly ended: boolean;
   /** Sends one or more whole events; ignored once the stream ended. */
   write(text: string): void;
+  /** Sends `template.prefix + hole + template.suffix` (whole events), as `write` would. */
+  writeFilled(template: BodyTemplate, hole: string): void;
   end(): void;
   /** Answers with a whole response instead (only before the first write; no-op after). */
   settle(response: Response): void;
@@ -42,6 +56,18 @@ export function lazyEventStream(target: BodyTarget): LazyEventStream {
   let pending = "";
   let started = false;
   let ended = false;
+
+  const send = (text: string) => {
+    if (!sink) {
+      pending += text;
+      return;
+    }
+    try {
+      sink.write(text);
+    } catch {
+      ended = true; // The buyer is gone; the abort path handles the rest.
+    }
+  };
 
   const start = () => {
     started = true;
@@ -81,15 +107,15 @@ export function lazyEventStream(target: BodyTarget): LazyEventStream {
       if (!started) start();
       if (ended) return;
       target.record(text);
-      if (!sink) {
-        pending += text;
-        return;
-      }
-      try {
-        sink.write(text);
-      } catch {
-        ended = true; // The buyer is gone; the abort path handles the rest.
-      }
+      send(text);
+    },
+    writeFilled(template, hole) {
+      if (!started) start();
+      if (ended) return;
+      const text = template.prefix + hole + template.suffix;
+      if (target.recordFilled) target.recordFilled(template, hole);
+      else target.record(text);
+      send(text);
     },
     end() {
       if (ended) return;

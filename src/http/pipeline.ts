@@ -6,6 +6,7 @@ import { parseJsonBody, readBody } from "./body.ts";
 import { gatewayError, type GatewayError } from "./errors.ts";
 import { promptTokenBound, type NormalizedChat } from "./chat/normalize.ts";
 import type { ChatResponder } from "./chat/responders.ts";
+import type { BodyTemplate } from "./output.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
 import type { Store } from "../store/index.ts";
 import type { Settlements } from "../gateway/settlements.ts";
@@ -81,6 +82,8 @@ export interface ResponderContext {
   onBuyerGone: () => void;
   /** The responder passes every piece of the body it writes, in order (the retry-replay copy). */
   record: (text: string) => void;
+  /** The same for a templated piece (src/http/output.ts BodyTemplate), which the copy keeps smaller. */
+  recordFilled?: (template: BodyTemplate, hole: string) => void;
 }
 
 export interface PipelineRequest {
@@ -114,6 +117,7 @@ export function runChatPipeline(deps: PipelineDeps, input: PipelineRequest): Pro
 
 /** Where the body copy goes when there is no replay cache to keep it. */
 const ignoreBody = (_text: string) => {};
+const ignoreFilled = (_template: BodyTemplate, _hole: string) => {};
 
 /** Runs the request as a new one: admission, concurrency slot, reservation, then the request actor. */
 function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null): Promise<Response> {
@@ -159,6 +163,7 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
         abort();
       },
       record: tracker ? tracker.record : ignoreBody,
+      recordFilled: tracker ? tracker.recordFilled : ignoreFilled,
     }),
     end,
   );

@@ -3,7 +3,7 @@
 // that point is invisible (DESIGN §7).
 import { errorResponse, inBandErrorFrame, type GatewayError } from "../errors.ts";
 import type { ChunkFrame, ToolCallDelta } from "../../wire/frames.ts";
-import { bufferedJsonResponder, lazyEventStream } from "../output.ts";
+import { bufferedJsonResponder, lazyEventStream, type BodyTemplate } from "../output.ts";
 
 export interface ChatUsage {
   prompt_tokens: number;
@@ -36,6 +36,8 @@ export interface ResponderOptions {
   onBuyerGone: () => void;
   /** Gets the body text as written (the retry-replay copy). */
   record: (text: string) => void;
+  /** The same for the templated content deltas. */
+  recordFilled?: (template: BodyTemplate, hole: string) => void;
   requestId: string;
 }
 
@@ -63,6 +65,8 @@ export function streamingResponder(o: ResponderOptions): ChatResponder {
   let sentRole = false;
   // Everything but the choices is the same on every chunk: built once.
   const head = `data: {"id":${JSON.stringify(o.completionId)},"object":"chat.completion.chunk","created":${o.created},"model":${JSON.stringify(o.model)},"choices":`;
+  // A content-only delta after the first: all but the content's JSON is the same on every one.
+  const contentDelta: BodyTemplate = { prefix: `${head}[{"index":0,"delta":{"content":`, suffix: `},"logprobs":null,"finish_reason":null}]}\n\n` };
 
   const delta = (d: Record<string, unknown>, finishReason: string | null) => {
     if (!sentRole) {
@@ -78,7 +82,7 @@ export function streamingResponder(o: ResponderOptions): ChatResponder {
       // Per-token fast path (issue 7): a content-only delta after the first is written from the
       // template, byte-identical to the general path, without building and serialising an object.
       if (sentRole && frame.tool_calls === undefined && frame.content !== undefined) {
-        out.write(`${head}[{"index":0,"delta":{"content":${JSON.stringify(frame.content)}},"logprobs":null,"finish_reason":null}]}\n\n`);
+        out.writeFilled(contentDelta, JSON.stringify(frame.content));
         return;
       }
       const d: Record<string, unknown> = {};
