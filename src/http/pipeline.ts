@@ -5,7 +5,8 @@ import { authenticateBuyer, type AuthResult, type BuyerPrincipal } from "./auth.
 import { parseJsonBody, readBody } from "./body.ts";
 import { gatewayError, type GatewayError } from "./errors.ts";
 import { promptTokenBound, type NormalizedChat } from "./chat/normalize.ts";
-import type { ChatResponder } from "./chat/responders.ts";
+import type { ChatOutcome, ChatResponder } from "./chat/responders.ts";
+import type { ChunkFrame } from "../wire/frames.ts";
 import type { BodyTemplate } from "./output.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
 import type { Store } from "../store/index.ts";
@@ -238,21 +239,40 @@ function reserveForRequest(
 
 /** The responder as given, which also reports how the response ended: success, or failure. */
 function observeEnd(r: ChatResponder, end: (ok: boolean) => void): ChatResponder {
-  return {
-    response: r.response,
-    relay: (frame) => r.relay(frame),
-    discard: () => r.discard(),
-    succeed: (outcome) => {
-      r.succeed(outcome);
-      end(true);
-    },
-    fail: (error) => {
-      r.fail(error);
-      end(false);
-    },
-    failMidStream: (error) => {
-      r.failMidStream(error);
-      end(false);
-    },
-  };
+  return new EndObserved(r, end);
+}
+
+/** One per live request, so a class: shared methods instead of closures made per request (issue 7). */
+class EndObserved implements ChatResponder {
+  constructor(
+    private readonly r: ChatResponder,
+    private readonly end: (ok: boolean) => void,
+  ) {}
+
+  get response(): Promise<Response> {
+    return this.r.response;
+  }
+
+  relay(frame: ChunkFrame): void {
+    this.r.relay(frame);
+  }
+
+  discard(): void {
+    this.r.discard();
+  }
+
+  succeed(outcome: ChatOutcome): void {
+    this.r.succeed(outcome);
+    this.end(true);
+  }
+
+  fail(error: GatewayError): void {
+    this.r.fail(error);
+    this.end(false);
+  }
+
+  failMidStream(error: GatewayError): void {
+    this.r.failMidStream(error);
+    this.end(false);
+  }
 }
