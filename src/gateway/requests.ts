@@ -109,6 +109,9 @@ function attemptOutcome(event: RequestEvent | { type: string }, context: Request
 
 const noPrefix = (_frame: ChunkFrame): void => {};
 
+/** A request's chat without what only a dispatch reads: the messages and every parameter but the cap. */
+const withoutPrompt = (chat: NormalizedChat): NormalizedChat => ({ ...chat, messages: [], params: { max_tokens: chat.params.max_tokens } });
+
 const OUTCOME_BY_STATE: Record<string, RequestOutcome> = {
   succeeded: "succeeded",
   failed: "failed",
@@ -187,6 +190,12 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     }
   };
 
+  /**
+   * The attempt's chunk handler. Made outside dispatchAttempt, whose closures share one scope: one
+   * made there would keep the encoded job (the whole prompt) alive for as long as the attempt runs.
+   */
+  const chunkSink = (handle: RequestHandle, meter: ChunkMeter) => (frame: ChunkFrame) => chunkArrived(handle, meter, frame);
+
   /** Chooses a provider and sends it the job once its snapshot committed; answers the actor by event. */
   const dispatchAttempt = (handle: RequestHandle, input: DispatchInput, dispatch: { stopped: boolean }): void => {
     const sendBack = (event: RequestEvent) => handle.actor.send(event);
@@ -240,7 +249,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       request: handle.actor,
       session,
       meter,
-      chunk: (frame) => chunkArrived(handle, meter, frame),
+      chunk: chunkSink(handle, meter),
     });
     // Group commit (src/store/groupCommit.ts): the job leaves only once its reservation and route
     // snapshot are durable — at the end of this event-loop turn, shared with the turn's other writes.
@@ -295,6 +304,9 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         handle.meter.accept(frame);
         handle.meter.markProgress();
         relay(handle, frame);
+        // A stream commits at this chunk and never dispatches again (no failover after the first
+        // byte, DESIGN §1): its prompt, up to the whole body limit, need not live as long as it does.
+        if (handle.chat.stream) handle.chat = withoutPrompt(handle.chat);
       },
       openProgressWindow: ({ context }) => handles.get(context.requestId)?.meter.openWindow(),
       discardPartialOutput: ({ context }) => {
@@ -400,23 +412,25 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     };
     const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing, meter: new ChunkMeter(spec.chat.params.max_tokens), toPrefix: noPrefix, dispatch: { stopped: true } };
     handles.set(spec.requestId, handle);
+    // The closures below name `handle`, never `spec`: the request's prompt must be able to go with
+    // handle.chat's (see relayChunk).
     actor.subscribe({
       complete: () => {
-        handles.delete(spec.requestId);
-        settlements.requestEnded(spec.requestId);
+        handles.delete(handle.requestId);
+        settlements.requestEnded(handle.requestId);
         report(handle);
         deps.onClosed();
       },
       error: (err) => {
         // A bug in one request ends that request only.
-        log.error("request_actor_failed", { request_id: spec.requestId, error: String(err) });
+        log.error("request_actor_failed", { request_id: handle.requestId, error: String(err) });
         const context = actor.getSnapshot().context;
         const key = currentKey(context);
         if (key) registry.releaseAttempt(key);
-        if (context.current) settlements.released(spec.requestId, context.current.attemptN);
-        settlements.requestEnded(spec.requestId);
-        spec.responder.fail(gatewayError("internal_error", "The gateway hit an internal error. Retry the request."));
-        handles.delete(spec.requestId);
+        if (context.current) settlements.released(handle.requestId, context.current.attemptN);
+        settlements.requestEnded(handle.requestId);
+        handle.responder.fail(gatewayError("internal_error", "The gateway hit an internal error. Retry the request."));
+        handles.delete(handle.requestId);
         timing.errorCode = "internal_error";
         report(handle, "failed");
         deps.onClosed();

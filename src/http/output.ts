@@ -6,6 +6,16 @@ import type { ChunkFrame } from "../wire/frames.ts";
 import type { ChatOutcome, ChatResponder } from "./chat/responders.ts";
 import type { GatewayError } from "./errors.ts";
 
+/**
+ * Body text written many times with only a middle part changing (a stream's content deltas): the
+ * piece is `prefix + hole + suffix`. The replay copy keeps the prefix and suffix once instead of per
+ * piece (about 200 bytes of a chat stream's ~220-byte delta event). One object per responder.
+ */
+export interface BodyTemplate {
+  readonly prefix: string;
+  readonly suffix: string;
+}
+
 /** Where a responder's body goes besides the buyer (the pipeline's ResponderContext has these). */
 export interface BodyTarget {
   /** Headers every successful response carries. */
@@ -14,6 +24,8 @@ export interface BodyTarget {
   onBuyerGone: () => void;
   /** Gets every piece of body text, in order, exactly as the buyer is sent it. */
   record: (text: string) => void;
+  /** Gets a templated piece, in the same order as `record`'s; absent: `record` gets its whole text. */
+  recordFilled?: (template: BodyTemplate, hole: string) => void;
 }
 
 export interface LazyEventStream {
@@ -23,6 +35,8 @@ export interface LazyEventStream {
   readonly ended: boolean;
   /** Sends one or more whole events; ignored once the stream ended. */
   write(text: string): void;
+  /** Sends `template.prefix + hole + template.suffix` (whole events), as `write` would. */
+  writeFilled(template: BodyTemplate, hole: string): void;
   end(): void;
   /** Answers with a whole response instead (only before the first write; no-op after). */
   settle(response: Response): void;
@@ -34,77 +48,99 @@ export interface LazyEventStream {
  * ends, so an event never waits for a later one. Bun calls `cancel` when the buyer hangs up.
  */
 export function lazyEventStream(target: BodyTarget): LazyEventStream {
-  let resolve!: (r: Response) => void;
-  const response = new Promise<Response>((r) => (resolve = r));
+  return new EventStream(target);
+}
+
+/**
+ * One per live stream, so a class (issue 7): its methods are shared, where a closure-built object costs
+ * every stream a function and a slot per method (and getter) and their scope. It is its own direct
+ * stream's underlying source (`type`, `pull`, `cancel`).
+ */
+class EventStream implements LazyEventStream, Bun.DirectUnderlyingSource<string> {
+  readonly type = "direct";
+  readonly response: Promise<Response>;
+  started = false;
+  ended = false;
+  private resolve!: (r: Response) => void;
   // The controller exists only once the response is being sent (the server asks after the handler
   // resolved, a turn after the first write at the earliest); text written before waits in `pending`.
-  let sink: ReadableStreamDirectController | null = null;
-  let pending = "";
-  let started = false;
-  let ended = false;
+  private sink: ReadableStreamDirectController | null = null;
+  private pending = "";
 
-  const start = () => {
-    started = true;
-    const body = new ReadableStream({
-      type: "direct",
-      pull(controller) {
-        sink = controller;
-        if (pending !== "") {
-          controller.write(pending);
-          pending = "";
-        }
-        if (ended) controller.close();
-      },
-      cancel() {
-        if (ended) return;
-        ended = true;
-        target.onBuyerGone();
-      },
-    });
-    resolve(
+  constructor(private readonly target: BodyTarget) {
+    this.response = new Promise<Response>((r) => (this.resolve = r));
+  }
+
+  write(text: string): void {
+    if (!this.started) this.start();
+    if (this.ended) return;
+    this.target.record(text);
+    this.send(text);
+  }
+
+  writeFilled(template: BodyTemplate, hole: string): void {
+    if (!this.started) this.start();
+    if (this.ended) return;
+    const text = template.prefix + hole + template.suffix;
+    if (this.target.recordFilled) this.target.recordFilled(template, hole);
+    else this.target.record(text);
+    this.send(text);
+  }
+
+  end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    try {
+      this.sink?.close();
+    } catch {}
+  }
+
+  settle(whole: Response): void {
+    if (this.started) return;
+    this.started = true;
+    this.ended = true;
+    this.resolve(whole);
+  }
+
+  /** The direct stream's pull: Bun hands over the response's sink. */
+  pull(controller: ReadableStreamDirectController): void {
+    this.sink = controller;
+    if (this.pending !== "") {
+      controller.write(this.pending);
+      this.pending = "";
+    }
+    if (this.ended) controller.close();
+  }
+
+  /** The direct stream's cancel: the buyer hung up. */
+  cancel(): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.target.onBuyerGone();
+  }
+
+  private send(text: string): void {
+    if (!this.sink) {
+      this.pending += text;
+      return;
+    }
+    try {
+      this.sink.write(text);
+    } catch {
+      this.ended = true; // The buyer is gone; the abort path handles the rest.
+    }
+  }
+
+  private start(): void {
+    this.started = true;
+    const body = new ReadableStream(this);
+    this.resolve(
       new Response(body, {
         status: 200,
-        headers: { ...target.headers, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-accel-buffering": "no" },
+        headers: { ...this.target.headers, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-accel-buffering": "no" },
       }),
     );
-  };
-
-  return {
-    response,
-    get started() {
-      return started;
-    },
-    get ended() {
-      return ended;
-    },
-    write(text) {
-      if (!started) start();
-      if (ended) return;
-      target.record(text);
-      if (!sink) {
-        pending += text;
-        return;
-      }
-      try {
-        sink.write(text);
-      } catch {
-        ended = true; // The buyer is gone; the abort path handles the rest.
-      }
-    },
-    end() {
-      if (ended) return;
-      ended = true;
-      try {
-        sink?.close();
-      } catch {}
-    },
-    settle(whole) {
-      if (started) return;
-      started = true;
-      ended = true;
-      resolve(whole);
-    },
-  };
+  }
 }
 
 export interface CollectedToolCall {

@@ -5,7 +5,9 @@ import { authenticateBuyer, type AuthResult, type BuyerPrincipal } from "./auth.
 import { parseJsonBody, readBody } from "./body.ts";
 import { gatewayError, type GatewayError } from "./errors.ts";
 import { promptTokenBound, type NormalizedChat } from "./chat/normalize.ts";
-import type { ChatResponder } from "./chat/responders.ts";
+import type { ChatOutcome, ChatResponder } from "./chat/responders.ts";
+import type { ChunkFrame } from "../wire/frames.ts";
+import type { BodyTemplate } from "./output.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
 import type { Store } from "../store/index.ts";
 import type { Settlements } from "../gateway/settlements.ts";
@@ -81,6 +83,8 @@ export interface ResponderContext {
   onBuyerGone: () => void;
   /** The responder passes every piece of the body it writes, in order (the retry-replay copy). */
   record: (text: string) => void;
+  /** The same for a templated piece (src/http/output.ts BodyTemplate), which the copy keeps smaller. */
+  recordFilled?: (template: BodyTemplate, hole: string) => void;
 }
 
 export interface PipelineRequest {
@@ -105,6 +109,8 @@ export interface PipelineRequest {
  */
 export function runChatPipeline(deps: PipelineDeps, input: PipelineRequest): Promise<Response> {
   const body = rawBodies.get(input.request);
+  // Read once: the body bytes need not live as long as the request (a stream's whole life).
+  rawBodies.delete(input.request);
   if (!deps.replays || !body) return runFresh(deps, input, null);
   const identity = replayIdentity(input.request, input.principal.account_id, input.buyerRoute ?? "/v1/chat/completions", body);
   return deps.replays.run(identity, (tracker) => runFresh(deps, input, tracker), input.refuse);
@@ -112,6 +118,7 @@ export function runChatPipeline(deps: PipelineDeps, input: PipelineRequest): Pro
 
 /** Where the body copy goes when there is no replay cache to keep it. */
 const ignoreBody = (_text: string) => {};
+const ignoreFilled = (_template: BodyTemplate, _hole: string) => {};
 
 /** Runs the request as a new one: admission, concurrency slot, reservation, then the request actor. */
 function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null): Promise<Response> {
@@ -157,6 +164,7 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
         abort();
       },
       record: tracker ? tracker.record : ignoreBody,
+      recordFilled: tracker ? tracker.recordFilled : ignoreFilled,
     }),
     end,
   );
@@ -231,21 +239,40 @@ function reserveForRequest(
 
 /** The responder as given, which also reports how the response ended: success, or failure. */
 function observeEnd(r: ChatResponder, end: (ok: boolean) => void): ChatResponder {
-  return {
-    response: r.response,
-    relay: (frame) => r.relay(frame),
-    discard: () => r.discard(),
-    succeed: (outcome) => {
-      r.succeed(outcome);
-      end(true);
-    },
-    fail: (error) => {
-      r.fail(error);
-      end(false);
-    },
-    failMidStream: (error) => {
-      r.failMidStream(error);
-      end(false);
-    },
-  };
+  return new EndObserved(r, end);
+}
+
+/** One per live request, so a class: shared methods instead of closures made per request (issue 7). */
+class EndObserved implements ChatResponder {
+  constructor(
+    private readonly r: ChatResponder,
+    private readonly end: (ok: boolean) => void,
+  ) {}
+
+  get response(): Promise<Response> {
+    return this.r.response;
+  }
+
+  relay(frame: ChunkFrame): void {
+    this.r.relay(frame);
+  }
+
+  discard(): void {
+    this.r.discard();
+  }
+
+  succeed(outcome: ChatOutcome): void {
+    this.r.succeed(outcome);
+    this.end(true);
+  }
+
+  fail(error: GatewayError): void {
+    this.r.fail(error);
+    this.end(false);
+  }
+
+  failMidStream(error: GatewayError): void {
+    this.r.failMidStream(error);
+    this.end(false);
+  }
 }

@@ -20,8 +20,12 @@
 // MEM_HEAP=1 runs the gateway in a host process (this file, `host` mode) that imports src/main.ts with
 // `serve` argv — the same module graph — and answers heap questions over IPC: after Bun.gc(true), the
 // JSC heap size and object counts by type from bun:jsc (importing bun:jsc costs the host ~1 MB, so RSS
-// figures are reported from plain runs). MEM_JSON=FILE writes the result as JSON; MEM_BUN_FLAGS (e.g.
-// `--smol`) is passed to the gateway's bun; MEM_AFTER_LOAD=0 skips the after-load stack.
+// figures are reported from plain runs). MEM_SNAPSHOT=DIR writes the gateway's /proc smaps at idle and
+// live (idle-N.smaps, live-N.smaps) and, with MEM_HEAP=1, V8-format heap snapshots
+// (idle-N.heapsnapshot, live-N.heapsnapshot; test/bench/heapDiff.ts attributes them).
+// MEM_JSON=FILE writes the result as JSON; MEM_BUN_FLAGS (e.g.
+// `--smol`) is passed to the gateway's bun; MEM_AFTER_LOAD=0 skips the after-load stack; MEM_PROMPT_BYTES
+// sets the user message's length (default 256).
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { LoadResult, LoadSpec } from "./driver.ts";
@@ -34,6 +38,7 @@ const LEVELS = (env.MEM_LEVELS ?? "0,100,256,512").split(",").map(Number);
 const PROVIDERS = Number(env.MEM_PROVIDERS ?? 4);
 const HEAP = env.MEM_HEAP === "1";
 const AFTER_LOAD = env.MEM_AFTER_LOAD !== "0";
+const SNAPSHOT_DIR = env.MEM_SNAPSHOT ?? "";
 /** Extra flags for the gateway's bun (e.g. `--smol`), to compare runtime settings. */
 const BUN_FLAGS = (env.MEM_BUN_FLAGS ?? "").split(" ").filter(Boolean);
 
@@ -41,13 +46,15 @@ const BUN_FLAGS = (env.MEM_BUN_FLAGS ?? "").split(" ").filter(Boolean);
 const SLOW_MODEL = "bench-sse-n2000-i100";
 const MODELS = ["bench-json", "bench-json-d20", "bench-sse-n4-i0", "bench-sse-n256-i0", SLOW_MODEL];
 const modelHash = (id: string) => createHash("sha256").update(`bench-weights:${id}`).digest("hex");
-const USER_MESSAGE = "x".repeat(256);
+/** MEM_PROMPT_BYTES (default 256): real buyers send up to 512 KiB, and a stream must not keep its prompt. */
+const USER_MESSAGE = "x".repeat(Number(env.MEM_PROMPT_BYTES ?? 256));
 /** `distinct` makes the body unique, as real buyers' are (identical bodies share one replay-cache slot). */
 const body = (model: string, stream: boolean, maxTokens: number, distinct?: number) =>
   JSON.stringify({ model, stream, max_tokens: maxTokens, messages: [{ role: "user", content: distinct === undefined ? USER_MESSAGE : `${distinct} ${USER_MESSAGE}` }] });
 
 type Proc = ReturnType<typeof Bun.spawn>;
-type HeapReport = { rss_mb: number; heap_mb: number; extra_mb: number; objects: Record<string, number> };
+/** capacity_mb: what the JSC heap has reserved (≥ heap_mb); mimalloc_mb: memory committed by Bun's native allocator. */
+type HeapReport = { rss_mb: number; heap_mb: number; extra_mb: number; capacity_mb: number; mimalloc_mb: number; objects: Record<string, number> };
 
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -69,7 +76,7 @@ interface Stack {
   apiKey: string;
   gateway: Proc;
   /** Host mode only: heap figures after a full GC. */
-  heap?: () => Promise<HeapReport>;
+  heap?: (snapshotFile?: string) => Promise<HeapReport>;
 }
 
 /** stack.ts's startGatewayStack, with a slow model added and an optional host-mode gateway. */
@@ -97,9 +104,9 @@ async function startStack(p: Processes, mockUrl: string): Promise<Stack> {
       ipc: (message) => waiting.shift()?.(message as HeapReport),
     });
     p.all.push(gateway);
-    heap = () => {
+    heap = (snapshotFile) => {
       const r = new Promise<HeapReport>((resolve) => waiting.push(resolve));
-      gateway.send("heap");
+      gateway.send({ snapshot: snapshotFile ?? null });
       return r;
     };
   } else {
@@ -174,6 +181,8 @@ async function drive(spec: LoadSpec): Promise<LoadResult> {
   return JSON.parse(out) as LoadResult;
 }
 
+const figures = ({ objects: _, ...rest }: HeapReport): Omit<HeapReport, "objects"> => rest;
+
 /** Object types whose count changed most between two heap reports, per stream. */
 function objectDelta(a: HeapReport, b: HeapReport, n: number): Record<string, number> {
   const d: [string, number][] = [];
@@ -192,6 +201,8 @@ interface LevelResult {
   heap_idle?: Omit<HeapReport, "objects">;
   heap_live?: Omit<HeapReport, "objects">;
   heap_per_stream_kb?: number;
+  capacity_per_stream_kb?: number;
+  mimalloc_per_stream_kb?: number;
   objects_per_stream?: Record<string, number>;
 }
 
@@ -201,20 +212,25 @@ async function measureLevel(mockUrl: string, n: number): Promise<LevelResult> {
     const s = await startStack(p, mockUrl);
     await warmUp(s);
     await Bun.sleep(1000);
-    const idleHeap = s.heap ? await s.heap() : undefined;
+    const snapshot = (name: string) => (SNAPSHOT_DIR ? join(SNAPSHOT_DIR, `${name}-${n}.heapsnapshot`) : undefined);
+    const idleHeap = s.heap ? await s.heap(snapshot("idle")) : undefined;
     const idle = await sampleRss(s.gateway.pid, 10, 100);
+    if (SNAPSHOT_DIR) writeFileSync(join(SNAPSHOT_DIR, `idle-${n}.smaps`), readFileSync(`/proc/${s.gateway.pid}/smaps`));
     const out: LevelResult = { streams: n, idle_mb: round1(idle), live_mb: null, per_stream_kb: null };
-    if (idleHeap) out.heap_idle = { rss_mb: idleHeap.rss_mb, heap_mb: idleHeap.heap_mb, extra_mb: idleHeap.extra_mb };
+    if (idleHeap) out.heap_idle = figures(idleHeap);
     if (n > 0) {
       const hold = await holdStreams(s, n);
       await Bun.sleep(2000);
       const live = await sampleRss(s.gateway.pid, 20, 100);
+      if (SNAPSHOT_DIR) writeFileSync(join(SNAPSHOT_DIR, `live-${n}.smaps`), readFileSync(`/proc/${s.gateway.pid}/smaps`));
       out.live_mb = round1(live);
       out.per_stream_kb = Math.round(((live - idle) * 1024) / n);
       if (s.heap && idleHeap) {
-        const h = await s.heap();
-        out.heap_live = { rss_mb: h.rss_mb, heap_mb: h.heap_mb, extra_mb: h.extra_mb };
+        const h = await s.heap(snapshot("live"));
+        out.heap_live = figures(h);
         out.heap_per_stream_kb = Math.round(((h.heap_mb - idleHeap.heap_mb) * 1024) / n);
+        out.capacity_per_stream_kb = Math.round(((h.capacity_mb - idleHeap.capacity_mb) * 1024) / n);
+        out.mimalloc_per_stream_kb = Math.round(((h.mimalloc_mb - idleHeap.mimalloc_mb) * 1024) / n);
         out.objects_per_stream = objectDelta(idleHeap, h, n);
       }
       await hold.stop();
@@ -260,9 +276,9 @@ async function measureAfterLoad(mockUrl: string): Promise<Record<string, unknown
     };
     if (s.heap && freshHeap) {
       const h = await s.heap();
-      out.heap_fresh = { rss_mb: freshHeap.rss_mb, heap_mb: freshHeap.heap_mb, extra_mb: freshHeap.extra_mb };
-      out.heap_after_load = { rss_mb: loadHeap!.rss_mb, heap_mb: loadHeap!.heap_mb, extra_mb: loadHeap!.extra_mb };
-      out.heap_after_distinct = { rss_mb: h.rss_mb, heap_mb: h.heap_mb, extra_mb: h.extra_mb };
+      out.heap_fresh = figures(freshHeap);
+      out.heap_after_load = figures(loadHeap!);
+      out.heap_after_distinct = figures(h);
       out.objects_retained = objectDelta(freshHeap, h, 1000);
     }
     console.error(`[memory] after load ${JSON.stringify(out)}`);
@@ -357,16 +373,21 @@ async function hold(url: string, apiKey: string, n: number): Promise<void> {
 
 /** `host CONFIG`: `gateway serve` (src/main.ts, same module graph) plus heap reports over IPC. */
 async function host(configFile: string): Promise<void> {
-  const { heapStats } = await import("bun:jsc");
-  process.on("message", () => {
+  const { heapStats, memoryUsage } = await import("bun:jsc");
+  process.on("message", (message: { snapshot?: string | null }) => {
     Bun.gc(true);
     const h = heapStats();
-    process.send!({
+    const report = {
       rss_mb: round1(Number(/VmRSS:\s+(\d+)/.exec(readFileSync("/proc/self/status", "utf8"))![1]) / 1024),
       heap_mb: round1(h.heapSize / 1048576),
       extra_mb: round1(h.extraMemorySize / 1048576),
+      capacity_mb: round1(h.heapCapacity / 1048576),
+      mimalloc_mb: round1(memoryUsage().currentCommit / 1048576),
       objects: h.objectTypeCounts,
-    } satisfies HeapReport);
+    } satisfies HeapReport;
+    // After the figures: the snapshot's own text would count in them.
+    if (message?.snapshot) writeFileSync(message.snapshot, Bun.generateHeapSnapshot("v8"));
+    process.send!(report);
   });
   process.argv = [process.argv[0]!, MAIN, "serve", "--config", configFile];
   await import(MAIN);

@@ -3,7 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import { createReplayCache, REPLAY_WINDOW_MS, type ReplayIdentity, type RunTracker } from "../../src/http/idempotency.ts";
 import { errorResponse, type GatewayError } from "../../src/http/errors.ts";
-import { lazyEventStream, type LazyEventStream } from "../../src/http/output.ts";
+import { lazyEventStream, type BodyTemplate, type LazyEventStream } from "../../src/http/output.ts";
 
 const enc = new TextEncoder();
 const identity = (over: Partial<ReplayIdentity> = {}): ReplayIdentity => ({
@@ -185,6 +185,46 @@ describe("replay cache", () => {
     for (const name of ["content-type", "cache-control", "x-request-id", "x-accel-buffering"]) expect(replay.headers.get(name)).toBe(first.headers.get(name));
     expect(new Uint8Array(await replay.arrayBuffer())).toEqual(firstBytes);
     expect(new TextDecoder().decode(firstBytes)).toBe("data: 1\n\ndata: ünïcödé 🚀\n\ndata: [DONE]\n\n");
+    expect(h.runs()).toBe(0);
+  });
+
+  test("templated pieces are kept compact and replayed byte for byte, in order with plain ones", async () => {
+    const h = harness();
+    const delta: BodyTemplate = { prefix: 'data: {"choices":[{"delta":{"content":', suffix: "}}]}\n\n" };
+    const other: BodyTemplate = { prefix: "event: x\ndata: ", suffix: "\n\n" };
+    // More templates than a recording tells apart: the rest are kept whole, in order all the same.
+    const many = Array.from({ length: 300 }, (_, i): BodyTemplate => ({ prefix: `data: ${i}<`, suffix: ">\n\n" }));
+    const holes = ["plain", "ünïcödé 🚀", "", '"quoted\\n"', "\u00ff\u00fe"];
+    let out!: LazyEventStream;
+    let tracker!: RunTracker;
+    const first = await h.cache.run(
+      identity(),
+      (t) => {
+        tracker = t;
+        out = lazyEventStream({ headers: { "x-request-id": "req_sse" }, onBuyerGone: () => t.outcome(false), record: t.record, recordFilled: t.recordFilled });
+        out.write("data: 1\n\n");
+        return out.response;
+      },
+      refuse,
+    );
+    let expected = "data: 1\n\n";
+    for (const hole of holes) {
+      out.writeFilled(delta, JSON.stringify(hole));
+      out.write("data: plain\n\n");
+      out.writeFilled(other, hole);
+      expected += `${delta.prefix}${JSON.stringify(hole)}${delta.suffix}data: plain\n\n${other.prefix}${hole}${other.suffix}`;
+    }
+    for (const t of many) {
+      out.writeFilled(t, "h");
+      expected += `${t.prefix}h${t.suffix}`;
+    }
+    out.end();
+    tracker.outcome(true);
+    const firstBytes = new Uint8Array(await first.arrayBuffer());
+    expect(new TextDecoder().decode(firstBytes)).toBe(expected);
+    const replay = await h.cache.run(identity({ retryMarked: true }), h.ok, refuse);
+    expect(replay.headers.get("idempotent-replayed")).toBe("true");
+    expect(new Uint8Array(await replay.arrayBuffer())).toEqual(firstBytes);
     expect(h.runs()).toBe(0);
   });
 

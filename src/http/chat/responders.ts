@@ -3,7 +3,7 @@
 // that point is invisible (DESIGN §7).
 import { errorResponse, inBandErrorFrame, type GatewayError } from "../errors.ts";
 import type { ChunkFrame, ToolCallDelta } from "../../wire/frames.ts";
-import { bufferedJsonResponder, lazyEventStream } from "../output.ts";
+import { bufferedJsonResponder, lazyEventStream, type BodyTemplate, type LazyEventStream } from "../output.ts";
 
 export interface ChatUsage {
   prompt_tokens: number;
@@ -36,6 +36,8 @@ export interface ResponderOptions {
   onBuyerGone: () => void;
   /** Gets the body text as written (the retry-replay copy). */
   record: (text: string) => void;
+  /** The same for the templated content deltas. */
+  recordFilled?: (template: BodyTemplate, hole: string) => void;
   requestId: string;
 }
 
@@ -59,52 +61,70 @@ const toolCallDeltas = (calls: ToolCallDelta[]) =>
 
 /** SSE: `data: {chunk}` per delta, a finish chunk, an optional usage chunk, then `[DONE]`. */
 export function streamingResponder(o: ResponderOptions): ChatResponder {
-  const out = lazyEventStream(o);
-  let sentRole = false;
-  // Everything but the choices is the same on every chunk: built once.
-  const head = `data: {"id":${JSON.stringify(o.completionId)},"object":"chat.completion.chunk","created":${o.created},"model":${JSON.stringify(o.model)},"choices":`;
+  return new ChatStreamResponder(o);
+}
 
-  const delta = (d: Record<string, unknown>, finishReason: string | null) => {
-    if (!sentRole) {
+/** One per live stream, so a class: its methods are shared instead of closures made per stream (issue 7). */
+class ChatStreamResponder implements ChatResponder {
+  private readonly out: LazyEventStream;
+  private sentRole = false;
+  /** Everything but the choices is the same on every chunk: built once. */
+  private readonly head: string;
+  /** A content-only delta after the first: all but the content's JSON is the same on every one. */
+  private readonly contentDelta: BodyTemplate;
+
+  constructor(private readonly o: ResponderOptions) {
+    this.out = lazyEventStream(o);
+    this.head = `data: {"id":${JSON.stringify(o.completionId)},"object":"chat.completion.chunk","created":${o.created},"model":${JSON.stringify(o.model)},"choices":`;
+    this.contentDelta = { prefix: `${this.head}[{"index":0,"delta":{"content":`, suffix: `},"logprobs":null,"finish_reason":null}]}\n\n` };
+  }
+
+  get response(): Promise<Response> {
+    return this.out.response;
+  }
+
+  private delta(d: Record<string, unknown>, finishReason: string | null): string {
+    if (!this.sentRole) {
       d = { role: "assistant", ...d };
-      sentRole = true;
+      this.sentRole = true;
     }
-    return `${head}[{"index":0,"delta":${JSON.stringify(d)},"logprobs":null,"finish_reason":${JSON.stringify(finishReason)}}]}\n\n`;
-  };
+    return `${this.head}[{"index":0,"delta":${JSON.stringify(d)},"logprobs":null,"finish_reason":${JSON.stringify(finishReason)}}]}\n\n`;
+  }
 
-  return {
-    response: out.response,
-    relay(frame) {
-      // Per-token fast path (issue 7): a content-only delta after the first is written from the
-      // template, byte-identical to the general path, without building and serialising an object.
-      if (sentRole && frame.tool_calls === undefined && frame.content !== undefined) {
-        out.write(`${head}[{"index":0,"delta":{"content":${JSON.stringify(frame.content)}},"logprobs":null,"finish_reason":null}]}\n\n`);
-        return;
-      }
-      const d: Record<string, unknown> = {};
-      if (frame.content !== undefined) d.content = frame.content;
-      if (frame.tool_calls !== undefined) d.tool_calls = toolCallDeltas(frame.tool_calls);
-      out.write(delta(d, null));
-    },
-    discard() {},
-    succeed({ finishReason, usage }) {
-      out.write(delta({}, finishReason));
-      if (o.includeUsage) out.write(`${head}[],"usage":${JSON.stringify(usageObject(usage))}}\n\n`);
-      out.write("data: [DONE]\n\n");
-      out.end();
-    },
-    fail(error) {
-      if (!out.started) {
-        out.settle(errorResponse(error, o.requestId));
-        return;
-      }
-      this.failMidStream(error);
-    },
-    failMidStream(error) {
-      out.write(inBandErrorFrame(error));
-      out.end();
-    },
-  };
+  relay(frame: ChunkFrame): void {
+    // Per-token fast path (issue 7): a content-only delta after the first is written from the
+    // template, byte-identical to the general path, without building and serialising an object.
+    if (this.sentRole && frame.tool_calls === undefined && frame.content !== undefined) {
+      this.out.writeFilled(this.contentDelta, JSON.stringify(frame.content));
+      return;
+    }
+    const d: Record<string, unknown> = {};
+    if (frame.content !== undefined) d.content = frame.content;
+    if (frame.tool_calls !== undefined) d.tool_calls = toolCallDeltas(frame.tool_calls);
+    this.out.write(this.delta(d, null));
+  }
+
+  discard(): void {}
+
+  succeed({ finishReason, usage }: ChatOutcome): void {
+    this.out.write(this.delta({}, finishReason));
+    if (this.o.includeUsage) this.out.write(`${this.head}[],"usage":${JSON.stringify(usageObject(usage))}}\n\n`);
+    this.out.write("data: [DONE]\n\n");
+    this.out.end();
+  }
+
+  fail(error: GatewayError): void {
+    if (!this.out.started) {
+      this.out.settle(errorResponse(error, this.o.requestId));
+      return;
+    }
+    this.failMidStream(error);
+  }
+
+  failMidStream(error: GatewayError): void {
+    this.out.write(inBandErrorFrame(error));
+    this.out.end();
+  }
 }
 
 /** One JSON body, written only when the whole completion is known. */

@@ -39,6 +39,7 @@ export function chatCompletionsHandler(deps: ChatRouteDeps) {
           requestId: rid,
           onBuyerGone: ctx.onBuyerGone,
           record: ctx.record,
+          recordFilled: ctx.recordFilled,
         };
         return chat.stream ? streamingResponder(options) : jsonResponder(options);
       },

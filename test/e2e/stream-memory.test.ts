@@ -1,0 +1,74 @@
+// What a live stream keeps in memory (issue 7): once its first byte is out it can no longer fail over,
+// so nothing of its prompt (up to the 512 KiB body limit) may live as long as the stream does; a
+// request that can still fail over keeps it. The gateway runs in this process, its provider in another,
+// so every JS string holding the prompt's marker is the gateway's (or this test's, which holds bytes only).
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { spawnProvider, startTestGateway, waitFor, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";
+
+let gw: TestGateway;
+let provider: ProviderProcess;
+
+beforeAll(async () => {
+  gw = await startTestGateway();
+  // At most ~48 tokens an answer (synthetic engine): at 4 a second, both requests outlive the test.
+  provider = spawnProvider(gw, { id: "slow", tokensPerSecond: 4, maxConcurrency: 4 });
+  await waitForReadyProviders(gw, 1);
+});
+
+afterAll(async () => {
+  await provider.kill();
+  await gw.close();
+});
+
+/** A chat body as bytes, its one message starting with `marker` (the test keeps no string of it). */
+function body(marker: string, stream: boolean): Uint8Array {
+  const json = JSON.stringify({ model: "test-model", stream, max_tokens: 100, messages: [{ role: "user", content: `${marker} ${"x".repeat(16 * 1024)}` }] });
+  return new TextEncoder().encode(json);
+}
+
+/** Strings in this process's heap, after a full collection, that hold the marker and are prompt-sized. */
+async function promptCopies(marker: string): Promise<number> {
+  await Bun.sleep(0);
+  Bun.gc(true);
+  const { strings } = JSON.parse(Bun.generateHeapSnapshot("v8")) as { strings: string[] };
+  return strings.filter((s) => s.length > 1000 && s.includes(marker)).length;
+}
+
+const post = (marker: string, stream: boolean, signal?: AbortSignal) =>
+  fetch(`${gw.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${gw.apiKey}`, "content-type": "application/json" },
+    body: body(marker, stream),
+    signal,
+  });
+
+describe("a live request's prompt", () => {
+  test("a stream past its first delta keeps no copy; a non-streaming request in flight keeps one; a cancel still arrives after a collection", async () => {
+    const streamMarker = `M${crypto.randomUUID().replaceAll("-", "")}`;
+    const jsonMarker = `M${crypto.randomUUID().replaceAll("-", "")}`;
+    const jsonAbort = new AbortController();
+
+    const res = await post(streamMarker, true);
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    for (let seen = ""; !seen.includes('"content":"'); ) seen += decoder.decode((await reader.read()).value);
+
+    // The control: it can still fail over until its body is written, so its prompt stays.
+    const pending = post(jsonMarker, false, jsonAbort.signal).catch((e: unknown) => e);
+    await waitFor(() => gw.gateway.registry.attempts.size === 2, 5000, "both jobs dispatched");
+
+    expect(await promptCopies(jsonMarker)).toBeGreaterThan(0);
+    expect(await promptCopies(streamMarker)).toBe(0);
+
+    // The stream's request object may be gone by now: the buyer's hang-up still cancels the job.
+    jsonAbort.abort();
+    await pending;
+    await provider.waitForEvent("cancel_received");
+    const cancels = () => provider.events.filter((e) => e.event === "cancel_received").length;
+    const before = cancels();
+    await reader.cancel();
+    await waitFor(() => cancels() === before + 1, 1000, "the stream's cancel");
+    await waitFor(() => gw.gateway.registry.attempts.size === 0, 1000, "slots released");
+  }, 20_000);
+});
