@@ -8,7 +8,10 @@
 // (`bun src/main.ts serve`, enforce mode, the same configuration as stack.ts) with MEM_PROVIDERS
 // provider runtimes (`gateway provider --engine openai`, default 4) in front of the benchmark's mock —
 // so freed memory of an earlier level cannot hide a later level's cost. Per level:
-//   1. warm-up: 50 non-streaming requests and 20 short streams, one at a time (JIT, pools, caches);
+//   1. warm-up: 50 non-streaming requests (MEM_WARMUP) and 20 short streams, one at a time (JIT,
+//      pools, caches); with MEM_WARMUP=1500 the heaps, allocator and SQLite cache have grown to their
+//      working size first, so the per-stream figure is what one more live stream costs a gateway that
+//      has served traffic (the default's includes that growth: 512 streams start in the same instant);
 //   2. idle: the gateway's VmRSS (/proc/PID/status), median of 10 samples over 1 s;
 //   3. live: N streams opened at once by a holder process of its own (each a slow mock stream: one
 //      16-byte delta every 100 ms, long enough to outlive the measurement); once every stream has its
@@ -143,7 +146,7 @@ async function startStack(p: Processes, mockUrl: string): Promise<Stack> {
 
 async function warmUp(s: Stack): Promise<void> {
   const init = (b: string) => ({ method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${s.apiKey}` }, body: b });
-  for (let i = 0; i < 50; i++) await (await fetch(`${s.url}/v1/chat/completions`, init(body("bench-json", false, 16)))).arrayBuffer();
+  for (let i = 0; i < Number(env.MEM_WARMUP ?? 50); i++) await (await fetch(`${s.url}/v1/chat/completions`, init(body("bench-json", false, 16)))).arrayBuffer();
   for (let i = 0; i < 20; i++) await (await fetch(`${s.url}/v1/chat/completions`, init(body("bench-sse-n4-i0", true, 4)))).arrayBuffer();
 }
 
