@@ -52,7 +52,6 @@ export interface RunningGateway {
 /** After the drain: longest wait for open HTTP responses to finish writing before they are cut. */
 const DRAIN_FLUSH_MS = 1000;
 
-
 /** The `rateCard` setting: a JSON array of rows (validated by buildRateCard). */
 function parseRateCardSetting(text: string | undefined): { ok: true; rows: RateRowConfig[] } | { ok: false; message: string } {
   if (text === undefined || text.trim() === "") return { ok: true, rows: [] };

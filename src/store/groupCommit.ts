@@ -131,10 +131,10 @@ export function withGroupCommit<S extends object>(
     if (!open) return effect(true);
     waiting.push(effect);
   };
+  // The same, and the group commits at the end of this turn.
   const afterCommit = (effect: (committed: boolean) => void) => {
-    if (!open) return effect(true);
-    waiting.push(effect);
-    if (urgent) return;
+    afterLazyCommit(effect);
+    if (!open || urgent) return;
     urgent = true;
     const which = group;
     schedule(() => commitGroup(which));
