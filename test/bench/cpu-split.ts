@@ -8,9 +8,13 @@ const [mode = "load", cArg = "128", sArg = "8"] = process.argv.slice(2);
 const concurrency = Number(cArg);
 const seconds = Number(sArg);
 const ticks = 100;
-const cpu = (pid: number, path = `/proc/${pid}/stat`): number => {
+const times = (pid: number, path = `/proc/${pid}/stat`): { user: number; sys: number } => {
   const f = readFileSync(path, "utf8").split(") ")[1]!.split(" ");
-  return (Number(f[11]) + Number(f[12])) / ticks;
+  return { user: Number(f[11]) / ticks, sys: Number(f[12]) / ticks };
+};
+const cpu = (pid: number, path?: string): number => {
+  const t = times(pid, path);
+  return t.user + t.sys;
 };
 
 const procs = new Processes();
@@ -27,7 +31,15 @@ try {
     : { mode: "load", url: `${gw.url}/v1/chat/completions`, headers, body, concurrency, warmupMs: 1000, durationMs: seconds * 1000 };
   const pids: Record<string, number> = { gateway: gw.gateway.pid, mock: mock.proc.pid };
   gw.providers.forEach((p, i) => (pids[`provider-${i}`] = p.pid));
-  const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpu(pid)]));
+  const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, times(pid)]));
+  const threadCpu = (pid: number): Map<string, { name: string; cpu: number }> =>
+    new Map(
+      readdirSync(`/proc/${pid}/task`).map((t) => [
+        t,
+        { name: readFileSync(`/proc/${pid}/task/${t}/comm`, "utf8").trim(), cpu: cpu(Number(t), `/proc/${pid}/task/${t}/stat`) },
+      ]),
+    );
+  const threadsBefore = threadCpu(gw.gateway.pid);
   const t0 = performance.now();
   const driver = Bun.spawn(["bun", join(import.meta.dir, "driver.ts"), JSON.stringify(spec)], { env: { ...process.env, ...FETCH_ENV }, stdout: "pipe" });
   let driverCpu = 0;
@@ -39,15 +51,18 @@ try {
   const out = await new Response(driver.stdout).text();
   clearInterval(timer);
   const wall = (performance.now() - t0) / 1000;
-  const after = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpu(pid)]));
+  const after = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, times(pid)]));
   const r = JSON.parse(out);
   console.log(JSON.stringify({ mode, concurrency, wall: +wall.toFixed(2), rps: r.rps, p50: r.latency_ms?.p50, p99: r.latency_ms?.p99, errors: r.errors, stalled: r.stalled_streams, delivered: r.delivered_ratio, max_gap: r.max_gap_ms, ttft_p99: r.ttft_ms?.p99, frames_per_s: r.frames_per_s }));
-  for (const k of Object.keys(pids)) console.log(`${k.padEnd(12)} ${(after[k]! - before[k]!).toFixed(2)} s CPU`);
-  // The gateway's threads: the main (JS) thread is the one that saturates.
-  for (const t of readdirSync(`/proc/${gw.gateway.pid}/task`)) {
-    const name = readFileSync(`/proc/${gw.gateway.pid}/task/${t}/comm`, "utf8").trim();
-    const s = cpu(Number(t), `/proc/${gw.gateway.pid}/task/${t}/stat`);
-    if (s >= 0.05) console.log(`  gateway thread ${name.padEnd(12)} ${s.toFixed(2)} s CPU (since start)`);
+  for (const k of Object.keys(pids)) {
+    const user = after[k]!.user - before[k]!.user;
+    const sys = after[k]!.sys - before[k]!.sys;
+    console.log(`${k.padEnd(12)} ${(user + sys).toFixed(2)} s CPU (user ${user.toFixed(2)}, sys ${sys.toFixed(2)})`);
+  }
+  // The gateway's threads during the run: the main (JS) thread is the one that saturates.
+  for (const [t, { name, cpu: s }] of threadCpu(gw.gateway.pid)) {
+    const used = s - (threadsBefore.get(t)?.cpu ?? 0);
+    if (used >= 0.05) console.log(`  gateway thread ${name.padEnd(12)} ${used.toFixed(2)} s CPU`);
   }
   console.log(`${"driver".padEnd(12)} ${driverCpu.toFixed(2)} s CPU (approx)`);
 } finally {
