@@ -1,15 +1,28 @@
 // actors/settlement.ts — one provider attempt's settlement (DESIGN §4, spec §3.2):
 //   running → pending → verified | quarantined | zero_settled
 // `running` is the attempt on the wire (buyer-facing label: pending); `pending` waits for a receipt
-// until the pending deadline. The machine only sequences: receipts are judged at the edge by the pure
+// until the pending deadline. The actor only sequences: receipts are judged at the edge by the pure
 // verifier against the persisted snapshot, and the verdict arrives as an event — a later turn than the
 // receipt when its signature is checked off the main thread, so a receipt that came in time holds the
 // pending deadline until it arrives (`attempt.ended` says so for a receipt that came with `end`,
-// `receipt.arrived` for a later one). The first terminal outcome is final — the machine stops
-// there, so a later receipt has nothing to move.
-import { assign, setup } from "xstate";
+// `receipt.arrived` for a later one). The first terminal outcome is final — the actor stops there, so a
+// later receipt has nothing to move.
+//
+// An XState actor, but with its own logic instead of a `createMachine` statechart (docs/decisions.md,
+// issue 7): the machine interpreter cost ~30 µs of the gateway's main thread per attempt at load, this
+// logic ~1 µs. Its transitions are `settlementStep` (pure); its effects, the pending deadline (scheduled
+// on the actor system's clock, so SimulatedClock drives it) and `settle` (provided at the edge), run
+// after the step like a machine's actions.
+import type { ActorLogic, ActorScope, ActorSystem, Snapshot } from "xstate";
+
+// The system type every root actor gets (xstate exports no name for it).
+type AnySystem = ActorSystem<any>;
 
 export type SettlementLabel = "pending" | "verified" | "quarantined" | "zero_settled";
+export type FinalLabel = Exclude<SettlementLabel, "pending">;
+
+/** `running`: the attempt is on the wire; the others are the labels of spec §3.2. */
+export type SettlementState = "running" | FinalLabel | "pending";
 
 export type ReceiptVerdict = { label: "verified" } | { label: "quarantined"; reason: string };
 
@@ -23,7 +36,7 @@ export interface SettlementInput {
 }
 
 export interface SettlementContext extends SettlementInput {
-  /** A receipt that came with `end` before the machine reached `pending` is judged there. */
+  /** A receipt that came with `end` before the attempt reached `pending` is judged there. */
   verdict: ReceiptVerdict | null;
   /** A receipt came before the deadline and its verdict is on the way: the deadline no longer applies. */
   verdictDue: boolean;
@@ -41,75 +54,131 @@ export type SettlementEvent =
   /** A receipt (in `end` or a late `receipt` frame) was judged against the persisted snapshot. */
   | { type: "receipt.judged"; verdict: ReceiptVerdict }
   /** The gateway itself refused the attempt before relaying a byte (e.g. `accepted.model_hash` ≠ the catalog's). */
-  | { type: "attempt.rejected"; reason: string };
+  | { type: "attempt.rejected"; reason: string }
+  /** The pending deadline passed (the actor schedules it for itself on entering `pending`). */
+  | { type: "settlement.deadline" };
 
-export const settlementMachine = setup({
-  types: {
-    context: {} as SettlementContext,
-    events: {} as SettlementEvent,
-    input: {} as SettlementInput,
-  },
-  guards: {
-    resumedPending: ({ context }) => context.resumedPending,
-    deliveredNothing: ({ event }) => event.type === "attempt.ended" && event.deliveredNothing,
-    judgedVerified: ({ context }) => context.verdict?.label === "verified",
-    judgedQuarantined: ({ context }) => context.verdict?.label === "quarantined",
-    noVerdictDue: ({ context }) => !context.verdictDue,
-  },
-  actions: {
-    recordVerdict: assign({
-      verdict: ({ event }) => (event.type === "receipt.judged" ? event.verdict : null),
-    }),
-    recordVerdictDue: assign({
-      verdictDue: ({ context, event }) => context.verdictDue || event.type === "receipt.arrived" || (event.type === "attempt.ended" && event.verdictDue),
-    }),
-    recordQuarantineReason: assign({
-      reason: ({ context }) => (context.verdict?.label === "quarantined" ? context.verdict.reason : null),
-    }),
-    recordNoReceipt: assign({ reason: "no_receipt" }),
-    recordRejection: assign({ reason: ({ event }) => (event.type === "attempt.rejected" ? event.reason : null) }),
-    recordNothingDelivered: assign({ reason: "nothing_delivered" }),
-    // Effects, provided at the edge: one SQLite transaction each (label + ledger posting + reservation),
-    // then the `settled` frame to the provider.
-    settleVerified: () => {},
-    settleQuarantined: () => {},
-    settleZero: () => {},
-  },
-  delays: {
-    pendingDeadline: ({ context }) => Math.max(0, context.pendingDeadlineMs),
-  },
-}).createMachine({
-  id: "settlement",
-  context: ({ input }) => ({ ...input, verdict: null, verdictDue: false, reason: null }),
-  initial: "starting",
-  states: {
-    starting: {
-      always: [{ guard: "resumedPending", target: "pending" }, { target: "running" }],
-    },
-    running: {
-      on: {
-        "attempt.ended": [
-          { guard: "deliveredNothing", target: "zero_settled", actions: "recordNothingDelivered" },
-          { target: "pending", actions: "recordVerdictDue" },
-        ],
+export type SettlementSnapshot = Snapshot<{ reason: string | null }> & { value: SettlementState; context: SettlementContext };
+
+interface Step {
+  value: SettlementState;
+  context: SettlementContext;
+}
+
+const isFinal = (value: SettlementState): value is FinalLabel => value !== "running" && value !== "pending";
+
+/** Entering `pending` settles at once when a verdict is already known (a receipt judged while running). */
+function enterPending(context: SettlementContext): Step {
+  const verdict = context.verdict;
+  if (verdict?.label === "verified") return { value: "verified", context };
+  if (verdict?.label === "quarantined") return { value: "quarantined", context: { ...context, reason: verdict.reason } };
+  return { value: "pending", context };
+}
+
+/** The transition function: the next state and context for an event (the same step when nothing changes). Pure. */
+export function settlementStep(value: SettlementState, context: SettlementContext, event: SettlementEvent): Step {
+  const same = { value, context };
+  switch (value) {
+    case "running":
+      switch (event.type) {
+        case "attempt.ended":
+          if (event.deliveredNothing) return { value: "zero_settled", context: { ...context, reason: "nothing_delivered" } };
+          return enterPending(event.verdictDue ? { ...context, verdictDue: true } : context);
         // A receipt rides on `end`, so it can be judged before `attempt.ended` (when its signature needs
         // no checking: a verdict is reached without it).
-        "receipt.judged": { actions: "recordVerdict" },
-        "attempt.rejected": { target: "quarantined", actions: "recordRejection" },
+        case "receipt.judged":
+          return { value, context: { ...context, verdict: event.verdict } };
+        case "attempt.rejected":
+          return { value: "quarantined", context: { ...context, reason: event.reason } };
+        default:
+          return same;
+      }
+    case "pending":
+      switch (event.type) {
+        case "receipt.arrived":
+          return { value, context: { ...context, verdictDue: true } };
+        case "receipt.judged":
+          return enterPending({ ...context, verdict: event.verdict });
+        case "settlement.deadline":
+          return context.verdictDue ? same : { value: "quarantined", context: { ...context, reason: "no_receipt" } };
+        default:
+          return same;
+      }
+    default:
+      return same;
+  }
+}
+
+/** What the edge does when an attempt settles: one SQLite transaction, then the `settled` frame. */
+export interface SettlementEffects {
+  settle: (label: FinalLabel, context: SettlementContext) => void;
+}
+
+/**
+ * The statechart of `settlementStep`, as data: the inspector draws it (it names an actor and shows its
+ * diagram from `logic.config`), and test/actors/settlement.test.ts checks every step against it. An
+ * attempt resumed after a restart starts in `pending`.
+ */
+export const settlementChart = {
+  id: "settlement",
+  initial: "running",
+  states: {
+    running: {
+      on: {
+        "attempt.ended": ["zero_settled", "verified", "quarantined", "pending"],
+        "receipt.judged": {},
+        "attempt.rejected": "quarantined",
       },
     },
     pending: {
-      always: [
-        { guard: "judgedVerified", target: "verified" },
-        { guard: "judgedQuarantined", target: "quarantined", actions: "recordQuarantineReason" },
-      ],
-      after: { pendingDeadline: { guard: "noVerdictDue", target: "quarantined", actions: "recordNoReceipt" } },
-      // Targetless: the eventless transitions above are re-checked after it.
-      on: { "receipt.arrived": { actions: "recordVerdictDue" }, "receipt.judged": { actions: "recordVerdict" } },
+      on: {
+        "receipt.arrived": {},
+        "receipt.judged": ["verified", "quarantined"],
+        "settlement.deadline": "quarantined",
+      },
     },
-    verified: { type: "final", entry: "settleVerified" },
-    quarantined: { type: "final", entry: "settleQuarantined" },
-    zero_settled: { type: "final", entry: "settleZero" },
+    verified: { type: "final" },
+    quarantined: { type: "final" },
+    zero_settled: { type: "final" },
   },
-  output: ({ context }) => ({ reason: context.reason }),
-});
+} as const;
+
+const DEADLINE_ID = "pendingDeadline";
+const DEADLINE: SettlementEvent = { type: "settlement.deadline" };
+
+function snapshotOf(step: Step): SettlementSnapshot {
+  return isFinal(step.value)
+    ? { status: "done", output: { reason: step.context.reason }, error: undefined, value: step.value, context: step.context }
+    : { status: "active", output: undefined, error: undefined, value: step.value, context: step.context };
+}
+
+type Scope = ActorScope<SettlementSnapshot, SettlementEvent, AnySystem>;
+
+function scheduleDeadline(scope: Scope, context: SettlementContext): void {
+  scope.system.scheduler.schedule(scope.self, scope.self, DEADLINE, Math.max(0, context.pendingDeadlineMs), DEADLINE_ID);
+}
+
+/**
+ * The settlement actor's logic with the edge's effects (made once, like `machine.provide`). Effects
+ * run after the step, as a machine's actions would; a final state stops the actor, which cancels the
+ * deadline.
+ */
+export function settlementLogic(effects: SettlementEffects): ActorLogic<SettlementSnapshot, SettlementEvent, SettlementInput, AnySystem> {
+  return {
+    config: settlementChart,
+    getInitialSnapshot: (_scope, input) =>
+      snapshotOf({ value: input.resumedPending ? "pending" : "running", context: { ...input, verdict: null, verdictDue: false, reason: null } }),
+    start: (snapshot, scope) => {
+      if (snapshot.value === "pending") scheduleDeadline(scope, snapshot.context);
+    },
+    transition: (snapshot, event, scope) => {
+      const next = settlementStep(snapshot.value, snapshot.context, event);
+      if (next.value === snapshot.value && next.context === snapshot.context) return snapshot;
+      const { value, context } = next;
+      if (value === "pending" && snapshot.value !== "pending") scope.defer(() => scheduleDeadline(scope, context));
+      if (isFinal(value)) scope.defer(() => effects.settle(value, context));
+      return snapshotOf(next);
+    },
+    getPersistedSnapshot: (snapshot) => snapshot,
+  };
+}

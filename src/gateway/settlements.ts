@@ -2,7 +2,7 @@
 // delivered prefix measured as chunks reach the buyer, receipts judged by the pure verifier, one
 // `settlement` actor per attempt, and each outcome written to the ledger in one transaction.
 import { createActor, type ActorRefFrom, type InspectionEvent } from "xstate";
-import { settlementMachine, type ReceiptVerdict as ActorVerdict, type SettlementLabel } from "../../actors/settlement.ts";
+import { settlementLogic, type FinalLabel, type ReceiptVerdict as ActorVerdict } from "../../actors/settlement.ts";
 import { lookupModel, routeCatalogFields, type CatalogState } from "../catalog/index.ts";
 import { observedBilling, rowFor, type RateCard } from "../ledger/index.ts";
 import {
@@ -44,7 +44,7 @@ export interface SettlementDeps {
   log: Log;
   inspect?: (event: InspectionEvent) => void;
   /** Called once per attempt with its final label (metrics). */
-  onSettled?: (label: Exclude<SettlementLabel, "pending">) => void;
+  onSettled?: (label: FinalLabel) => void;
 }
 
 export interface OpenAttemptInput {
@@ -73,7 +73,7 @@ interface OpenAttempt {
   snapshot: RouteSnapshot;
   digest: string;
   builder: DeliveredPrefixBuilder;
-  actor: ActorRefFrom<typeof settlementMachine>;
+  actor: ActorRefFrom<SettlementLogic>;
   acceptedHash: string | null;
   cancelReason: TerminalState | null;
   /** The provider's `end`, when it came (before or after the gateway released the attempt). */
@@ -92,6 +92,8 @@ interface OpenAttempt {
   /** The envelope that was judged, for the ledger row. */
   judged: { envelope: string; arrivalId: number; receivedAtMs: number; billable: { prompt_tokens: number; completion_tokens: number } | null } | null;
 }
+
+type SettlementLogic = ReturnType<typeof settlementLogic>;
 
 const toActorVerdict = (v: ReceiptVerdict): ActorVerdict =>
   v.label === "verified" ? { label: "verified" } : { label: "quarantined", reason: v.reason };
@@ -142,20 +144,15 @@ export function createSettlements(deps: SettlementDeps) {
     return pricing(modelId).entry?.model_hash ?? null;
   }
 
-  // Provided once (issue 7): `provide` copies the whole machine definition, which cost more than the
-  // rest of the actor's life when it was done per attempt. The attempt is found by the actor's context.
-  const machine = settlementMachine.provide({
-    actions: {
-      settleVerified: ({ context }) => settle(attemptKey(context.requestId, context.attemptN), "verified", null),
-      settleQuarantined: ({ context }) => settle(attemptKey(context.requestId, context.attemptN), "quarantined", context.reason),
-      settleZero: ({ context }) => settle(attemptKey(context.requestId, context.attemptN), "zero_settled", context.reason),
-    },
+  // Made once, like `machine.provide`: the attempt is found by the actor's context.
+  const logic = settlementLogic({
+    settle: (label, context) => settle(attemptKey(context.requestId, context.attemptN), label, context.reason),
   });
 
   function startActor(att: Omit<OpenAttempt, "actor">, resumedPendingMs: number | null): OpenAttempt {
     const key = attemptKey(att.requestId, att.attemptN);
     const actor = createActor(
-      machine,
+      logic,
       {
         input: {
           requestId: att.requestId,
@@ -422,7 +419,7 @@ export function createSettlements(deps: SettlementDeps) {
   }
 
   /** The settlement actor reached a final state: one ledger transaction, then the `settled` frame. */
-  function settle(key: string, label: Exclude<SettlementLabel, "pending">, reason: string | null): void {
+  function settle(key: string, label: FinalLabel, reason: string | null): void {
     const att = open.get(key);
     if (!att) return;
     open.delete(key);
@@ -473,7 +470,7 @@ export function createSettlements(deps: SettlementDeps) {
     });
   }
 
-  function announceSettled(att: OpenAttempt, label: Exclude<SettlementLabel, "pending">, reason: string | null, settlement: SettlementRow): void {
+  function announceSettled(att: OpenAttempt, label: FinalLabel, reason: string | null, settlement: SettlementRow): void {
     deps.onSettled?.(label);
     log.info("attempt_settled", {
       request_id: att.requestId,

@@ -247,7 +247,7 @@ export function chunksWithinBytes<C extends DeliveredChunk>(chunks: readonly C[]
  * True when an attempt delivered nothing to the buyer: no content byte and no tool-call delta (chunk
  * tokens without visible output are not delivery). Such an attempt settles `zero_settled` whatever any
  * receipt claims (DESIGN §4: no bytes delivered and no billable work), so it never waits for a receipt.
- * Same meaning as `deliveredNothing` of the settlement machine's `attempt.ended` event.
+ * Same meaning as `deliveredNothing` of the settlement actor's `attempt.ended` event.
  */
 export function deliveredNothing(prefix: Pick<DeliveredPrefix, "start_byte" | "end_byte" | "tool_calls_delivered">): boolean {
   return prefix.end_byte === prefix.start_byte && !prefix.tool_calls_delivered;

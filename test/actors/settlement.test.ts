@@ -1,8 +1,8 @@
-// The settlement actor in isolation: the first terminal outcome is final; the pending deadline is a
-// named delay driven by SimulatedClock.
+// The settlement actor in isolation: the first terminal outcome is final; the pending deadline is
+// scheduled on the actor system's clock, so SimulatedClock drives it.
 import { describe, expect, test } from "bun:test";
 import { createActor, SimulatedClock } from "xstate";
-import { settlementMachine, type SettlementEvent, type SettlementInput } from "../../actors/settlement.ts";
+import { settlementChart, settlementLogic, settlementStep, type SettlementContext, type SettlementEvent, type SettlementInput } from "../../actors/settlement.ts";
 
 const DEADLINE_MS = 300_000;
 
@@ -10,13 +10,7 @@ function startSettlement(input: Partial<SettlementInput> = {}) {
   const clock = new SimulatedClock();
   const settled: string[] = [];
   const actor = createActor(
-    settlementMachine.provide({
-      actions: {
-        settleVerified: () => void settled.push("verified"),
-        settleQuarantined: ({ context }) => void settled.push(`quarantined:${context.reason}`),
-        settleZero: ({ context }) => void settled.push(`zero_settled:${context.reason}`),
-      },
-    }),
+    settlementLogic({ settle: (label, context) => void settled.push(label === "verified" ? label : `${label}:${context.reason}`) }),
     { input: { requestId: "req_1", attemptN: 0, resumedPending: false, pendingDeadlineMs: DEADLINE_MS, ...input }, clock },
   ).start();
   const send = (...events: SettlementEvent[]) => events.forEach((e) => actor.send(e));
@@ -99,7 +93,7 @@ describe("settlement", () => {
   });
 });
 
-describe("the settlement machine holds the deadline for a verdict that is due", () => {
+describe("the settlement actor holds the deadline for a verdict that is due", () => {
   test("receipt with `end`: the deadline passes, then the verdict decides", () => {
     const m = startSettlement({ requestId: "req_m", pendingDeadlineMs: 1000 });
     m.actor.send({ type: "attempt.ended", deliveredNothing: false, verdictDue: true });
@@ -132,4 +126,76 @@ describe("the settlement machine holds the deadline for a verdict that is due", 
     m.actor.send({ type: "attempt.ended", deliveredNothing: true, verdictDue: true });
     expect(m.settled).toEqual(["zero_settled:nothing_delivered"]);
   });
+});
+
+describe("settlementStep (the pure transition function)", () => {
+  const context: SettlementContext = {
+    requestId: "req_t",
+    attemptN: 0,
+    resumedPending: false,
+    pendingDeadlineMs: 1000,
+    verdict: null,
+    verdictDue: false,
+    reason: null,
+  };
+  const judgedVerified = { ...context, verdict: { label: "verified" } } as const;
+  const judgedBad = { ...context, verdict: { label: "quarantined", reason: "bad_signature" } } as const;
+  test.each([
+    ["running", context, ended(), "pending", null],
+    ["running", context, ended(true, true), "zero_settled", "nothing_delivered"],
+    ["running", judgedVerified, ended(), "verified", null],
+    ["running", judgedBad, ended(), "quarantined", "bad_signature"],
+    ["running", context, { type: "attempt.rejected", reason: "measurement_mismatch" }, "quarantined", "measurement_mismatch"],
+    ["running", context, { type: "settlement.deadline" }, "running", null],
+    ["pending", context, verified, "verified", null],
+    ["pending", context, quarantined("prompt_hash_mismatch"), "quarantined", "prompt_hash_mismatch"],
+    ["pending", context, { type: "settlement.deadline" }, "quarantined", "no_receipt"],
+    ["pending", { ...context, verdictDue: true }, { type: "settlement.deadline" }, "pending", null],
+    ["verified", context, quarantined("late"), "verified", null],
+    ["quarantined", context, verified, "quarantined", null],
+  ] as const)("from %s (case %#)", (value, ctx, event, next, reason) => {
+    const step = settlementStep(value, ctx, event as SettlementEvent);
+    expect(step.value).toBe(next);
+    expect(step.context.reason).toBe(reason);
+  });
+
+  test("an event that changes nothing returns the same context (no new snapshot)", () => {
+    expect(settlementStep("running", context, { type: "receipt.arrived" }).context).toBe(context);
+    expect(settlementStep("verified", context, verified).context).toBe(context);
+  });
+});
+
+test("every step is a transition of the chart the inspector draws", () => {
+  const base: SettlementContext = { requestId: "r", attemptN: 0, resumedPending: false, pendingDeadlineMs: 1, verdict: null, verdictDue: false, reason: null };
+  const contexts = [
+    base,
+    { ...base, verdictDue: true },
+    { ...base, verdict: { label: "verified" } },
+    { ...base, verdict: { label: "quarantined", reason: "x" } },
+  ] as SettlementContext[];
+  const events: SettlementEvent[] = [
+    ended(),
+    ended(true),
+    ended(false, true),
+    { type: "receipt.arrived" },
+    verified,
+    quarantined("x"),
+    { type: "attempt.rejected", reason: "x" },
+    { type: "settlement.deadline" },
+  ];
+  const chart = settlementChart.states as Record<string, { on?: Record<string, string | readonly string[] | object> }>;
+  let checked = 0;
+  for (const value of ["running", "pending", "verified", "quarantined", "zero_settled"] as const) {
+    for (const context of contexts) {
+      for (const event of events) {
+        const next = settlementStep(value, context, event).value;
+        if (next === value) continue;
+        const listed = chart[value]!.on?.[event.type];
+        const targets = typeof listed === "string" ? [listed] : Array.isArray(listed) ? listed : [];
+        expect(targets).toContain(next);
+        checked++;
+      }
+    }
+  }
+  expect(checked).toBeGreaterThan(20);
 });

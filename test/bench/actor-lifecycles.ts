@@ -6,7 +6,7 @@ import { createActor, fromPromise } from "xstate";
 import { gatewayMachine } from "../../actors/gateway.ts";
 import { providerSessionMachine, type AdmissionVerdict } from "../../actors/providerSession.ts";
 import { requestMachine } from "../../actors/request.ts";
-import { settlementMachine } from "../../actors/settlement.ts";
+import { settlementLogic } from "../../actors/settlement.ts";
 import type { ChunkFrame, EndFrame, HelloFrame } from "../../src/wire/frames.ts";
 
 const chunk = { type: "chunk", request_id: "r", attempt_n: 0, seq: 0, content: "x", tokens: 1 } as unknown as ChunkFrame;
@@ -22,7 +22,7 @@ function requestLife(): void {
   if (a.getSnapshot().status !== "done") throw new Error("request did not finish");
 }
 
-const settlement = settlementMachine.provide({ actions: { settleVerified: () => {} } });
+const settlement = settlementLogic({ settle: () => {} });
 function settlementLife(): void {
   const a = createActor(settlement, { input: { requestId: "r", attemptN: 0, resumedPending: false, pendingDeadlineMs: 60_000 } }).start();
   a.send({ type: "attempt.ended", deliveredNothing: false, verdictDue: true });

@@ -75,7 +75,7 @@ function contentValues(value: unknown, out: unknown[] = []): unknown[] {
   return out;
 }
 
-test("actor events of the gateway, the provider sessions and each request reach the inspector, redacted", async () => {
+test("actor events of the gateway, the provider sessions, each request and each attempt's settlement reach the inspector, redacted", async () => {
   const receiver = startReceiver();
   const { proc, base, apiKey } = await startDemoGateway([`--inspect=${receiver.url}`]);
   const prompt = `inspector canary ${crypto.randomUUID()} please`;
@@ -88,7 +88,7 @@ test("actor events of the gateway, the provider sessions and each request reach 
 
   const events = receiver.events();
   const actorNames = new Set(events.filter((e) => e.type === "@xstate.actor").map((e) => e.name));
-  for (const name of ["gateway", "providerSession", "request"]) expect(actorNames).toContain(name);
+  for (const name of ["gateway", "providerSession", "request", "settlement"]) expect(actorNames).toContain(name);
   const eventTypes = new Set(events.filter((e) => e.type === "@xstate.event").map((e) => e.event?.type));
   for (const type of ["provider.hello", "provider.auth", "route.dispatched", "provider.chunk", "provider.ended"]) expect(eventTypes).toContain(type);
 
