@@ -10,7 +10,7 @@
 //
 // An XState actor, but with its own logic instead of a `createMachine` statechart (docs/decisions.md,
 // issue 7): the machine interpreter cost ~30 µs of the gateway's main thread per attempt at load, this
-// logic ~1 µs. Its transitions are `settlementStep` (pure); its effects, the pending deadline (scheduled
+// logic ~2 µs. Its transitions are `settlementStep` (pure); its effects, the pending deadline (scheduled
 // on the actor system's clock, so SimulatedClock drives it) and `settle` (provided at the edge), run
 // after the step like a machine's actions.
 import type { ActorLogic, ActorScope, ActorSystem, Snapshot } from "xstate";
@@ -22,7 +22,7 @@ export type SettlementLabel = "pending" | "verified" | "quarantined" | "zero_set
 export type FinalLabel = Exclude<SettlementLabel, "pending">;
 
 /** `running`: the attempt is on the wire; the others are the labels of spec §3.2. */
-export type SettlementState = "running" | FinalLabel | "pending";
+export type SettlementState = "running" | "pending" | FinalLabel;
 
 export type ReceiptVerdict = { label: "verified" } | { label: "quarantined"; reason: string };
 
