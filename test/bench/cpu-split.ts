@@ -1,10 +1,12 @@
-// `bun test/bench/cpu-split.ts [load|streams|frames] [concurrency] [seconds]`: runs one full-stack load level
+// `bun test/bench/cpu-split.ts [load|streams|frames] [concurrency] [seconds] [--json]`: runs one full-stack load level
 // (frames: the unthrottled 256-delta streams of the frames/s figure) and prints CPU seconds per process (gateway, each provider runtime, mock, driver) — where the time goes.
+// --json: one JSON object instead (what test/bench/ab.ts reads).
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { FETCH_ENV, Processes, startGatewayStack, startMock } from "./stack.ts";
 
-const [mode = "load", cArg = "128", sArg = "8"] = process.argv.slice(2);
+const json = process.argv.includes("--json");
+const [mode = "load", cArg = "128", sArg = "8"] = process.argv.slice(2).filter((a) => a !== "--json");
 const concurrency = Number(cArg);
 const seconds = Number(sArg);
 const ticks = 100;
@@ -53,18 +55,25 @@ try {
   const wall = (performance.now() - t0) / 1000;
   const after = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, times(pid)]));
   const r = JSON.parse(out);
-  console.log(JSON.stringify({ mode, concurrency, wall: +wall.toFixed(2), rps: r.rps, p50: r.latency_ms?.p50, p99: r.latency_ms?.p99, errors: r.errors, stalled: r.stalled_streams, delivered: r.delivered_ratio, max_gap: r.max_gap_ms, ttft_p99: r.ttft_ms?.p99, frames_per_s: r.frames_per_s }));
-  for (const k of Object.keys(pids)) {
-    const user = after[k]!.user - before[k]!.user;
-    const sys = after[k]!.sys - before[k]!.sys;
-    console.log(`${k.padEnd(12)} ${(user + sys).toFixed(2)} s CPU (user ${user.toFixed(2)}, sys ${sys.toFixed(2)})`);
+  const summary = { mode, concurrency, wall: +wall.toFixed(2), rps: r.rps, p50: r.latency_ms?.p50, p99: r.latency_ms?.p99, errors: r.errors, stalled: r.stalled_streams, delivered: r.delivered_ratio, max_gap: r.max_gap_ms, ttft_p99: r.ttft_ms?.p99, frames_per_s: r.frames_per_s };
+  const used = (k: string) => after[k]!.user - before[k]!.user + after[k]!.sys - before[k]!.sys;
+  const threads = [...threadCpu(gw.gateway.pid)].map(([t, { name, cpu: s }]) => ({ name, cpu: s - (threadsBefore.get(t)?.cpu ?? 0) }));
+  if (json) {
+    const providers = Object.keys(pids).filter((k) => k.startsWith("provider-")).reduce((sum, k) => sum + used(k), 0);
+    // The main (JS) thread is the one named after the executable.
+    const main = threads.find((t) => t.name === "bun")?.cpu ?? null;
+    console.log(JSON.stringify({ ...summary, cpu_s: { gateway: used("gateway"), gateway_main: main, providers, mock: used("mock"), driver: driverCpu } }));
+  } else {
+    console.log(JSON.stringify(summary));
+    for (const k of Object.keys(pids)) {
+      const user = after[k]!.user - before[k]!.user;
+      const sys = after[k]!.sys - before[k]!.sys;
+      console.log(`${k.padEnd(12)} ${(user + sys).toFixed(2)} s CPU (user ${user.toFixed(2)}, sys ${sys.toFixed(2)})`);
+    }
+    // The gateway's threads during the run: the main (JS) thread is the one that saturates.
+    for (const { name, cpu: s } of threads) if (s >= 0.05) console.log(`  gateway thread ${name.padEnd(12)} ${s.toFixed(2)} s CPU`);
+    console.log(`${"driver".padEnd(12)} ${driverCpu.toFixed(2)} s CPU (approx)`);
   }
-  // The gateway's threads during the run: the main (JS) thread is the one that saturates.
-  for (const [t, { name, cpu: s }] of threadCpu(gw.gateway.pid)) {
-    const used = s - (threadsBefore.get(t)?.cpu ?? 0);
-    if (used >= 0.05) console.log(`  gateway thread ${name.padEnd(12)} ${used.toFixed(2)} s CPU`);
-  }
-  console.log(`${"driver".padEnd(12)} ${driverCpu.toFixed(2)} s CPU (approx)`);
 } finally {
   await procs.stop();
 }
