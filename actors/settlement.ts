@@ -115,9 +115,9 @@ export interface SettlementEffects {
 }
 
 /**
- * The statechart of `settlementStep`, as data: the inspector draws it (it names an actor and shows its
- * diagram from `logic.config`), and test/actors/settlement.test.ts checks every step against it. An
- * attempt resumed after a restart starts in `pending`.
+ * The statechart of `settlementStep`, as data: `@statelyai/inspect` sends an actor's `logic.config` as
+ * its definition (and names the actor by its id), and test/actors/settlement.test.ts checks every step
+ * against it. An attempt resumed after a restart starts in `pending`.
  */
 export const settlementChart = {
   id: "settlement",
