@@ -125,8 +125,8 @@ async function main(): Promise<BenchResult> {
     overheadBefore = gatewayUrl ? await scrapeOverhead(gatewayUrl) : {};
     for (const p of paths) {
       const t = targets[p]!;
-      const ttft = await drive<StreamResult>({ mode: "streams", url: t.url, headers: t.headers, body: body("bench-sse-n4-i0", true, 4), concurrency: 1, perWorker: count(300), warmup: 20, expectedFrames: 4, stallMs: STALL_MS });
-      const gaps = await drive<StreamResult>({ mode: "streams", url: t.url, headers: t.headers, body: body("bench-sse", true, 64), concurrency: 1, perWorker: count(10), warmup: 1, expectedFrames: 64, stallMs: STALL_MS });
+      const ttft = await drive<StreamResult>({ mode: "streams", url: t.url, headers: t.headers, body: body("bench-sse-n4-i0", true, 4), concurrency: 1, perWorker: count(2000), warmup: 20, expectedFrames: 4, stallMs: STALL_MS });
+      const gaps = await drive<StreamResult>({ mode: "streams", url: t.url, headers: t.headers, body: body("bench-sse", true, 64), concurrency: 1, perWorker: count(20), warmup: 1, expectedFrames: 64, stallMs: STALL_MS });
       results[p]!.stream_c1 = { ttft_ms: ttft.ttft_ms, gap_ms: gaps.gap_ms, transit_ms: gaps.transit_ms, ttft_run: ttft, gap_run: gaps };
       log(`${p} stream c=1`, { ttft: ttft.ttft_ms, gap: gaps.gap_ms, transit: gaps.transit_ms });
     }
