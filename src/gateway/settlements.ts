@@ -9,6 +9,7 @@ import {
   accountScope,
   canonicalize,
   checkReceipt,
+  deliveredNothing,
   DeliveredPrefixBuilder,
   judgeAcceptedMeasurement,
   jobRouteOf,
@@ -320,14 +321,13 @@ export function createSettlements(deps: SettlementDeps) {
     };
     // One UPDATE instead of two when the actor settles right away (issue 7); otherwise written below.
     att.unwrittenEnd = { delivered: record, ended_at_ms: now, pending_deadline_at_ms: att.deadlineAtMs };
-    const deliveredNothing = prefix.end_byte === prefix.start_byte && !prefix.tool_calls_delivered;
     let verdictDue = false;
     if (att.earlyReceipt !== null) {
       const envelope = att.earlyReceipt;
       att.earlyReceipt = null;
       verdictDue = judge(att, envelope);
     }
-    att.actor.send({ type: "attempt.ended", deliveredNothing, verdictDue });
+    att.actor.send({ type: "attempt.ended", deliveredNothing: deliveredNothing(prefix), verdictDue });
     writeEnd(att);
   }
 
