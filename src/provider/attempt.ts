@@ -47,6 +47,9 @@ export function declineJob(job: JobFrame, code: DeclineCode, deps: Pick<AttemptD
   deps.send({ type: "declined", request_id: job.request_id, attempt_n: job.attempt_n, code });
 }
 
+/** The most content one merged chunk frame carries (UTF-16 units: at most 192 KiB of UTF-8). */
+const MAX_FRAME_CONTENT_CHARS = 64 * 1024;
+
 function providerError(): EngineResult {
   return { terminal_state: "provider_error", finish_reason: null, usage: { input_tokens: 0, output_tokens: 0 } };
 }
@@ -91,19 +94,45 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
     accepted = true;
     deps.send({ type: "accepted", ...ids, model_hash: modelHash });
   };
+  // Deltas the engine emits in one synchronous run (in practice: one upstream read) leave as one chunk
+  // frame, sent from a microtask: a backlog costs both hops one frame per read instead of one per
+  // token, and no delta waits for a timer. Only content merges, never across the max_tokens cap (the
+  // gateway cuts at the first chunk past it), and a frame stays far below the wire's 1 MiB limit.
+  let pending: ChunkFrame | null = null;
+  const flush = () => {
+    const frame = pending;
+    if (frame === null) return;
+    pending = null;
+    if (signal.aborted) return; // nothing after a cancel: the receipt binds the delivered prefix
+    sentTokens += frame.tokens;
+    if (deps.send(frame) === false) return;
+    // The frame itself is kept: it holds the chunk's content, tool_calls and tokens, and is never changed.
+    sent.push(frame);
+  };
+  const merges = (frame: ChunkFrame, chunk: EngineChunk, tokens: number) =>
+    frame.content !== undefined &&
+    frame.tool_calls === undefined &&
+    chunk.content !== undefined &&
+    chunk.tool_calls === undefined &&
+    frame.content.length + chunk.content.length <= MAX_FRAME_CONTENT_CHARS &&
+    sentTokens + frame.tokens + tokens <= job.params.max_tokens;
   const emit = (chunk: EngineChunk) => {
     if (signal.aborted) return; // nothing after a cancel: the receipt binds the delivered prefix
     accept();
     const tokens = Math.max(0, Math.floor(chunk.tokens));
+    if (pending !== null && merges(pending, chunk, tokens)) {
+      pending.content += chunk.content!;
+      pending.tokens += tokens;
+      return;
+    }
+    if (pending !== null) flush();
+    else queueMicrotask(flush);
     // This key order is the one src/wire/chunkEncode.ts writes (no spread: this runs per token).
     const frame: ChunkFrame = { type: "chunk", request_id: ids.request_id, attempt_n: ids.attempt_n, seq: nextSeq++, tokens };
     // Absent keys, not undefined values: msgpackr would encode undefined as an extension type.
     if (chunk.content !== undefined) frame.content = chunk.content;
     if (chunk.tool_calls !== undefined) frame.tool_calls = chunk.tool_calls;
-    sentTokens += tokens;
-    if (deps.send(frame) === false) return;
-    // The frame itself is kept: it holds the chunk's content, tool_calls and tokens, and is never changed.
-    sent.push(frame);
+    pending = frame;
   };
 
   // The session was lost before `end` could go out. The gateway records such an attempt as its own
@@ -123,6 +152,7 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
   };
 
   const finish = (outcome: EngineOutcome) => {
+    flush();
     if (!deps.live()) return lost(outcome);
     if (outcome.kind === "declined" && !accepted) return declineJob(job, outcome.code, deps);
     // Declining after accepting is an engine bug: the attempt ends as a provider error.
@@ -147,7 +177,12 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
 
   // `new Promise` so that an engine throwing synchronously is handled like a rejection.
   const running = new Promise<EngineOutcome>((resolve) => {
-    resolve(deps.engine.run({ job, signal, accept, emit, die: deps.die }));
+    // A dying provider has sent what it emitted before (fault injection: chunks, then no end).
+    const die = () => {
+      flush();
+      deps.die();
+    };
+    resolve(deps.engine.run({ job, signal, accept, emit, die }));
   });
   const done = running
     .catch((error: unknown): EngineOutcome => {

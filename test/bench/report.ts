@@ -96,7 +96,7 @@ export function derive(p: Results): Derived {
   t("stall-free concurrent streams", "≥ 1,024", p.full ? f.stall_free_streams.full : null, 1024, false, "streams");
   t("gateway RSS idle", "≤ 150 MB", f.rss.full?.idle_mb, 150, true, "MB");
   t("gateway RSS per live stream", "≤ 50 KB", f.rss.full?.per_stream_kb, 50, true, "KB", f.rss.full?.at_streams ? `at ${f.rss.full.at_streams} streams` : "");
-  t("streaming throughput vs bare relay", "≥ 60 %", out.ratios_full_to_relay.stream_frames_per_s === null ? null : out.ratios_full_to_relay.stream_frames_per_s! * 100, 60, false, "%", "unthrottled frames/s, 32 streams");
+  t("streaming throughput vs bare relay", "≥ 60 %", out.ratios_full_to_relay.stream_frames_per_s === null ? null : out.ratios_full_to_relay.stream_frames_per_s! * 100, 60, false, "%", "unthrottled deltas/s, 32 streams");
   return out;
 }
 
@@ -134,7 +134,8 @@ export function renderMarkdown(r: BenchResult): string {
   perPath("added gap p50 / p99", (_x, n) => (n === "direct" ? "–" : `${fmt(d.added_gap_ms[n]?.p50)} / ${fmt(d.added_gap_ms[n]?.p99)}`));
   perPath("per-chunk transit p50 / p99 (mock stamp → driver)", (x) => `${fmt(x.stream_c1.transit_ms.p50)} / ${fmt(x.stream_c1.transit_ms.p99)}`);
   perPath("added per-chunk transit p50 / p99", (_x, n) => (n === "direct" ? "–" : `${fmt(d.added_transit_ms[n]?.p50)} / ${fmt(d.added_transit_ms[n]?.p99)}`), "added_transit_p99");
-  perPath("streaming frames/s (32 streams × 256 unthrottled deltas)", (x) => String(x.stream_throughput.frames_per_s), "stream_frames_per_s");
+  perPath("streaming deltas/s (32 streams × 256 unthrottled deltas)", (x) => String(x.stream_throughput.frames_per_s), "stream_frames_per_s");
+  perPath("… SSE content events carrying them (per stream)", (x) => (x.stream_throughput.events === undefined ? "–" : (x.stream_throughput.events / x.stream_throughput.streams).toFixed(1)));
   perPath("stall-free concurrent streams", (_x, n) => String(d.stall_free_streams[n] ?? 0), "stall_free_streams");
   perPath("server RSS idle (MB)", (x) => fmt(x.rss_idle_mb, 1), "rss_idle");
   perPath("server RSS per live stream (KB)", (_x, n) => (n === "direct" ? "–" : `${fmt(d.rss[n]?.per_stream_kb, 1)} (at ${d.rss[n]?.at_streams})`), "rss_per_stream");

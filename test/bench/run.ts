@@ -141,7 +141,7 @@ async function main(): Promise<BenchResult> {
       const t = targets[p]!;
       const r = await drive<StreamResult>({ mode: "streams", url: t.url, headers: t.headers, body: body("bench-sse-n256-i0", true, 256), concurrency: 32, perWorker: count(8), warmup: 1, expectedFrames: 256, stallMs: 1e9 });
       results[p]!.stream_throughput = r;
-      log(`${p} stream throughput`, { frames_per_s: r.frames_per_s, delivered: r.delivered_ratio });
+      log(`${p} stream throughput`, { deltas_per_s: r.frames_per_s, events: r.events, delivered: r.delivered_ratio });
     }
 
     // 5. Concurrent streams: 1, 8, 32, … at once; a level passes with ≥ 99.9 % of frames delivered and

@@ -20,7 +20,8 @@ export interface RecordingProvider {
 
 export async function startRecordingProvider(gw: TestGateway, id: string, models = ["test-model"]): Promise<RecordingProvider> {
   const jobs: JobFrame[] = [];
-  const synthetic = createSyntheticEngine({ tokensPerSecond: 0 });
+  // Tokens apart (not all at once, which would leave as one merged chunk): clients see a real stream.
+  const synthetic = createSyntheticEngine({ tokensPerSecond: 2000 });
   const engine: Engine = {
     name: "recording-synthetic",
     run: (job) => {

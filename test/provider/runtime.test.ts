@@ -3,6 +3,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { loadOrCreateProviderKey, type ProviderKey } from "../../src/provider/keys.ts";
 import { startProviderRuntime, type ProviderRuntime, type ProviderRuntimeOptions } from "../../src/provider/runtime.ts";
 import { createSyntheticEngine, estimateInputTokens, syntheticText, type SyntheticOptions } from "../../src/provider/synthetic.ts";
+import type { EngineChunk } from "../../src/provider/engine.ts";
 import type { ChunkFrame, EndFrame, HeartbeatFrame, ProviderFrame } from "../../src/wire/frames.ts";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -72,6 +73,8 @@ const isType =
   (f: ProviderFrame) =>
     f.type === type && (requestId === undefined || (f as { request_id?: string }).request_id === requestId);
 
+const tokensOf = (chunks: ChunkFrame[]) => chunks.reduce((n, c) => n + c.tokens, 0);
+
 /** Collects an attempt's chunks up to and including its end. */
 async function untilEnd(session: FakeSession, requestId: string) {
   const end = await session.take<EndFrame>(isType("end", requestId));
@@ -106,7 +109,8 @@ describe("provider runtime", () => {
   });
 
   test("a job yields accepted, chunks with seq 0.., and end; nothing of the prompt or output is logged", async () => {
-    const h = start();
+    // Tokens a millisecond apart: each leaves in its own chunk frame.
+    const h = start({ tokensPerSecond: 1000 });
     const session = await h.welcomed();
     const job = makeJob({ request_id: "req-ok", messages: [{ role: "user", content: "secret prompt words" }] });
     const seen = new Promise((resolve) => h.runtime.on("job", (...args) => resolve(args)));
@@ -143,9 +147,46 @@ describe("provider runtime", () => {
     const session = await h.welcomed();
     session.send(makeJob({ request_id: "req-len", params: { max_tokens: 3 } }));
     const { end, chunks } = await untilEnd(session, "req-len");
-    expect(chunks).toHaveLength(3);
+    expect(tokensOf(chunks)).toBe(3);
     expect(end.finish_reason).toBe("length");
     expect(end.usage.output_tokens).toBe(3);
+  });
+
+  /** An engine emitting `bursts` of deltas, each burst at once, with a macrotask between bursts. */
+  const bursts = (...groups: EngineChunk[][]): ProviderRuntimeOptions["engine"] => ({
+    name: "bursts",
+    async run({ emit }) {
+      for (const [i, group] of groups.entries()) {
+        if (i > 0) await new Promise((resolve) => setImmediate(resolve));
+        for (const chunk of group) emit(chunk);
+      }
+      return { kind: "ended", result: { terminal_state: "normal_done", finish_reason: "stop", usage: { input_tokens: 1, output_tokens: 0 } } };
+    },
+  });
+  const text = (content: string): EngineChunk => ({ content, tokens: 1 });
+  const shape = (chunks: ChunkFrame[]) => chunks.map(({ seq, content, tool_calls, tokens }) => ({ seq, content, tool_calls, tokens }));
+
+  test("deltas emitted together leave as one chunk frame; tool-call deltas and later bursts leave on their own", async () => {
+    const call = { index: 0, id: "call_1", name: "lookup", arguments: "{}" };
+    const h = start({}, { engine: bursts([text("a"), text("b"), { tool_calls: [call], tokens: 1 }, text("c")], [text("d"), text("e")]) });
+    const session = await h.welcomed();
+    session.send(makeJob({ request_id: "req-m" }));
+    const { end, chunks } = await untilEnd(session, "req-m");
+    expect(shape(chunks)).toEqual([
+      { seq: 0, content: "ab", tool_calls: undefined, tokens: 2 },
+      { seq: 1, content: undefined, tool_calls: [call], tokens: 1 },
+      { seq: 2, content: "c", tool_calls: undefined, tokens: 1 },
+      { seq: 3, content: "de", tool_calls: undefined, tokens: 2 },
+    ]);
+    expect(end.usage.output_tokens).toBe(6);
+  });
+
+  test("merging never takes a chunk past max_tokens: the gateway cuts at the same delta as without it", async () => {
+    const h = start({}, { engine: bursts(["a", "b", "c", "d", "e"].map(text)) });
+    const session = await h.welcomed();
+    session.send(makeJob({ request_id: "req-cap", params: { max_tokens: 3 } }));
+    const { chunks } = await untilEnd(session, "req-cap");
+    expect(shape(chunks).map((c) => [c.content, c.tokens])).toEqual([["abc", 3], ["d", 1], ["e", 1]]);
   });
 
   test.each(["buyer_cancel", "gateway_timeout"] as const)("cancel (%s) ends the attempt with that state and the usage sent", async (reason) => {
@@ -209,7 +250,7 @@ describe("provider runtime", () => {
     const session = await h.welcomed();
     session.send(makeJob({ request_id: "req-e" }));
     const { end, chunks } = await untilEnd(session, "req-e");
-    expect(chunks).toHaveLength(2);
+    expect(tokensOf(chunks)).toBe(2);
     expect(end).toMatchObject({ terminal_state: "provider_error", finish_reason: null, usage: { output_tokens: 2 } });
   });
 
@@ -240,7 +281,8 @@ describe("provider runtime", () => {
     first.send(makeJob({ request_id: "req-x" }));
     const closed = await first.closed;
     expect(closed.code).toBe(1006);
-    expect(first.frames.filter((f) => f.type === "chunk")).toHaveLength(2);
+    // Both tokens went out before the drop (in one frame: they were emitted together).
+    expect(tokensOf(first.frames.filter((f): f is ChunkFrame => f.type === "chunk"))).toBe(2);
     expect(first.frames.some((f) => f.type === "end")).toBe(false);
     await h.welcomed(1);
     expect(h.runtime.connected).toBe(true);
