@@ -25,6 +25,9 @@ interface Split {
   p99: number;
   errors: number;
   frames_per_s?: number;
+  stalled?: number;
+  max_gap?: number;
+  ttft_p99?: number;
   cpu_s: { gateway: number; gateway_main: number | null; providers: number; mock: number; driver: number };
 }
 interface Row {
@@ -72,7 +75,7 @@ try {
       };
       side.rows.push(row);
       console.log(
-        `${`${side.rev} (${side.sha})`.padEnd(24)} round ${round}: ${mode === "load" ? "req/s" : "frames/s"} ${row.rps}, p99 ${row.p99} ms, errors ${s.errors}, CPU µs per ${mode === "load" ? "request" : "run"}: gateway ${row.gateway} (main thread ${row.main}), providers ${row.providers}`,
+        `${`${side.rev} (${side.sha})`.padEnd(24)} round ${round}: ${mode === "load" ? "req/s" : "frames/s"} ${row.rps}, p99 ${row.p99} ms, errors ${s.errors}${mode === "load" ? "" : `, stalled ${s.stalled}, max gap ${s.max_gap} ms, TTFT p99 ${s.ttft_p99} ms`}, CPU µs per ${mode === "load" ? "request" : "run"}: gateway ${row.gateway} (main thread ${row.main}), providers ${row.providers}`,
       );
     }
   }
