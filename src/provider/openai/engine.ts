@@ -48,6 +48,8 @@ class UpstreamCall {
   /** When the pending timer fires (Infinity: none pending). */
   private firesAt = Number.POSITIVE_INFINITY;
   private relayedChunks = 0;
+  /** Chunk payloads of the current upstream read (they restart the idle clock once per read). */
+  private payloadsInRead = 0;
   private finishReason: string | null = null;
   private promptTokens: number | null = null;
   private status: number | null = null;
@@ -190,6 +192,10 @@ class UpstreamCall {
         if (end !== null) return end;
       }
       if (read.done) return { kind: "eof" };
+      // Once output has started, every upstream payload restarts the idle clock: the payloads of one read
+      // arrived together, so once per read is the same clock.
+      if (this.payloadsInRead > 0 && this.relayedChunks > 0) this.arm("idle", this.options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS);
+      this.payloadsInRead = 0;
     }
   }
 
@@ -208,10 +214,8 @@ class UpstreamCall {
     if (data === "[DONE]") return { kind: "done" };
     const payload = parseJson(data);
     if (payload === undefined) return { kind: "malformed" };
-    const end = this.apply(this.mapper.chunk(payload));
-    // Once output has started, every upstream event restarts the idle clock.
-    if (end === null && this.relayedChunks > 0) this.arm("idle", this.options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS);
-    return end;
+    this.payloadsInRead++;
+    return this.apply(this.mapper.chunk(payload));
   }
 
   /** Relays what a payload holds and records its finish and usage; a stream end for errors. */
