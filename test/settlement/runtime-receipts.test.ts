@@ -15,12 +15,14 @@ let buyer: Buyer;
 
 beforeAll(async () => {
   // Four requests of one account run in parallel below: above the default 2 concurrent (spec §8).
-  gw = await startTestGateway({ settlementMode: "enforce", paidConcurrentRequests: 4 }, { catalog: ["test-model"] });
+  gw = await startTestGateway({ settlementMode: "enforce", paidConcurrentRequests: 4 }, { catalog: ["test-model", "burst-model"] });
   providers = [
     spawnProvider(gw, { id: "runtime-a", maxConcurrency: 2, tokensPerSecond: 400 }),
     spawnProvider(gw, { id: "runtime-b", maxConcurrency: 2, tokensPerSecond: 400 }),
+    // Every token at once: the runtime merges them into one chunk frame (docs/decisions.md).
+    spawnProvider(gw, { id: "runtime-burst", tokensPerSecond: 0, models: ["burst-model"] }),
   ];
-  await waitForReadyProviders(gw, 2, 15_000);
+  await waitForReadyProviders(gw, 3, 15_000);
   buyer = paidBuyer(gw, 1_000_000);
 }, 30_000);
 
@@ -65,6 +67,26 @@ test("completed requests (streaming and not, in parallel) settle verified and ar
   expect(gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(before - debits);
   expectLedgerBalanced(gw);
 }, 30_000);
+
+test("tokens the runtime merged into one frame stream, settle verified and are charged per token", async () => {
+  const s = await buyer.client.chat.completions
+    .create({ model: "burst-model", messages, max_tokens: 12, stream: true, stream_options: { include_usage: true } })
+    .withResponse();
+  const deltas: string[] = [];
+  let usage: { prompt_tokens: number; completion_tokens: number } | undefined;
+  for await (const c of s.data) {
+    const d = c.choices[0]?.delta.content;
+    if (d) deltas.push(d);
+    if (c.usage) usage = c.usage;
+  }
+  expect(usage!.completion_tokens).toBe(12);
+  expect(deltas).toHaveLength(1); // twelve tokens, one content delta
+  const row = await settledRow(gw, s.response.headers.get("x-request-id")!, 0, 10_000);
+  expect({ label: row.label, reason: row.reason }).toEqual({ label: "verified", reason: null });
+  expect(row.delivered).toMatchObject({ end_byte: utf8(deltas.join("")), tokens: 12 });
+  expect(row.billed_completion_tokens).toBe(12);
+  expectLedgerBalanced(gw);
+}, 20_000);
 
 test("a buyer cancel mid-stream against the real runtime settles the delivered prefix, verified", async () => {
   const controller = new AbortController();
