@@ -125,6 +125,7 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
       pending.tokens += tokens;
       return;
     }
+    // While a frame is pending its flush is already queued: it will send the frame made below instead.
     if (pending !== null) flush();
     else queueMicrotask(flush);
     // This key order is the one src/wire/chunkEncode.ts writes (no spread: this runs per token).

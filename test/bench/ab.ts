@@ -77,7 +77,7 @@ try {
       };
       side.rows.push(row);
       console.log(
-        `${`${side.rev} (${side.sha})`.padEnd(24)} round ${round}: ${mode === "load" ? "req/s" : "frames/s"} ${row.rps}, p99 ${row.p99} ms, errors ${s.errors}${mode === "load" ? "" : `, stalled ${s.stalled}, max gap ${s.max_gap} ms, TTFT p99 ${s.ttft_p99} ms, gap p99 ${s.gap_p99} ms, transit p99 ${s.transit_p99} ms`}, CPU µs per ${mode === "load" ? "request" : "run"}: gateway ${row.gateway} (main thread ${row.main}), providers ${row.providers}`,
+        `${`${side.rev} (${side.sha})`.padEnd(24)} round ${round}: ${mode === "load" ? "req/s" : "deltas/s"} ${row.rps}, p99 ${row.p99} ms, errors ${s.errors}${mode === "load" ? "" : `, stalled ${s.stalled}, max gap ${s.max_gap} ms, TTFT p99 ${s.ttft_p99} ms, gap p99 ${s.gap_p99} ms, transit p99 ${s.transit_p99} ms`}, CPU µs per ${mode === "load" ? "request" : "run"}: gateway ${row.gateway} (main thread ${row.main}), providers ${row.providers}`,
       );
     }
   }
