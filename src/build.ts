@@ -30,19 +30,21 @@ const RELEASE_TARGETS: readonly Target[] = [
 
 const ROOT = join(import.meta.dir, "..");
 const ENTRY = join(ROOT, "src/main.ts");
+// Worker threads the gateway starts by URL (src/receipts/judge.ts): bundled into the binary beside it.
+const WORKER_ENTRIES = [join(ROOT, "src/receipts/judgeWorker.ts")];
 const DIST = join(ROOT, "dist");
 const RUNTIMES = join(DIST, ".runtimes");
 
 /** Bundles once without compiling, so a source error is reported as one and never blamed on a runtime download. */
 export async function checkBundles(): Promise<void> {
-  const result = await Bun.build({ entrypoints: [ENTRY], target: "bun" });
+  const result = await Bun.build({ entrypoints: [ENTRY, ...WORKER_ENTRIES], target: "bun" });
   if (!result.success) throw new AggregateError(result.logs, "the gateway's sources do not bundle");
 }
 
 /** Compiles src/main.ts into one executable at `outfile` (for this machine unless `target` is given). */
 export async function compile(outfile: string, target?: Target, executablePath?: string): Promise<void> {
   const result = await Bun.build({
-    entrypoints: [ENTRY],
+    entrypoints: [ENTRY, ...WORKER_ENTRIES],
     // msgpackr's optional native decoder is a .node addon that the bundle would load by its absolute
     // path in *this* checkout's node_modules; left external, the binary's require fails and msgpackr
     // uses its pure-JS decoder — the same behaviour on every machine, with nothing read from the tree.

@@ -19,6 +19,7 @@ import { openStore, type Store } from "./store/index.ts";
 import { pollCatalog, startCatalog, type CatalogLive, type CatalogModel } from "./catalog/index.ts";
 import { buildRateCard, RateRowConfig } from "./ledger/index.ts";
 import { createSettlements, type Settlements } from "./gateway/settlements.ts";
+import { workerJudge } from "./receipts/judge.ts";
 import { hexId, timeOrderedId } from "./gateway/ids.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
@@ -126,6 +127,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     log,
     inspect: ports.inspect,
     onSettled: (label) => metrics.settlementLabelled(label),
+    judge: workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
   });
   const resumed = settlements.resumePending();
   if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);

@@ -2,13 +2,12 @@
 // delivered prefix measured as chunks reach the buyer, receipts judged by the pure verifier, one
 // `settlement` actor per attempt, and each outcome written to the ledger in one transaction.
 import { createActor, type ActorRefFrom, type InspectionEvent } from "xstate";
-import { settlementLogic, type FinalLabel, type ReceiptVerdict as ActorVerdict } from "../../actors/settlement.ts";
+import { settlementLogic, type FinalLabel } from "../../actors/settlement.ts";
 import { lookupModel, routeCatalogFields, type CatalogState } from "../catalog/index.ts";
 import { observedBilling, rowFor, type RateCard } from "../ledger/index.ts";
 import {
   accountScope,
   canonicalize,
-  checkReceipt,
   deliveredNothing,
   DeliveredPrefixBuilder,
   judgeAcceptedMeasurement,
@@ -17,12 +16,10 @@ import {
   ROUTE_SNAPSHOT_VERSION,
   SETTLEMENT_POLICY_VERSION,
   sha256Hex,
-  verdictWithSignature,
-  verifySignatureAsync,
   type DeliveredPrefix,
-  type ReceiptVerdict,
   type RouteSnapshot,
 } from "../receipts/index.ts";
+import { inlineJudge, type JudgedReceipt, type ReceiptJudge } from "../receipts/judge.ts";
 import type { Log } from "../log.ts";
 import type { NormalizedChat } from "../http/chat/normalize.ts";
 import type { DeliveredRecord, Payer, SettleInput, SettlementRow, Store } from "../store/index.ts";
@@ -46,6 +43,8 @@ export interface SettlementDeps {
   inspect?: (event: InspectionEvent) => void;
   /** Called once per attempt with its final label (metrics). */
   onSettled?: (label: FinalLabel) => void;
+  /** Where receipts are judged (default: on this thread, src/receipts/judge.ts). Stopped with the settlements. */
+  judge?: ReceiptJudge;
 }
 
 export interface OpenAttemptInput {
@@ -96,15 +95,13 @@ interface OpenAttempt {
 
 type SettlementLogic = ReturnType<typeof settlementLogic>;
 
-const toActorVerdict = (v: ReceiptVerdict): ActorVerdict =>
-  v.label === "verified" ? { label: "verified" } : { label: "quarantined", reason: v.reason };
-
 const b64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64");
 
 const SCOPE_CACHE_LIMIT = 10_000;
 
 export function createSettlements(deps: SettlementDeps) {
   const { store, log } = deps;
+  const judgeReceipts = deps.judge ?? inlineJudge;
   const open = new Map<string, OpenAttempt>();
   // account_scope per account id: an HMAC under a secret fixed for this instance, so computed once
   // per account instead of per attempt (bounded: cleared when full).
@@ -360,10 +357,10 @@ export function createSettlements(deps: SettlementDeps) {
   }
 
   /**
-   * Judges a receipt: every rule but the signature now, the signature off the main thread (issue 7).
-   * Everything a duplicate receipt or the settlement reads (`judged`) is fixed now; only the verdict
-   * waits. Returns whether it does: the caller then tells the actor (`attempt.ended` or
-   * `receipt.arrived`), which holds the pending deadline for it.
+   * Judges a receipt, on the judging thread unless `deps.judge` says otherwise (issue 7). Everything a
+   * duplicate receipt reads (`judged`) is fixed now; the verdict and the billable usage the settlement
+   * reads come with the judgement. Returns whether that is later: the caller then tells the actor
+   * (`attempt.ended` or `receipt.arrived`), which holds the pending deadline for it.
    */
   function judge(att: OpenAttempt, envelope: string): boolean {
     const arrival = deps.now();
@@ -371,51 +368,43 @@ export function createSettlements(deps: SettlementDeps) {
       { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, envelope, disposition: "judged" },
       arrival,
     );
-    const check = checkReceipt({
-      envelope,
-      sessionPublicKey: att.providerPublicKey,
-      snapshot: att.snapshot,
-      snapshotDigest: att.digest,
-      acceptedModelHash: att.acceptedHash,
-      delivered: att.delivered!,
-      promptTokenBound: att.snapshot.prompt_token_bound,
-      requestStartMs: att.snapshot.request_started_at_unix_ms,
-      arrivalMs: arrival,
-      expected: {
-        request_id: att.requestId,
-        attempt_n: att.attemptN,
-        provider_id: att.providerId,
-        account_scope: att.snapshot.account_scope,
+    const record: NonNullable<OpenAttempt["judged"]> = { envelope, arrivalId, receivedAtMs: arrival, billable: null };
+    att.judged = record;
+    return judgeReceipts.judge(
+      {
+        envelope,
+        sessionPublicKey: att.providerPublicKey,
+        snapshot: att.snapshot,
+        snapshotDigest: att.digest,
+        acceptedModelHash: att.acceptedHash,
+        delivered: att.delivered!,
+        promptTokenBound: att.snapshot.prompt_token_bound,
+        requestStartMs: att.snapshot.request_started_at_unix_ms,
+        arrivalMs: arrival,
+        expected: {
+          request_id: att.requestId,
+          attempt_n: att.attemptN,
+          provider_id: att.providerId,
+          account_scope: att.snapshot.account_scope,
+        },
+        pendingDeadlineMs: att.deadlineAtMs ?? undefined,
       },
-      pendingDeadlineMs: att.deadlineAtMs ?? undefined,
-    });
-    // The receipt body is the same whatever the signature turns out to be.
-    const receipt = check.verdict.receipt;
-    att.judged = {
-      envelope,
-      arrivalId,
-      receivedAtMs: arrival,
-      billable:
-        receipt === null ? null : { prompt_tokens: receipt.usage.billable_input_tokens, completion_tokens: receipt.usage.billable_output_tokens },
-    };
-    const signature = check.signature;
-    if (signature === null) {
-      judged(att, check.verdict);
-      return false;
-    }
-    void verifySignatureAsync(signature.envelope, signature.publicKey).then((valid) => judged(att, verdictWithSignature(check, valid)));
-    return true;
+      (result) => {
+        record.billable = result.billable;
+        judged(att, result.verdict);
+      },
+    );
   }
 
   /**
    * A receipt's verdict reaches the attempt's actor — unless the attempt is no longer open: it settled
    * meanwhile (zero_settled), or stop() ran, and then nothing is sent or written.
    */
-  function judged(att: OpenAttempt, verdict: ReceiptVerdict): void {
+  function judged(att: OpenAttempt, verdict: JudgedReceipt["verdict"]): void {
     if (verdict.label === "quarantined") {
       log.warn("receipt_quarantined", { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, reason: verdict.reason });
     }
-    if (open.get(attemptKey(att.requestId, att.attemptN)) === att) att.actor.send({ type: "receipt.judged", verdict: toActorVerdict(verdict) });
+    if (open.get(attemptKey(att.requestId, att.attemptN)) === att) att.actor.send({ type: "receipt.judged", verdict });
   }
 
   /** The settlement actor reached a final state: one ledger transaction, then the `settled` frame. */
@@ -586,6 +575,7 @@ export function createSettlements(deps: SettlementDeps) {
     /** Attempts not settled yet (metrics, tests). */
     openCount: () => open.size,
     stop: () => {
+      judgeReceipts.stop();
       for (const att of open.values()) att.actor.stop();
       open.clear();
     },

@@ -186,6 +186,11 @@ describe.skipIf(buildError !== null)("the compiled binary, run with no node_modu
         .map((l) => (JSON.parse(l.slice(6)) as { choices: { delta: { content?: string } }[] }).choices[0]?.delta.content ?? "");
       expect(deltas.join("").length).toBeGreaterThan(0);
       expect(sse.trimEnd().endsWith("data: [DONE]")).toBe(true);
+      // The receipt is judged on the binary's judging thread (its entry is bundled too): it settles
+      // verified, and the thread never failed over to inline judging.
+      const log = await readUntil(gw.proc.stdout as ReadableStream<Uint8Array>, (t) => t.includes('"event":"attempt_settled"'));
+      expect(log).not.toContain("receipt_judge_thread_failed");
+      expect(log).toMatch(/"event":"attempt_settled".*"label":"verified"/);
     } finally {
       gw.proc.kill("SIGTERM");
       expect(await gw.proc.exited).toBe(0);

@@ -1,8 +1,8 @@
 // The receipt attack table (issue 4 acceptance): each forged or mismatched receipt, signed by the
 // independent test signer, is quarantined by src/receipts with its documented reason — by the
-// synchronous verifier and by the gateway's path (every rule but the signature, then the signature
-// with WebCrypto), which must agree on every case.
-import { describe, expect, test } from "bun:test";
+// synchronous verifier, by the inline path (every rule but the signature, then the signature with
+// WebCrypto) and by the gateway's judging thread (src/receipts/judge.ts), which must agree on every case.
+import { afterAll, describe, expect, test } from "bun:test";
 import { createPrivateKey } from "node:crypto";
 import {
   checkReceipt,
@@ -14,6 +14,7 @@ import {
   type ReceiptVerdict,
   type VerifyReceiptInput,
 } from "../../src/receipts/index.ts";
+import { inlineJudge, judgedOf, workerJudge, type JudgedReceipt, type ReceiptJudge } from "../../src/receipts/judge.ts";
 import { fieldsOf, keyFromSeed, outputHashOf, signFields, signReceipt, type Fields, type ReceiptValues } from "./independent-signer.ts";
 import { golden, goldenEnvelope, goldenInput } from "./golden-case.ts";
 
@@ -64,6 +65,22 @@ async function verifyReceiptAsync(input: VerifyReceiptInput): Promise<ReceiptVer
   const check = checkReceipt(input);
   if (check.signature === null) return check.verdict;
   return verdictWithSignature(check, await verifySignatureAsync(check.signature.envelope, check.signature.publicKey));
+}
+
+const thread = workerJudge((error) => {
+  throw new Error(`the judging thread failed: ${error}`);
+});
+afterAll(() => thread.stop());
+const judgeWith = (judge: ReceiptJudge, input: VerifyReceiptInput) =>
+  new Promise<JudgedReceipt>((resolve) => void judge.judge(input, resolve));
+
+/** The verdict by the synchronous verifier, and the same by both of the gateway's judges. */
+async function judgedOnEveryPath(input: () => VerifyReceiptInput): Promise<ReceiptVerdict> {
+  const verdict = verifyReceipt(input());
+  expect(await verifyReceiptAsync(input())).toEqual(verdict);
+  expect(await judgeWith(inlineJudge, input())).toEqual(judgedOf(verdict));
+  expect(await judgeWith(thread, input())).toEqual(judgedOf(verdict));
+  return verdict;
 }
 
 test("the untouched golden receipt verifies (the table's baseline)", () => {
@@ -142,9 +159,7 @@ const attacks: [string, () => VerifyReceiptInput, string][] = [
 
 describe("receipt attacks → quarantined", () => {
   test.each(attacks)("%s", async (_name, input, reason) => {
-    const verdict = verifyReceipt(input());
-    expect(verdict).toMatchObject({ label: "quarantined", reason });
-    expect(await verifyReceiptAsync(input())).toEqual(verdict);
+    expect(await judgedOnEveryPath(input)).toMatchObject({ label: "quarantined", reason });
   });
 
   test("every reason used is in the documented list", () => {
@@ -152,7 +167,7 @@ describe("receipt attacks → quarantined", () => {
   });
 });
 
-describe("the signature keeps its place in the rule order (both paths)", () => {
+describe("the signature keeps its place in the rule order (every path)", () => {
   const forged = (input: VerifyReceiptInput) => ({ ...input, envelope: flipSignatureChar(input.envelope) });
   test.each([
     ["forged and replayed → bad_signature", () => forged(goldenInput({ expected: { ...goldenInput().expected, request_id: "req_other" } })), "bad_signature"],
@@ -161,14 +176,12 @@ describe("the signature keeps its place in the rule order (both paths)", () => {
     ["forged and late → late", () => forged(goldenInput({ pendingDeadlineMs: golden.arrival_unix_ms - 1 })), "late"],
     ["forged and another key → wrong_key", () => forged(goldenInput({ envelope: signed({ key: otherKey }) })), "wrong_key"],
   ] as const)("%s", async (_name, input, reason) => {
-    const verdict = verifyReceipt(input());
-    expect(verdict).toMatchObject({ label: "quarantined", reason });
-    expect(await verifyReceiptAsync(input())).toEqual(verdict);
+    expect(await judgedOnEveryPath(input)).toMatchObject({ label: "quarantined", reason });
   });
 
-  test("the golden receipt verifies on both paths", async () => {
-    expect(await verifyReceiptAsync(goldenInput())).toEqual(verifyReceipt(goldenInput()));
-    expect(verifyReceipt(goldenInput()).label).toBe("verified");
+  test("the golden receipt verifies on every path, its billable usage read from it", async () => {
+    expect((await judgedOnEveryPath(() => goldenInput())).label).toBe("verified");
+    expect(await judgeWith(thread, goldenInput())).toEqual({ verdict: { label: "verified" }, billable: { prompt_tokens: 31, completion_tokens: 8 } });
   });
 });
 

@@ -1,0 +1,161 @@
+// Who judges receipts (issue 7): the same pure rules (verify.ts) either on the calling thread, the
+// signature checked with WebCrypto, or on a worker thread of their own. Judging was ~10 % of the
+// gateway's main thread under load (parse, canonical form, field checks, the signature's promise), and
+// the main thread is what limits the gateway's throughput; a settlement does not wait on the buyer's path.
+import type { QuarantineReason, ReceiptVerdict, VerifyReceiptInput } from "./verify.ts";
+import { checkReceipt, verdictWithSignature } from "./verify.ts";
+import { verifySignatureAsync } from "./envelope.ts";
+
+/** A receipt's verdict, and the billable usage its body claims (null when no body could be read). */
+export interface JudgedReceipt {
+  verdict: { label: "verified" } | { label: "quarantined"; reason: QuarantineReason };
+  billable: { prompt_tokens: number; completion_tokens: number } | null;
+}
+
+export interface ReceiptJudge {
+  /**
+   * Judges one receipt. `done` runs once with the result: synchronously, and then this returns false,
+   * or in a later turn, and then this returns true (the caller's settlement waits for it).
+   */
+  judge(input: VerifyReceiptInput, done: (result: JudgedReceipt) => void): boolean;
+  /** Drops every judgement still running (their `done` never runs) and frees the thread, if any. */
+  stop(): void;
+}
+
+/** The part of a verdict a settlement keeps (structured-clone sized: no receipt body). */
+export function judgedOf(verdict: ReceiptVerdict): JudgedReceipt {
+  const usage = verdict.receipt?.usage;
+  return {
+    verdict: verdict.label === "verified" ? { label: "verified" } : { label: "quarantined", reason: verdict.reason },
+    billable: usage ? { prompt_tokens: usage.billable_input_tokens, completion_tokens: usage.billable_output_tokens } : null,
+  };
+}
+
+/** Judges on the calling thread; only the signature runs elsewhere (WebCrypto). */
+export const inlineJudge: ReceiptJudge = {
+  judge(input, done) {
+    const check = checkReceipt(input);
+    const signature = check.signature;
+    if (signature === null) {
+      done(judgedOf(check.verdict));
+      return false;
+    }
+    void verifySignatureAsync(signature.envelope, signature.publicKey).then((valid) => done(judgedOf(verdictWithSignature(check, valid))));
+    return true;
+  },
+  stop() {},
+};
+
+/** One message each way between the gateway and its judging thread. */
+export interface JudgeJob {
+  id: number;
+  input: VerifyReceiptInput;
+}
+/** `result` null: the rules threw on this input (a bug); the gateway judges it itself. */
+export interface JudgeAnswer {
+  id: number;
+  result: JudgedReceipt | null;
+}
+
+/** A judging thread that crashed this often is not started again: judging goes on inline. */
+const MAX_WORKER_FAILURES = 3;
+
+// In the single binary (src/build.ts) this module is bundled into one file at the root of Bun's
+// embedded file system, and the worker's entry keeps its path under src/.
+const JUDGE_WORKER_URL = new URL(import.meta.url.startsWith("file:///$bunfs/") ? "./receipts/judgeWorker.ts" : "./judgeWorker.ts", import.meta.url).href;
+
+/**
+ * Judges on a worker thread (src/receipts/judgeWorker.ts; `workerUrl` for tests), started at the
+ * first receipt. The jobs of one event-loop turn go as one message. If the thread cannot start or
+ * dies, the receipts it held are judged inline (no receipt is lost: each is in memory until its answer
+ * comes), and so is everything after the third failure. `onFailure` hears of each failure (logging).
+ */
+export function workerJudge(onFailure: (error: string) => void = () => {}, workerUrl = JUDGE_WORKER_URL): ReceiptJudge {
+  let worker: Worker | null = null;
+  let failures = 0;
+  let nextId = 0;
+  let queued: JudgeJob[] = [];
+  let flushScheduled = false;
+  const waiting = new Map<number, { input: VerifyReceiptInput; done: (result: JudgedReceipt) => void }>();
+
+  const judgeInline = (input: VerifyReceiptInput, done: (result: JudgedReceipt) => void) => void inlineJudge.judge(input, done);
+
+  const fail = (error: string) => {
+    failures++;
+    onFailure(error);
+    worker?.terminate();
+    worker = null;
+    queued = [];
+    const held = [...waiting.values()];
+    waiting.clear();
+    for (const job of held) judgeInline(job.input, job.done);
+  };
+
+  const start = (): Worker | null => {
+    if (worker !== null || failures >= MAX_WORKER_FAILURES) return worker;
+    try {
+      const w = new Worker(workerUrl);
+      w.addEventListener("message", (event: MessageEvent<JudgeAnswer[]>) => {
+        for (const { id, result } of event.data) {
+          const job = waiting.get(id);
+          if (job === undefined) continue;
+          waiting.delete(id);
+          if (result === null) judgeInline(job.input, job.done);
+          else job.done(result);
+        }
+      });
+      w.addEventListener("error", (event) => {
+        event.preventDefault();
+        if (worker === w) fail(String((event as ErrorEvent).message ?? "worker error"));
+      });
+      w.addEventListener("close", () => {
+        if (worker === w) fail("worker exited");
+      });
+      // A judging thread alone must not keep the process alive.
+      w.unref();
+      worker = w;
+    } catch (error) {
+      failures++;
+      onFailure(String(error));
+    }
+    return worker;
+  };
+
+  const flush = () => {
+    flushScheduled = false;
+    const jobs = queued;
+    queued = [];
+    if (jobs.length === 0) return;
+    if (worker === null) {
+      for (const job of jobs) {
+        const held = waiting.get(job.id);
+        if (held === undefined) continue;
+        waiting.delete(job.id);
+        judgeInline(held.input, held.done);
+      }
+      return;
+    }
+    worker.postMessage(jobs);
+  };
+
+  return {
+    judge(input, done) {
+      if (start() === null) return inlineJudge.judge(input, done);
+      const id = nextId++;
+      waiting.set(id, { input, done });
+      queued.push({ id, input });
+      if (!flushScheduled) {
+        flushScheduled = true;
+        setImmediate(flush);
+      }
+      return true;
+    },
+    stop() {
+      waiting.clear();
+      queued = [];
+      const w = worker;
+      worker = null;
+      w?.terminate();
+    },
+  };
+}
