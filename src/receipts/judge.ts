@@ -46,10 +46,14 @@ export const inlineJudge: ReceiptJudge = {
   stop() {},
 };
 
-/** One message each way between the gateway and its judging thread. */
+/**
+ * One message each way between the gateway and its judging thread, each a JSON text of an array
+ * (structured clone of the input objects cost the main thread twice as much). The session key goes as
+ * base64.
+ */
 export interface JudgeJob {
   id: number;
-  input: VerifyReceiptInput;
+  input: Omit<VerifyReceiptInput, "sessionPublicKey"> & { sessionPublicKey: string };
 }
 /** `result` null: the rules threw on this input (a bug); the gateway judges it itself. */
 export interface JudgeAnswer {
@@ -78,6 +82,13 @@ export function workerJudge(onFailure: (error: string) => void = () => {}, worke
   let flushScheduled = false;
   const waiting = new Map<number, { input: VerifyReceiptInput; done: (result: JudgedReceipt) => void }>();
 
+  // A session's key is the same array for each of its receipts: encoded once.
+  const keyTexts = new WeakMap<Uint8Array, string>();
+  const keyText = (key: Uint8Array): string => {
+    let text = keyTexts.get(key);
+    if (text === undefined) keyTexts.set(key, (text = Buffer.from(key).toString("base64")));
+    return text;
+  };
   const judgeInline = (input: VerifyReceiptInput, done: (result: JudgedReceipt) => void) => void inlineJudge.judge(input, done);
 
   const fail = (error: string) => {
@@ -95,8 +106,8 @@ export function workerJudge(onFailure: (error: string) => void = () => {}, worke
     if (worker !== null || failures >= MAX_WORKER_FAILURES) return worker;
     try {
       const w = new Worker(workerUrl);
-      w.addEventListener("message", (event: MessageEvent<JudgeAnswer[]>) => {
-        for (const { id, result } of event.data) {
+      w.addEventListener("message", (event: MessageEvent<string>) => {
+        for (const { id, result } of JSON.parse(event.data) as JudgeAnswer[]) {
           const job = waiting.get(id);
           if (job === undefined) continue;
           waiting.delete(id);
@@ -135,7 +146,7 @@ export function workerJudge(onFailure: (error: string) => void = () => {}, worke
       }
       return;
     }
-    worker.postMessage(jobs);
+    worker.postMessage(JSON.stringify(jobs));
   };
 
   return {
@@ -143,7 +154,7 @@ export function workerJudge(onFailure: (error: string) => void = () => {}, worke
       if (start() === null) return inlineJudge.judge(input, done);
       const id = nextId++;
       waiting.set(id, { input, done });
-      queued.push({ id, input });
+      queued.push({ id, input: { ...input, sessionPublicKey: keyText(input.sessionPublicKey) } });
       if (!flushScheduled) {
         flushScheduled = true;
         setImmediate(flush);

@@ -5,13 +5,24 @@ import { verifyReceipt } from "./verify.ts";
 
 declare const self: Worker;
 
-self.addEventListener("message", (event: MessageEvent<JudgeJob[]>) => {
-  const answers: JudgeAnswer[] = event.data.map(({ id, input }) => {
+/** Session keys by their base64 text (few: one per provider session; bounded anyway). */
+const keys = new Map<string, Uint8Array>();
+const keyOf = (text: string): Uint8Array => {
+  let key = keys.get(text);
+  if (key === undefined) {
+    if (keys.size >= 1024) keys.clear();
+    keys.set(text, (key = new Uint8Array(Buffer.from(text, "base64"))));
+  }
+  return key;
+};
+
+self.addEventListener("message", (event: MessageEvent<string>) => {
+  const answers: JudgeAnswer[] = (JSON.parse(event.data) as JudgeJob[]).map(({ id, input }) => {
     try {
-      return { id, result: judgedOf(verifyReceipt(input)) };
+      return { id, result: judgedOf(verifyReceipt({ ...input, sessionPublicKey: keyOf(input.sessionPublicKey) })) };
     } catch {
       return { id, result: null };
     }
   });
-  postMessage(answers);
+  postMessage(JSON.stringify(answers));
 });
