@@ -101,7 +101,7 @@ describe("chunk mapping", () => {
 
   test("vLLM's empty tool_calls beside content, and a missing finish_reason key", () => {
     const m = createChunkMapper().chunk(sseJson("vllm-0.9.0-stream-missing-finish-reason-abridged.sse", 1));
-    expect(m).toEqual({ kind: "chunk", content: "안", tokens: 1, reasoning: false, finishReason: null, promptTokens: null });
+    expect(m).toEqual({ kind: "chunk", content: "안", tokens: 1, reasoning: false, finishReason: null, promptTokens: null, plain: true });
   });
 
   test.each([

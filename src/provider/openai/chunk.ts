@@ -1,7 +1,8 @@
 // Upstream chunk payloads → what the engine relays. Pure, with per-stream state (token counting and
 // tool-call index mapping). Quirks handled here are listed in fixtures/upstreams/README.md.
 import type { DeclineCode, ToolCallDelta } from "../../wire/frames.ts";
-import { declineCodeFor, isErrorPayload } from "./errors.ts";
+import { ContentDeltaTemplate } from "./contentTemplate.ts";
+import { declineCodeFor, isErrorPayload, parseJson } from "./errors.ts";
 import { completionChecker, streamChunkChecker, type ToolCallFragment, type UpstreamUsage } from "./schema.ts";
 import { OutputTokenCounter } from "./tokens.ts";
 
@@ -18,6 +19,11 @@ export type MappedPayload =
       reasoning: boolean;
       finishReason: string | null;
       promptTokens: number | null;
+      /**
+       * A content delta and nothing else: no tool calls, reasoning, finish reason, usage or reported
+       * count. Its payload may serve as the stream's content template (contentTemplate.ts).
+       */
+      plain?: true;
     }
   | { kind: "error"; code: DeclineCode }
   | { kind: "malformed" };
@@ -73,9 +79,21 @@ function firstChoice<C extends { index?: number | null }>(choices: readonly C[] 
   return choices[0];
 }
 
+/** The text a stream payload relays (its first choice's `delta.content`), when it is a valid chunk. */
+export function chunkContent(payload: unknown): string | undefined {
+  if (isErrorPayload(payload) || !streamChunkChecker.Check(payload)) return undefined;
+  const content = firstChoice(payload.choices)?.delta?.content;
+  return typeof content === "string" ? content : undefined;
+}
+
 export interface ChunkMapper {
   /** Maps one parsed `data:` payload of a stream. */
   chunk(payload: unknown): MappedPayload;
+  /**
+   * Maps a payload known to be the stream's `plain` template with another text (contentTemplate.ts):
+   * exactly what `chunk` gives for it.
+   */
+  contentDelta(content: string): MappedPayload;
   /** Maps a whole non-streaming `chat.completion` (an upstream that ignored `stream: true`). */
   completion(payload: unknown): MappedPayload;
 }
@@ -97,11 +115,9 @@ export function createChunkMapper(): ChunkMapper {
     const reasoning = Boolean(delta?.reasoning_content || delta?.reasoning);
     const relayed = content !== undefined || toolCalls.length > 0;
     let tokens = 0;
-    if (relayed || reasoning) {
-      // A cumulative count counts only when it rides on a chunk with choices (not the final usage chunk).
-      const cumulative = payload.usage?.completion_tokens ?? payload.timings?.predicted_n ?? null;
-      tokens = counter.count(relayed, choice ? cumulative : null);
-    }
+    // A cumulative count counts only when it rides on a chunk with choices (not the final usage chunk).
+    const cumulative = choice ? (payload.usage?.completion_tokens ?? payload.timings?.predicted_n ?? null) : null;
+    if (relayed || reasoning) tokens = counter.count(relayed, cumulative);
     const mapped: MappedPayload = {
       kind: "chunk",
       tokens,
@@ -111,7 +127,14 @@ export function createChunkMapper(): ChunkMapper {
     };
     if (content !== undefined) mapped.content = content;
     if (toolCalls.length > 0) mapped.tool_calls = toolCalls;
+    if (content !== undefined && toolCalls.length === 0 && !reasoning && mapped.finishReason === null && mapped.promptTokens === null && cumulative === null) {
+      mapped.plain = true;
+    }
     return mapped;
+  }
+
+  function contentDelta(content: string): MappedPayload {
+    return { kind: "chunk", content, tokens: counter.count(true, null), reasoning: false, finishReason: null, promptTokens: null };
   }
 
   function completion(payload: unknown): MappedPayload {
@@ -143,5 +166,25 @@ export function createChunkMapper(): ChunkMapper {
     return mapped;
   }
 
-  return { chunk, completion };
+  return { chunk, contentDelta, completion };
+}
+
+/**
+ * Maps a stream's `data:` payload texts, in order: content deltas after the first through the learned
+ * template (contentTemplate.ts), everything else parsed and mapped by `chunk`. The same results as
+ * parsing and mapping each one.
+ */
+export function createStreamPayloadMapper(): (data: string) => MappedPayload {
+  const mapper = createChunkMapper();
+  const template = new ContentDeltaTemplate();
+  const contentOf = (data: string) => chunkContent(parseJson(data));
+  return (data) => {
+    const text = template.match(data);
+    if (text !== undefined) return mapper.contentDelta(text);
+    const payload = parseJson(data);
+    if (payload === undefined) return { kind: "malformed" };
+    const mapped = mapper.chunk(payload);
+    if (mapped.kind === "chunk" && mapped.plain) template.learn(data, mapped.content!, contentOf);
+    return mapped;
+  };
 }

@@ -3,7 +3,7 @@
 // and timers live here; parsing, mapping and the outcome rule are pure modules beside it.
 import { cancelTerminalState, type Engine, type EngineChunk, type EngineJob, type EngineOutcome } from "../engine.ts";
 import type { LogFn } from "../events.ts";
-import { createChunkMapper, type MappedPayload } from "./chunk.ts";
+import { createChunkMapper, createStreamPayloadMapper, type MappedPayload } from "./chunk.ts";
 import { declineCodeFor, isErrorPayload, parseJson } from "./errors.ts";
 import { decideOutcome, endLabel, type StreamEnd } from "./outcome.ts";
 import { chatCompletionsUrl, upstreamBody, upstreamHeaders } from "./request.ts";
@@ -40,6 +40,8 @@ type Guarded<T> = { ok: true; value: T } | { ok: false; end: StreamEnd };
 class UpstreamCall {
   private readonly controller = new AbortController();
   private readonly mapper = createChunkMapper();
+  /** Stream payloads (a mapper of their own: the stream's token count and tool-call indices). */
+  private readonly payloads = createStreamPayloadMapper();
   private timedOut: "first_token" | "idle" | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
   /** The timeout being watched and when it expires (performance.now() ms). */
@@ -212,10 +214,8 @@ class UpstreamCall {
     const data = event.data.trim();
     if (data === "") return null; // empty `data:` frames carry nothing
     if (data === "[DONE]") return { kind: "done" };
-    const payload = parseJson(data);
-    if (payload === undefined) return { kind: "malformed" };
     this.payloadsInRead++;
-    return this.apply(this.mapper.chunk(payload));
+    return this.apply(this.payloads(data));
   }
 
   /** Relays what a payload holds and records its finish and usage; a stream end for errors. */
