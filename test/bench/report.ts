@@ -9,7 +9,9 @@ export interface PathResult {
   latency_c1: LoadResult;
   load: (LoadResult & { concurrency: number; passed: boolean })[];
   stream_c1: { ttft_ms: Percentiles; gap_ms: Percentiles; transit_ms: Percentiles; ttft_run: StreamResult; gap_run: StreamResult };
+  /** The median of `stream_throughput_runs` (deltas/s of each run). */
   stream_throughput: StreamResult;
+  stream_throughput_runs?: number[];
   streams: (StreamResult & { level: number; passed: boolean; rss_peak_mb: number | null; per_stream_kb: number | null; provider_rss_peak_mb: number | null })[];
   rss_idle_mb: number | null;
   overhead_nonstream_ms?: { n: number; p50: number; p99: number };
@@ -134,7 +136,11 @@ export function renderMarkdown(r: BenchResult): string {
   perPath("added gap p50 / p99", (_x, n) => (n === "direct" ? "–" : `${fmt(d.added_gap_ms[n]?.p50)} / ${fmt(d.added_gap_ms[n]?.p99)}`));
   perPath("per-chunk transit p50 / p99 (mock stamp → driver)", (x) => `${fmt(x.stream_c1.transit_ms.p50)} / ${fmt(x.stream_c1.transit_ms.p99)}`);
   perPath("added per-chunk transit p50 / p99", (_x, n) => (n === "direct" ? "–" : `${fmt(d.added_transit_ms[n]?.p50)} / ${fmt(d.added_transit_ms[n]?.p99)}`), "added_transit_p99");
-  perPath("streaming deltas/s (32 streams × 256 unthrottled deltas)", (x) => String(x.stream_throughput.frames_per_s), "stream_frames_per_s");
+  perPath(
+    "streaming deltas/s (32 streams × 256 unthrottled deltas; median of the runs in brackets)",
+    (x) => `${x.stream_throughput.frames_per_s}${x.stream_throughput_runs ? ` (${x.stream_throughput_runs.join(", ")})` : ""}`,
+    "stream_frames_per_s",
+  );
   perPath("… SSE content events carrying them (per stream)", (x) => (x.stream_throughput.events === undefined ? "–" : (x.stream_throughput.events / x.stream_throughput.streams).toFixed(1)));
   perPath("stall-free concurrent streams", (_x, n) => String(d.stall_free_streams[n] ?? 0), "stall_free_streams");
   perPath("server RSS idle (MB)", (x) => fmt(x.rss_idle_mb, 1), "rss_idle");
