@@ -22,7 +22,7 @@ export interface ReceiptJudge {
   stop(): void;
 }
 
-/** The part of a verdict a settlement keeps (structured-clone sized: no receipt body). */
+/** The part of a verdict a settlement keeps (small: no receipt body). */
 export function judgedOf(verdict: ReceiptVerdict): JudgedReceipt {
   const usage = verdict.receipt?.usage;
   return {
