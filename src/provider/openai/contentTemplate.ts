@@ -3,7 +3,7 @@
 // its bytes before and after the text are its template; a later payload with the same bytes around a
 // text that is one well-formed JSON string body is the same delta with that text — the answer a full
 // JSON.parse and mapping would give, at a fraction of the cost (issue 7: the parse was ~19 % of a
-// provider runtime's CPU on an unthrottled stream). Anything else takes the full path. Pure.
+// provider runtime's CPU on an unthrottled stream). Anything else takes the full path. No I/O.
 
 const CONTENT_KEY = '"content":"';
 /** Two texts that differ from each other (and, for one of them at least, from any learned text). */
