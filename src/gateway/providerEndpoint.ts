@@ -45,26 +45,12 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
     const sessionId = deps.newSessionId();
     const nonce = deps.randomBytes(32);
     let wasAdmitted = false;
-    // Frames queued in one synchronous run (a commit releases several jobs and `settled` frames at
-    // once) leave in one corked write, from a microtask, instead of a write each (issue 7).
-    let queued: Uint8Array[] = [];
-    const flush = () => {
-      const frames = queued;
-      queued = [];
-      if (frames.length === 1) ws.send(frames[0]!, false);
-      else if (frames.length > 1) ws.cork(() => frames.forEach((frame) => ws.send(frame, false)));
-    };
     const session: SessionHandle = {
       sessionId,
       attempts: new Set(),
       refusedModels: new Set(),
-      send: (frame) => {
-        if (queued.push(frame) === 1) queueMicrotask(flush);
-      },
-      close: (code, reason) => {
-        flush();
-        ws.close(code, reason);
-      },
+      send: (frame) => void ws.send(frame, false),
+      close: (code, reason) => ws.close(code, reason),
       actor: undefined as unknown as SessionHandle["actor"],
     };
     session.actor = createActor(
@@ -197,7 +183,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         // A malformed hello has its own code (4001 invalid_hello); other schema failures are 1008.
         const code = decoded.frameType === "hello" ? CloseCode.invalidHello : decoded.closeCode;
         log.warn("provider_frame_rejected", { session_id: session.sessionId, reason: decoded.reason, code });
-        session.close(code, decoded.reason);
+        ws.close(code, decoded.reason);
         return;
       }
       try {
@@ -205,7 +191,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
       } catch (e) {
         // A bug in handling one frame closes that socket, never the process.
         log.error("provider_frame_failed", { session_id: session.sessionId, error: String(e) });
-        session.close(1011, "internal_error");
+        ws.close(1011, "internal_error");
       }
     },
     close(ws, code) {
