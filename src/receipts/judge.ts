@@ -90,6 +90,15 @@ export function workerJudge(onFailure: (error: string) => void = () => {}, worke
     return text;
   };
   const judgeInline = (input: VerifyReceiptInput, done: (result: JudgedReceipt) => void) => void inlineJudge.judge(input, done);
+  /** Judges these waiting receipts inline instead (no thread to answer them). */
+  const judgeWaitingInline = (ids: Iterable<number>) => {
+    for (const id of ids) {
+      const job = waiting.get(id);
+      if (job === undefined) continue;
+      waiting.delete(id);
+      judgeInline(job.input, job.done);
+    }
+  };
 
   const fail = (error: string) => {
     failures++;
@@ -97,9 +106,7 @@ export function workerJudge(onFailure: (error: string) => void = () => {}, worke
     worker?.terminate();
     worker = null;
     queued = [];
-    const held = [...waiting.values()];
-    waiting.clear();
-    for (const job of held) judgeInline(job.input, job.done);
+    judgeWaitingInline([...waiting.keys()]);
   };
 
   const start = (): Worker | null => {
@@ -137,16 +144,8 @@ export function workerJudge(onFailure: (error: string) => void = () => {}, worke
     const jobs = queued;
     queued = [];
     if (jobs.length === 0) return;
-    if (worker === null) {
-      for (const job of jobs) {
-        const held = waiting.get(job.id);
-        if (held === undefined) continue;
-        waiting.delete(job.id);
-        judgeInline(held.input, held.done);
-      }
-      return;
-    }
-    worker.postMessage(JSON.stringify(jobs));
+    if (worker === null) judgeWaitingInline(jobs.map((job) => job.id));
+    else worker.postMessage(JSON.stringify(jobs));
   };
 
   return {

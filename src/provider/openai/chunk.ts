@@ -174,8 +174,7 @@ export function createChunkMapper(): ChunkMapper {
  * template (contentTemplate.ts), everything else parsed and mapped by `chunk`. The same results as
  * parsing and mapping each one.
  */
-export function createStreamPayloadMapper(): (data: string) => MappedPayload {
-  const mapper = createChunkMapper();
+export function createStreamPayloadMapper(mapper: ChunkMapper = createChunkMapper()): (data: string) => MappedPayload {
   const template = new ContentDeltaTemplate();
   const contentOf = (data: string) => chunkContent(parseJson(data));
   return (data) => {

@@ -40,8 +40,7 @@ type Guarded<T> = { ok: true; value: T } | { ok: false; end: StreamEnd };
 class UpstreamCall {
   private readonly controller = new AbortController();
   private readonly mapper = createChunkMapper();
-  /** Stream payloads (a mapper of their own: the stream's token count and tool-call indices). */
-  private readonly payloads = createStreamPayloadMapper();
+  private readonly payloads = createStreamPayloadMapper(this.mapper);
   private timedOut: "first_token" | "idle" | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
   /** The timeout being watched and when it expires (performance.now() ms). */
