@@ -2,6 +2,7 @@
 // provider and sending the job, relaying chunks to the buyer's responder, cancelling and releasing attempts.
 // An attempt's chunks after its first never reach the actor: `chunkArrived` checks and counts them with the
 // attempt's ChunkMeter and relays them here, sending the actor only what changes its state.
+import { requestLogic } from "../../actors/requestLogic.ts";
 import { createActor, type ActorRefFrom, type InspectionEvent } from "xstate";
 import {
   requestMachine,
@@ -278,8 +279,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     settlements.afterCommit(send);
   };
 
-  const machine = requestMachine.provide({
-    actions: {
+  const machine = requestLogic({
       dispatchAttempt: ({ context }, input) => {
         const handle = handles.get(context.requestId);
         if (!handle) return;
@@ -387,12 +387,10 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         }
         metrics.attemptFinished(outcome);
       },
-    },
-    delays: {
+  }, {
       firstByteTimeout: deps.firstByteTimeoutMs,
       streamIdleCheck: streamIdleCheckMs(deps.streamIdleTimeoutMs),
       requestDeadline: deps.requestDeadlineMs,
-    },
   });
 
   /** Starts the request actor; the responder's `response` settles when the buyer can be answered. */
