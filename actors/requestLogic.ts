@@ -21,7 +21,7 @@ const FINAL = new Set<State>(["succeeded", "failed", "failedMidStream", "cancell
 type InternalEvent = RequestEvent | { type: "timer.firstByte" } | { type: "timer.idleCheck" } | { type: "timer.deadline" };
 export type RequestSnapshot = Snapshot<undefined> & { value: State; context: RequestContext };
 
-type ActionArgs = { context: RequestContext; event: RequestEvent };
+type ActionArgs = { context: RequestContext; event: RequestEvent; self: any };
 export interface RequestActions {
   dispatchAttempt: (args: ActionArgs, params: DispatchInput) => void;
   abandonDispatch: (args: ActionArgs) => void;
@@ -42,8 +42,11 @@ export interface RequestDelays {
 
 type Scope = ActorScope<RequestSnapshot, InternalEvent, AnySystem>;
 
-export function requestLogic(actions: RequestActions, delays: RequestDelays): ActorLogic<RequestSnapshot, InternalEvent, RequestInput, AnySystem> {
+export function requestLogic(given: Partial<RequestActions>, delays: RequestDelays): ActorLogic<RequestSnapshot, InternalEvent, RequestInput, AnySystem> {
   const STALL_WINDOWS = 2;
+  const noop = () => {};
+  const names = ["dispatchAttempt", "abandonDispatch", "relayChunk", "openProgressWindow", "discardPartialOutput", "finishSuccess", "finishFailure", "finishMidStreamError", "cancelAttempt", "releaseAttempt"] as const;
+  const actions = Object.fromEntries(names.map((n) => [n, (args: any, params: any) => (given[n] ?? noop)(args, params)])) as unknown as RequestActions;
   function run(scope: Scope, initial: RequestContext, value0: State, event: InternalEvent, target: State | null, transitionActions: ((c: RequestContext) => RequestContext | void)[]): { value: State; context: RequestContext } {
     let context = initial;
     const ev = event as RequestEvent;
@@ -56,14 +59,14 @@ export function requestLogic(actions: RequestActions, delays: RequestDelays): Ac
       scope.defer(() => f(c));
     };
     const exit = (s: State) => {
-      if (s === "routing") call((c) => actions.abandonDispatch({ context: c, event: ev }));
+      if (s === "routing") call((c) => actions.abandonDispatch({ context: c, event: ev, self: scope.self }));
       if (s === "awaitingFirstByte") scope.system.scheduler.cancel(scope.self, "firstByte");
       if (s === "receiving") scope.system.scheduler.cancel(scope.self, "idleCheck");
     };
     const enter = (s: State): State => {
       switch (s) {
         case "routing":
-          call((c) => actions.dispatchAttempt({ context: c, event: ev }, { requestId: c.requestId, attemptN: c.nextAttemptN, excludedProviders: c.excludedProviders }));
+          call((c) => actions.dispatchAttempt({ context: c, event: ev, self: scope.self }, { requestId: c.requestId, attemptN: c.nextAttemptN, excludedProviders: c.excludedProviders }));
           return s;
         case "awaitingFirstByte":
           scope.system.scheduler.schedule(scope.self, scope.self, { type: "timer.firstByte" }, delays.firstByteTimeout, "firstByte");
@@ -73,10 +76,10 @@ export function requestLogic(actions: RequestActions, delays: RequestDelays): Ac
           return s;
         case "providerFailedAfterOutput":
           if (context.committed) return enter("failedMidStream");
-          call((c) => actions.discardPartialOutput({ context: c, event: ev }));
+          call((c) => actions.discardPartialOutput({ context: c, event: ev, self: scope.self }));
           return enter("attemptFailed");
         case "attemptFailed":
-          call((c) => actions.releaseAttempt({ context: c, event: ev }));
+          call((c) => actions.releaseAttempt({ context: c, event: ev, self: scope.self }));
           act((c) => ({
             ...c,
             excludedProviders: c.current ? [...c.excludedProviders, c.current.providerId] : c.excludedProviders,
@@ -87,19 +90,19 @@ export function requestLogic(actions: RequestActions, delays: RequestDelays): Ac
           act((c) => ({ ...c, failure: c.failure ?? { code: "coordinator_unavailable", message: "No provider could serve this request right now. Retry shortly." } }));
           return enter("failed");
         case "succeeded":
-          call((c) => actions.releaseAttempt({ context: c, event: ev }));
-          call((c) => actions.finishSuccess({ context: c, event: ev }));
+          call((c) => actions.releaseAttempt({ context: c, event: ev, self: scope.self }));
+          call((c) => actions.finishSuccess({ context: c, event: ev, self: scope.self }));
           return s;
         case "failed":
-          call((c) => actions.releaseAttempt({ context: c, event: ev }));
-          call((c) => actions.finishFailure({ context: c, event: ev }));
+          call((c) => actions.releaseAttempt({ context: c, event: ev, self: scope.self }));
+          call((c) => actions.finishFailure({ context: c, event: ev, self: scope.self }));
           return s;
         case "failedMidStream":
-          call((c) => actions.releaseAttempt({ context: c, event: ev }));
-          call((c) => actions.finishMidStreamError({ context: c, event: ev }));
+          call((c) => actions.releaseAttempt({ context: c, event: ev, self: scope.self }));
+          call((c) => actions.finishMidStreamError({ context: c, event: ev, self: scope.self }));
           return s;
         case "cancelled":
-          call((c) => actions.releaseAttempt({ context: c, event: ev }));
+          call((c) => actions.releaseAttempt({ context: c, event: ev, self: scope.self }));
           return s;
       }
     };
@@ -112,7 +115,7 @@ export function requestLogic(actions: RequestActions, delays: RequestDelays): Ac
     return { value: enter(target), context };
   }
   const cancel = (reason: "buyer_cancel" | "gateway_timeout", scope: Scope, event: InternalEvent) => (c: RequestContext) => {
-    scope.defer(() => actions.cancelAttempt({ context: c, event: event as RequestEvent }, { reason }));
+    scope.defer(() => actions.cancelAttempt({ context: c, event: event as RequestEvent, self: scope.self }, { reason }));
   };
   const snap = (value: State, context: RequestContext): RequestSnapshot =>
     FINAL.has(value)
@@ -138,7 +141,7 @@ export function requestLogic(actions: RequestActions, delays: RequestDelays): Ac
       scope.system.scheduler.schedule(scope.self, scope.self, { type: "timer.deadline" }, delays.requestDeadline, "deadline");
       const ev = { type: "xstate.init" } as unknown as RequestEvent;
       const c = snapshot.context;
-      scope.defer(() => actions.dispatchAttempt({ context: c, event: ev }, { requestId: c.requestId, attemptN: c.nextAttemptN, excludedProviders: c.excludedProviders }));
+      scope.defer(() => actions.dispatchAttempt({ context: c, event: ev, self: scope.self }, { requestId: c.requestId, attemptN: c.nextAttemptN, excludedProviders: c.excludedProviders }));
     },
     transition: (snapshot, event, scope) => {
       const { value, context } = snapshot;
@@ -179,7 +182,7 @@ export function requestLogic(actions: RequestActions, delays: RequestDelays): Ac
             return go(
               "receiving",
               (c) => ({ ...c, idleWindows: c.progressInWindow ? 0 : c.idleWindows + 1, progressInWindow: false }),
-              (c) => void scope.defer(() => actions.openProgressWindow({ context: c, event: event as unknown as RequestEvent })),
+              (c) => void scope.defer(() => actions.openProgressWindow({ context: c, event: event as unknown as RequestEvent, self: scope.self })),
             );
           }
           if (event.type === "stream.progress") return go(null, (c) => ({ ...c, progressInWindow: true }));

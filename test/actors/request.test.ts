@@ -5,6 +5,7 @@
 // `stream.progress` / `stream.seqError` / `stream.lengthLimited` as the meter decides.
 import { describe, expect, test } from "bun:test";
 import { createActor, SimulatedClock } from "xstate";
+import { requestLogic } from "../../actors/requestLogic.ts";
 import {
   requestMachine,
   streamIdleCheckMs,
@@ -73,8 +74,7 @@ function startRequest({ script, input, delays }: Options) {
     });
   };
 
-  const machine = requestMachine.provide({
-    actions: {
+  const machine = requestLogic({
       dispatchAttempt: ({ self }, d) => {
         try {
           dispatch(d, (event) => self.send(event));
@@ -100,12 +100,10 @@ function startRequest({ script, input, delays }: Options) {
       finishFailure: ({ context }) => calls.push({ action: "finishFailure", attemptN: at(context) }),
       finishMidStreamError: ({ context }) => calls.push({ action: "finishMidStreamError", attemptN: at(context) }),
       releaseAttempt: ({ context }) => calls.push({ action: "releaseAttempt", attemptN: at(context) }),
-    },
-    delays: {
+    }, {
       firstByteTimeout: delays?.firstByteTimeout ?? FIRST_BYTE_MS,
       streamIdleCheck: streamIdleCheckMs(delays?.streamIdleTimeout ?? IDLE_MS),
       requestDeadline: delays?.requestDeadline ?? DEADLINE_MS,
-    },
   });
 
   const actor = createActor(machine, {
