@@ -1,12 +1,16 @@
-// EXPERIMENT (issue 7, not for merging as is): the request actor's chart as its own XState actor logic,
-// to measure what the machine interpreter costs on the request path. Same states, events, guards,
-// actions (called with the same arguments) and delays as actors/request.ts.
-import type { ActorLogic, ActorScope, ActorSystem, Snapshot } from "xstate";
+// actors/requestLogic.ts — PROPOSAL (issue 7, branch exp-request-logic; needs a decision, see
+// docs/benchmarks.md "Fourth pass"): the `request` actor's chart (actors/request.ts) as its own XState
+// actor logic. Same states, events, guards, delays and edge actions, called with the same arguments and
+// in the same order as the machine's; `requestStep` is the pure transition function (next state,
+// context, and the effects to run), `requestLogic` runs the effects: edge actions after the step (as a
+// machine's actions), timers on the actor system's clock (SimulatedClock drives them).
+import type { ActorLogic, ActorRef, ActorScope, ActorSystem, Snapshot } from "xstate";
 import type { ChunkFrame } from "../src/wire/frames.ts";
 import type { DispatchInput, RequestContext, RequestEvent, RequestInput } from "./request.ts";
 
 type AnySystem = ActorSystem<any>;
-type State =
+
+export type RequestState =
   | "routing"
   | "awaitingFirstByte"
   | "receiving"
@@ -16,12 +20,262 @@ type State =
   | "failed"
   | "failedMidStream"
   | "cancelled";
-const FINAL = new Set<State>(["succeeded", "failed", "failedMidStream", "cancelled"]);
+const FINAL: ReadonlySet<RequestState> = new Set(["succeeded", "failed", "failedMidStream", "cancelled"]);
 
-type InternalEvent = RequestEvent | { type: "timer.firstByte" } | { type: "timer.idleCheck" } | { type: "timer.deadline" };
-export type RequestSnapshot = Snapshot<undefined> & { value: State; context: RequestContext };
+export type RequestTimer = "firstByteTimeout" | "streamIdleCheck" | "requestDeadline";
 
-type ActionArgs = { context: RequestContext; event: RequestEvent; self: any };
+/** The buyer's and the edge's events, and the actor's own timers. */
+export type RequestLogicEvent = RequestEvent | { type: "timer.firstByteTimeout" } | { type: "timer.streamIdleCheck" } | { type: "timer.requestDeadline" };
+
+export type RequestSnapshot = Snapshot<undefined> & { value: RequestState; context: RequestContext };
+
+type CancelReason = "buyer_cancel" | "gateway_timeout";
+
+/** An effect of a step, in the order the machine ran it; an action sees the context as it was then. */
+export type RequestEffect =
+  | { type: "dispatchAttempt"; context: RequestContext; params: DispatchInput }
+  | { type: "relayChunk"; context: RequestContext; params: { frame: ChunkFrame } }
+  | { type: "cancelAttempt"; context: RequestContext; params: { reason: CancelReason } }
+  | {
+      type: "abandonDispatch" | "openProgressWindow" | "discardPartialOutput" | "finishSuccess" | "finishFailure" | "finishMidStreamError" | "releaseAttempt";
+      context: RequestContext;
+    }
+  | { type: "startTimer"; timer: RequestTimer }
+  | { type: "stopTimer"; timer: RequestTimer };
+
+export interface RequestStep {
+  value: RequestState;
+  context: RequestContext;
+  effects: RequestEffect[];
+}
+
+const STALL_WINDOWS = 2;
+const exhausted = (c: RequestContext): RequestContext => ({
+  ...c,
+  failure: c.failure ?? { code: "coordinator_unavailable", message: "No provider could serve this request right now. Retry shortly." },
+});
+
+/** One transition: exit the source, run the transition's own updates and actions, enter the target (with transient states resolved). */
+class Transition {
+  effects: RequestEffect[] = [];
+  constructor(
+    public context: RequestContext,
+    private readonly event: RequestLogicEvent,
+  ) {}
+
+  update(f: (c: RequestContext) => RequestContext): this {
+    this.context = f(this.context);
+    return this;
+  }
+
+  act(type: "abandonDispatch" | "openProgressWindow" | "discardPartialOutput" | "finishSuccess" | "finishFailure" | "finishMidStreamError" | "releaseAttempt"): this {
+    this.effects.push({ type, context: this.context });
+    return this;
+  }
+
+  cancel(reason: CancelReason): this {
+    this.effects.push({ type: "cancelAttempt", context: this.context, params: { reason } });
+    return this;
+  }
+
+  exit(state: RequestState): this {
+    if (state === "routing") this.act("abandonDispatch");
+    if (state === "awaitingFirstByte") this.effects.push({ type: "stopTimer", timer: "firstByteTimeout" });
+    if (state === "receiving") this.effects.push({ type: "stopTimer", timer: "streamIdleCheck" });
+    return this;
+  }
+
+  enter(state: RequestState): RequestState {
+    switch (state) {
+      case "routing": {
+        const c = this.context;
+        this.effects.push({ type: "dispatchAttempt", context: c, params: { requestId: c.requestId, attemptN: c.nextAttemptN, excludedProviders: c.excludedProviders } });
+        return state;
+      }
+      case "awaitingFirstByte":
+        this.effects.push({ type: "startTimer", timer: "firstByteTimeout" });
+        return state;
+      case "receiving":
+        this.effects.push({ type: "startTimer", timer: "streamIdleCheck" });
+        return state;
+      case "providerFailedAfterOutput":
+        if (this.context.committed) return this.enter("failedMidStream");
+        this.act("discardPartialOutput");
+        return this.enter("attemptFailed");
+      case "attemptFailed": {
+        this.act("releaseAttempt");
+        const event = this.event;
+        this.update((c) => ({
+          ...c,
+          excludedProviders: c.current ? [...c.excludedProviders, c.current.providerId] : c.excludedProviders,
+          lastAttemptFailure: event.type.startsWith("provider.") || event.type.startsWith("stream.") ? event.type : "first_byte_timeout",
+          current: null,
+        }));
+        if (this.context.nextAttemptN < this.context.maxAttempts) return this.enter("routing");
+        this.update(exhausted);
+        return this.enter("failed");
+      }
+      case "succeeded":
+        this.act("releaseAttempt").act("finishSuccess");
+        return state;
+      case "failed":
+        this.act("releaseAttempt").act("finishFailure");
+        return state;
+      case "failedMidStream":
+        this.act("releaseAttempt").act("finishMidStreamError");
+        return state;
+      case "cancelled":
+        this.act("releaseAttempt");
+        return state;
+    }
+  }
+}
+
+/** The first step: `routing` entered (its dispatch) and the request deadline started. */
+export function initialRequestStep(input: RequestInput): RequestStep {
+  const t = new Transition(
+    {
+      ...input,
+      nextAttemptN: 0,
+      current: null,
+      excludedProviders: [],
+      committed: false,
+      progressInWindow: false,
+      idleWindows: 0,
+      lengthLimited: false,
+      failure: null,
+      lastAttemptFailure: null,
+    },
+    { type: "buyer.aborted" }, // unused: `routing`'s entry reads no event
+  );
+  t.effects.push({ type: "startTimer", timer: "requestDeadline" });
+  const value = t.enter("routing");
+  return { value, context: t.context, effects: t.effects };
+}
+
+/** The transition function of the request chart. Pure: the effects are descriptions, run by `requestLogic`. */
+export function requestStep(value: RequestState, context: RequestContext, event: RequestLogicEvent): RequestStep {
+  const same: RequestStep = { value, context, effects: [] };
+  if (FINAL.has(value)) return same;
+  const t = new Transition(context, event);
+  /** A transition to `target` (null: targetless; `reenter`: exit and enter the same state). */
+  const go = (target: RequestState | null, build: (t: Transition) => void = () => {}): RequestStep => {
+    if (target === null) {
+      build(t);
+      return { value, context: t.context, effects: t.effects };
+    }
+    t.exit(value);
+    build(t);
+    return { value: t.enter(target), context: t.context, effects: t.effects };
+  };
+
+  // Root transitions, in every state.
+  if (event.type === "buyer.aborted") return go("cancelled", (t) => t.cancel("buyer_cancel"));
+  if (event.type === "timer.requestDeadline") {
+    if (context.committed) return go("failedMidStream", (t) => t.cancel("gateway_timeout"));
+    return go("failed", (t) => t.cancel("gateway_timeout").update(exhausted));
+  }
+  switch (value) {
+    case "routing":
+      switch (event.type) {
+        case "route.failed":
+          return go("failed", (t) => t.update((c) => ({ ...c, failure: { code: "internal_error", message: "The gateway hit an internal error. Retry the request." } })));
+        case "route.dispatched":
+          return go("awaitingFirstByte", (t) => t.update((c) => ({ ...c, current: event.attempt, nextAttemptN: c.nextAttemptN + 1 })));
+        case "route.unavailable":
+          return go("failed", (t) => t.update((c) => ({ ...c, failure: { code: event.code, message: event.message } })));
+        default:
+          return same;
+      }
+    case "awaitingFirstByte":
+      switch (event.type) {
+        case "timer.firstByteTimeout":
+        case "provider.rejected":
+          return go("attemptFailed", (t) => t.cancel("gateway_timeout"));
+        case "provider.declined":
+        case "provider.lost":
+          return go("attemptFailed");
+        case "provider.chunk": {
+          // The first chunk: seq 0, and within max_tokens (the edge's ChunkMeter applies the same rules to later ones).
+          if (event.frame.seq !== 0) return go("attemptFailed", (t) => t.cancel("gateway_timeout"));
+          if (event.frame.tokens > context.maxTokens) return go("succeeded", (t) => t.cancel("gateway_timeout").update((c) => ({ ...c, lengthLimited: true })));
+          const frame = event.frame;
+          return go("receiving", (t) => {
+            t.update((c) => ({ ...c, committed: c.streaming, progressInWindow: true, idleWindows: 0 }));
+            t.effects.push({ type: "relayChunk", context: t.context, params: { frame } });
+          });
+        }
+        case "provider.ended":
+          return go(event.frame.terminal_state === "normal_done" ? "succeeded" : "attemptFailed");
+        default:
+          return same;
+      }
+    case "receiving":
+      switch (event.type) {
+        case "timer.streamIdleCheck":
+          if (!context.progressInWindow && context.idleWindows + 1 >= STALL_WINDOWS) return go("providerFailedAfterOutput", (t) => t.cancel("gateway_timeout"));
+          return go("receiving", (t) =>
+            t.update((c) => ({ ...c, idleWindows: c.progressInWindow ? 0 : c.idleWindows + 1, progressInWindow: false })).act("openProgressWindow"),
+          );
+        case "stream.progress":
+          return go(null, (t) => t.update((c) => ({ ...c, progressInWindow: true })));
+        case "stream.seqError":
+          return go("providerFailedAfterOutput", (t) => t.cancel("gateway_timeout"));
+        case "stream.lengthLimited":
+          return go("succeeded", (t) => t.cancel("gateway_timeout").update((c) => ({ ...c, lengthLimited: true })));
+        case "provider.ended":
+          return go(event.frame.terminal_state === "normal_done" ? "succeeded" : "providerFailedAfterOutput");
+        case "provider.lost":
+          return go("providerFailedAfterOutput");
+        default:
+          return same;
+      }
+    default:
+      return same;
+  }
+}
+
+/**
+ * The chart of `requestStep`, as data: `@statelyai/inspect` sends an actor's `logic.config` as its
+ * definition, and test/actors/request.test.ts checks every step against it.
+ */
+export const requestChart = {
+  id: "request",
+  initial: "routing",
+  on: { "buyer.aborted": ".cancelled", "timer.requestDeadline": [".failedMidStream", ".failed"] },
+  states: {
+    routing: { on: { "route.failed": "failed", "route.dispatched": "awaitingFirstByte", "route.unavailable": "failed" } },
+    awaitingFirstByte: {
+      on: {
+        "timer.firstByteTimeout": "attemptFailed",
+        "provider.declined": "attemptFailed",
+        "provider.rejected": "attemptFailed",
+        "provider.lost": "attemptFailed",
+        "provider.chunk": ["attemptFailed", "succeeded", "receiving"],
+        "provider.ended": ["succeeded", "attemptFailed"],
+      },
+    },
+    receiving: {
+      on: {
+        "timer.streamIdleCheck": ["providerFailedAfterOutput", "receiving"],
+        "stream.progress": {},
+        "stream.seqError": "providerFailedAfterOutput",
+        "stream.lengthLimited": "succeeded",
+        "provider.ended": ["succeeded", "providerFailedAfterOutput"],
+        "provider.lost": "providerFailedAfterOutput",
+      },
+    },
+    providerFailedAfterOutput: { always: ["failedMidStream", "attemptFailed"] },
+    attemptFailed: { always: ["routing", "failed"] },
+    succeeded: { type: "final" },
+    failed: { type: "final" },
+    failedMidStream: { type: "final" },
+    cancelled: { type: "final" },
+  },
+} as const;
+
+type ActionArgs = { context: RequestContext; event: RequestEvent; self: ActorRef<any, any> };
+/** The edge's effects, as `machine.provide({ actions })` took them. */
 export interface RequestActions {
   dispatchAttempt: (args: ActionArgs, params: DispatchInput) => void;
   abandonDispatch: (args: ActionArgs) => void;
@@ -31,169 +285,49 @@ export interface RequestActions {
   finishSuccess: (args: ActionArgs) => void;
   finishFailure: (args: ActionArgs) => void;
   finishMidStreamError: (args: ActionArgs) => void;
-  cancelAttempt: (args: ActionArgs, params: { reason: "buyer_cancel" | "gateway_timeout" }) => void;
+  cancelAttempt: (args: ActionArgs, params: { reason: CancelReason }) => void;
   releaseAttempt: (args: ActionArgs) => void;
 }
-export interface RequestDelays {
-  firstByteTimeout: number;
-  streamIdleCheck: number;
-  requestDeadline: number;
-}
+export type RequestDelays = Record<RequestTimer, number>;
 
-type Scope = ActorScope<RequestSnapshot, InternalEvent, AnySystem>;
+type Scope = ActorScope<RequestSnapshot, RequestLogicEvent, AnySystem>;
 
-export function requestLogic(given: Partial<RequestActions>, delays: RequestDelays): ActorLogic<RequestSnapshot, InternalEvent, RequestInput, AnySystem> {
-  const STALL_WINDOWS = 2;
-  const noop = () => {};
-  const names = ["dispatchAttempt", "abandonDispatch", "relayChunk", "openProgressWindow", "discardPartialOutput", "finishSuccess", "finishFailure", "finishMidStreamError", "cancelAttempt", "releaseAttempt"] as const;
-  const actions = Object.fromEntries(names.map((n) => [n, (args: any, params: any) => (given[n] ?? noop)(args, params)])) as unknown as RequestActions;
-  function run(scope: Scope, initial: RequestContext, value0: State, event: InternalEvent, target: State | null, transitionActions: ((c: RequestContext) => RequestContext | void)[]): { value: State; context: RequestContext } {
-    let context = initial;
-    const ev = event as RequestEvent;
-    const act = (f: (c: RequestContext) => RequestContext | void) => {
-      const r = f(context);
-      if (r) context = r;
-    };
-    const call = (f: (c: RequestContext) => void) => {
-      const c = context;
-      scope.defer(() => f(c));
-    };
-    const exit = (s: State) => {
-      if (s === "routing") call((c) => actions.abandonDispatch({ context: c, event: ev, self: scope.self }));
-      if (s === "awaitingFirstByte") scope.system.scheduler.cancel(scope.self, "firstByte");
-      if (s === "receiving") scope.system.scheduler.cancel(scope.self, "idleCheck");
-    };
-    const enter = (s: State): State => {
-      switch (s) {
-        case "routing":
-          call((c) => actions.dispatchAttempt({ context: c, event: ev, self: scope.self }, { requestId: c.requestId, attemptN: c.nextAttemptN, excludedProviders: c.excludedProviders }));
-          return s;
-        case "awaitingFirstByte":
-          scope.system.scheduler.schedule(scope.self, scope.self, { type: "timer.firstByte" }, delays.firstByteTimeout, "firstByte");
-          return s;
-        case "receiving":
-          scope.system.scheduler.schedule(scope.self, scope.self, { type: "timer.idleCheck" }, delays.streamIdleCheck, "idleCheck");
-          return s;
-        case "providerFailedAfterOutput":
-          if (context.committed) return enter("failedMidStream");
-          call((c) => actions.discardPartialOutput({ context: c, event: ev, self: scope.self }));
-          return enter("attemptFailed");
-        case "attemptFailed":
-          call((c) => actions.releaseAttempt({ context: c, event: ev, self: scope.self }));
-          act((c) => ({
-            ...c,
-            excludedProviders: c.current ? [...c.excludedProviders, c.current.providerId] : c.excludedProviders,
-            lastAttemptFailure: ev.type.startsWith("provider.") || ev.type.startsWith("stream.") ? ev.type : "first_byte_timeout",
-            current: null,
-          }));
-          if (context.nextAttemptN < context.maxAttempts) return enter("routing");
-          act((c) => ({ ...c, failure: c.failure ?? { code: "coordinator_unavailable", message: "No provider could serve this request right now. Retry shortly." } }));
-          return enter("failed");
-        case "succeeded":
-          call((c) => actions.releaseAttempt({ context: c, event: ev, self: scope.self }));
-          call((c) => actions.finishSuccess({ context: c, event: ev, self: scope.self }));
-          return s;
-        case "failed":
-          call((c) => actions.releaseAttempt({ context: c, event: ev, self: scope.self }));
-          call((c) => actions.finishFailure({ context: c, event: ev, self: scope.self }));
-          return s;
-        case "failedMidStream":
-          call((c) => actions.releaseAttempt({ context: c, event: ev, self: scope.self }));
-          call((c) => actions.finishMidStreamError({ context: c, event: ev, self: scope.self }));
-          return s;
-        case "cancelled":
-          call((c) => actions.releaseAttempt({ context: c, event: ev, self: scope.self }));
-          return s;
+const snapshotOf = (value: RequestState, context: RequestContext): RequestSnapshot =>
+  (FINAL.has(value) ? { status: "done", output: undefined, error: undefined, value, context } : { status: "active", output: undefined, error: undefined, value, context }) as RequestSnapshot;
+
+export type RequestLogic = ReturnType<typeof requestLogic>;
+
+/** The request actor's logic with the edge's effects and delays (made once, like `machine.provide`). */
+export function requestLogic(actions: Partial<RequestActions>, delays: RequestDelays): ActorLogic<RequestSnapshot, RequestLogicEvent, RequestInput, AnySystem> {
+  const run = (effects: RequestEffect[], event: RequestLogicEvent, scope: Scope) => {
+    for (const e of effects) {
+      if (e.type === "startTimer") scope.system.scheduler.schedule(scope.self, scope.self, { type: `timer.${e.timer}` }, delays[e.timer], e.timer);
+      else if (e.type === "stopTimer") scope.system.scheduler.cancel(scope.self, e.timer);
+      else {
+        const action = actions[e.type] as ((args: ActionArgs, params?: unknown) => void) | undefined;
+        if (!action) continue;
+        const args = { context: e.context, event: event as RequestEvent, self: scope.self };
+        const params = "params" in e ? e.params : undefined;
+        scope.defer(() => action(args, params));
       }
-    };
-    if (target === null) {
-      for (const f of transitionActions) act(f);
-      return { value: value0, context };
     }
-    exit(value0);
-    for (const f of transitionActions) act(f);
-    return { value: enter(target), context };
-  }
-  const cancel = (reason: "buyer_cancel" | "gateway_timeout", scope: Scope, event: InternalEvent) => (c: RequestContext) => {
-    scope.defer(() => actions.cancelAttempt({ context: c, event: event as RequestEvent, self: scope.self }, { reason }));
   };
-  const snap = (value: State, context: RequestContext): RequestSnapshot =>
-    FINAL.has(value)
-      ? ({ status: "done", output: undefined, error: undefined, value, context } as RequestSnapshot)
-      : ({ status: "active", output: undefined, error: undefined, value, context } as RequestSnapshot);
-
+  // The initial step's effects run at start, like a machine's initial entry actions.
+  const initial = new WeakMap<RequestSnapshot, RequestEffect[]>();
   return {
-    config: { id: "request" },
-    getInitialSnapshot: (_scope, input) =>
-      snap("routing", {
-        ...input,
-        nextAttemptN: 0,
-        current: null,
-        excludedProviders: [],
-        committed: false,
-        progressInWindow: false,
-        idleWindows: 0,
-        lengthLimited: false,
-        failure: null,
-        lastAttemptFailure: null,
-      }),
-    start: (snapshot, scope) => {
-      scope.system.scheduler.schedule(scope.self, scope.self, { type: "timer.deadline" }, delays.requestDeadline, "deadline");
-      const ev = { type: "xstate.init" } as unknown as RequestEvent;
-      const c = snapshot.context;
-      scope.defer(() => actions.dispatchAttempt({ context: c, event: ev, self: scope.self }, { requestId: c.requestId, attemptN: c.nextAttemptN, excludedProviders: c.excludedProviders }));
+    config: requestChart,
+    getInitialSnapshot: (_scope, input) => {
+      const step = initialRequestStep(input);
+      const snapshot = snapshotOf(step.value, step.context);
+      initial.set(snapshot, step.effects);
+      return snapshot;
     },
+    start: (snapshot, scope) => run(initial.get(snapshot) ?? [], { type: "xstate.init" } as unknown as RequestLogicEvent, scope),
     transition: (snapshot, event, scope) => {
-      const { value, context } = snapshot;
-      if (FINAL.has(value)) return snapshot;
-      const go = (target: State | null, ...fs: ((c: RequestContext) => RequestContext | void)[]) => {
-        const next = run(scope, context, value, event, target, fs);
-        return snap(next.value, next.context);
-      };
-      if (event.type === "buyer.aborted") return go("cancelled", cancel("buyer_cancel", scope, event));
-      if (event.type === "timer.deadline") {
-        if (context.committed) return go("failedMidStream", cancel("gateway_timeout", scope, event));
-        return go("failed", cancel("gateway_timeout", scope, event), (c) => ({ ...c, failure: c.failure ?? { code: "coordinator_unavailable", message: "No provider could serve this request right now. Retry shortly." } }));
-      }
-      switch (value) {
-        case "routing":
-          if (event.type === "route.failed") return go("failed", (c) => ({ ...c, failure: { code: "internal_error", message: "The gateway hit an internal error. Retry the request." } }));
-          if (event.type === "route.dispatched") return go("awaitingFirstByte", (c) => ({ ...c, current: event.attempt, nextAttemptN: c.nextAttemptN + 1 }));
-          if (event.type === "route.unavailable") return go("failed", (c) => ({ ...c, failure: { code: event.code, message: event.message } }));
-          return snapshot;
-        case "awaitingFirstByte":
-          if (event.type === "timer.firstByte") return go("attemptFailed", cancel("gateway_timeout", scope, event));
-          if (event.type === "provider.declined" || event.type === "provider.lost") return go("attemptFailed");
-          if (event.type === "provider.rejected") return go("attemptFailed", cancel("gateway_timeout", scope, event));
-          if (event.type === "provider.chunk") {
-            if (event.frame.seq !== 0) return go("attemptFailed", cancel("gateway_timeout", scope, event));
-            if (event.frame.tokens > context.maxTokens) return go("succeeded", cancel("gateway_timeout", scope, event), (c) => ({ ...c, lengthLimited: true }));
-            return go(
-              "receiving",
-              (c) => ({ ...c, committed: c.streaming, progressInWindow: true, idleWindows: 0 }),
-              (c) => void scope.defer(() => actions.relayChunk({ context: c, event }, { frame: event.frame })),
-            );
-          }
-          if (event.type === "provider.ended") return go(event.frame.terminal_state === "normal_done" ? "succeeded" : "attemptFailed");
-          return snapshot;
-        case "receiving":
-          if (event.type === "timer.idleCheck") {
-            if (!context.progressInWindow && context.idleWindows + 1 >= STALL_WINDOWS) return go("providerFailedAfterOutput", cancel("gateway_timeout", scope, event));
-            return go(
-              "receiving",
-              (c) => ({ ...c, idleWindows: c.progressInWindow ? 0 : c.idleWindows + 1, progressInWindow: false }),
-              (c) => void scope.defer(() => actions.openProgressWindow({ context: c, event: event as unknown as RequestEvent, self: scope.self })),
-            );
-          }
-          if (event.type === "stream.progress") return go(null, (c) => ({ ...c, progressInWindow: true }));
-          if (event.type === "stream.seqError") return go("providerFailedAfterOutput", cancel("gateway_timeout", scope, event));
-          if (event.type === "stream.lengthLimited") return go("succeeded", cancel("gateway_timeout", scope, event), (c) => ({ ...c, lengthLimited: true }));
-          if (event.type === "provider.ended") return go(event.frame.terminal_state === "normal_done" ? "succeeded" : "providerFailedAfterOutput");
-          if (event.type === "provider.lost") return go("providerFailedAfterOutput");
-          return snapshot;
-        default:
-          return snapshot;
-      }
+      const step = requestStep(snapshot.value, snapshot.context, event);
+      if (step.value === snapshot.value && step.context === snapshot.context && step.effects.length === 0) return snapshot;
+      run(step.effects, event, scope);
+      return snapshotOf(step.value, step.context);
     },
     getPersistedSnapshot: (snapshot) => snapshot,
   };

@@ -2,16 +2,9 @@
 // provider and sending the job, relaying chunks to the buyer's responder, cancelling and releasing attempts.
 // An attempt's chunks after its first never reach the actor: `chunkArrived` checks and counts them with the
 // attempt's ChunkMeter and relays them here, sending the actor only what changes its state.
-import { requestLogic } from "../../actors/requestLogic.ts";
 import { createActor, type ActorRefFrom, type InspectionEvent } from "xstate";
-import {
-  requestMachine,
-  streamIdleCheckMs,
-  type DispatchInput,
-  type RequestContext,
-  type RequestEvent,
-  type RequestMachine,
-} from "../../actors/request.ts";
+import { streamIdleCheckMs, type DispatchInput, type RequestContext, type RequestEvent } from "../../actors/request.ts";
+import { requestLogic, type RequestLogic } from "../../actors/requestLogic.ts";
 import { errorTable, gatewayError, publicCode, type ErrorCode, type GatewayError } from "../http/errors.ts";
 import type { ChatResponder } from "../http/chat/responders.ts";
 import type { NormalizedChat } from "../http/chat/normalize.ts";
@@ -41,7 +34,7 @@ export interface RequestSpec {
 }
 
 interface RequestHandle extends RequestSpec {
-  actor: ActorRefFrom<RequestMachine>;
+  actor: ActorRefFrom<RequestLogic>;
   startedAtMs: number;
   lastEnd: EndFrame | null;
   timing: RequestTiming;
