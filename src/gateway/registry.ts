@@ -3,7 +3,7 @@
 import type { ActorRefFrom } from "xstate";
 import type { ProviderSessionMachine } from "../../actors/providerSession.ts";
 import { freeSlots } from "../../actors/providerSession.ts";
-import type { RequestLogic } from "../../actors/requestLogic.ts";
+import type { RequestLogic } from "../../actors/request.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
 import type { ChunkMeter } from "./chunkMeter.ts";
 import type { ProviderView } from "./routing.ts";

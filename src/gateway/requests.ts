@@ -3,8 +3,7 @@
 // An attempt's chunks after its first never reach the actor: `chunkArrived` checks and counts them with the
 // attempt's ChunkMeter and relays them here, sending the actor only what changes its state.
 import { createActor, type ActorRefFrom, type InspectionEvent } from "xstate";
-import { streamIdleCheckMs, type DispatchInput, type RequestContext, type RequestEvent } from "../../actors/request.ts";
-import { requestLogic, type RequestLogic } from "../../actors/requestLogic.ts";
+import { requestLogic, streamIdleCheckMs, type DispatchInput, type RequestContext, type RequestEvent, type RequestLogic } from "../../actors/request.ts";
 import { errorTable, gatewayError, publicCode, type ErrorCode, type GatewayError } from "../http/errors.ts";
 import type { ChatResponder } from "../http/chat/responders.ts";
 import type { NormalizedChat } from "../http/chat/normalize.ts";

@@ -1,18 +1,22 @@
-// The request actor in isolation (its own logic, actors/requestLogic.ts): routing, failover before the first byte, commit rules, limits and
+// The request actor in isolation: routing, failover before the first byte, commit rules, limits and
 // timeouts, driven by scripted dispatches and a SimulatedClock (no sockets, no timers, no sleeps).
 // Chunks go through a stand-in for the edge (src/gateway/requests.ts `chunkArrived`) with a real
 // ChunkMeter: the first chunk of an attempt is a `provider.chunk` event, later ones become
 // `stream.progress` / `stream.seqError` / `stream.lengthLimited` as the meter decides.
 import { describe, expect, test } from "bun:test";
 import { createActor, SimulatedClock } from "xstate";
-import { requestChart, requestLogic, requestStep, type RequestLogicEvent, type RequestState } from "../../actors/requestLogic.ts";
 import {
+  requestChart,
+  requestLogic,
+  requestStep,
   streamIdleCheckMs,
   type DispatchInput,
   type FailureCode,
   type RequestContext,
   type RequestEvent,
   type RequestInput,
+  type RequestLogicEvent,
+  type RequestState,
 } from "../../actors/request.ts";
 import { ChunkMeter } from "../../src/gateway/chunkMeter.ts";
 import type { ChunkFrame, DeclineCode, EndFrame, TerminalState } from "../../src/wire/frames.ts";

@@ -5,7 +5,7 @@
 import { createActor, fromPromise } from "xstate";
 import { gatewayMachine } from "../../actors/gateway.ts";
 import { providerSessionMachine, type AdmissionVerdict } from "../../actors/providerSession.ts";
-import { requestLogic } from "../../actors/requestLogic.ts";
+import { requestLogic } from "../../actors/request.ts";
 import { settlementLogic } from "../../actors/settlement.ts";
 import type { ChunkFrame, EndFrame, HelloFrame } from "../../src/wire/frames.ts";
 
