@@ -107,15 +107,15 @@ export type RequestSnapshot = Snapshot<undefined> & { value: RequestState; conte
 
 type CancelReason = "buyer_cancel" | "gateway_timeout";
 
+/** The edge's actions that take no parameters. */
+type PlainAction = "abandonDispatch" | "openProgressWindow" | "discardPartialOutput" | "finishSuccess" | "finishFailure" | "finishMidStreamError" | "releaseAttempt";
+
 /** An effect of a step, in the order the machine ran it; an action sees the context as it was then. */
 export type RequestEffect =
   | { type: "dispatchAttempt"; context: RequestContext; params: DispatchInput }
   | { type: "relayChunk"; context: RequestContext; params: { frame: ChunkFrame } }
   | { type: "cancelAttempt"; context: RequestContext; params: { reason: CancelReason } }
-  | {
-      type: "abandonDispatch" | "openProgressWindow" | "discardPartialOutput" | "finishSuccess" | "finishFailure" | "finishMidStreamError" | "releaseAttempt";
-      context: RequestContext;
-    }
+  | { type: PlainAction; context: RequestContext }
   | { type: "startTimer"; timer: RequestTimer }
   | { type: "stopTimer"; timer: RequestTimer };
 
@@ -137,7 +137,8 @@ class Transition {
   effects: RequestEffect[] = [];
   constructor(
     public context: RequestContext,
-    private readonly event: RequestLogicEvent,
+    /** What caused the transition; none for the first one. */
+    private readonly event: RequestLogicEvent | null,
   ) {}
 
   update(f: (c: RequestContext) => RequestContext): this {
@@ -145,7 +146,7 @@ class Transition {
     return this;
   }
 
-  act(type: "abandonDispatch" | "openProgressWindow" | "discardPartialOutput" | "finishSuccess" | "finishFailure" | "finishMidStreamError" | "releaseAttempt"): this {
+  act(type: PlainAction): this {
     this.effects.push({ type, context: this.context });
     return this;
   }
@@ -185,7 +186,7 @@ class Transition {
         this.update((c) => ({
           ...c,
           excludedProviders: c.current ? [...c.excludedProviders, c.current.providerId] : c.excludedProviders,
-          lastAttemptFailure: event.type.startsWith("provider.") || event.type.startsWith("stream.") ? event.type : "first_byte_timeout",
+          lastAttemptFailure: event && (event.type.startsWith("provider.") || event.type.startsWith("stream.")) ? event.type : "first_byte_timeout",
           current: null,
         }));
         if (this.context.nextAttemptN < this.context.maxAttempts) return this.enter("routing");
@@ -223,7 +224,7 @@ export function initialRequestStep(input: RequestInput): RequestStep {
       failure: null,
       lastAttemptFailure: null,
     },
-    { type: "buyer.aborted" }, // unused: `routing`'s entry reads no event
+    null,
   );
   t.effects.push({ type: "startTimer", timer: "requestDeadline" });
   const value = t.enter("routing");
