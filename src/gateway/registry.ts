@@ -3,7 +3,7 @@
 import type { ActorRefFrom } from "xstate";
 import type { ProviderSessionMachine } from "../../actors/providerSession.ts";
 import { freeSlots } from "../../actors/providerSession.ts";
-import type { RequestMachine } from "../../actors/request.ts";
+import type { RequestLogic } from "../../actors/request.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
 import type { ChunkMeter } from "./chunkMeter.ts";
 import type { ProviderView } from "./routing.ts";
@@ -25,7 +25,7 @@ export interface AttemptHandle {
   attemptN: number;
   /** The model the job asked for. */
   model: string;
-  request: ActorRefFrom<RequestMachine>;
+  request: ActorRefFrom<RequestLogic>;
   session: SessionHandle;
   /** The attempt's delivered counts (seq, tokens, bytes), kept at the edge of the request actor. */
   meter: ChunkMeter;

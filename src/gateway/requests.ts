@@ -3,14 +3,7 @@
 // An attempt's chunks after its first never reach the actor: `chunkArrived` checks and counts them with the
 // attempt's ChunkMeter and relays them here, sending the actor only what changes its state.
 import { createActor, type ActorRefFrom, type InspectionEvent } from "xstate";
-import {
-  requestMachine,
-  streamIdleCheckMs,
-  type DispatchInput,
-  type RequestContext,
-  type RequestEvent,
-  type RequestMachine,
-} from "../../actors/request.ts";
+import { requestLogic, streamIdleCheckMs, type DispatchInput, type RequestContext, type RequestEvent, type RequestLogic } from "../../actors/request.ts";
 import { errorTable, gatewayError, publicCode, type ErrorCode, type GatewayError } from "../http/errors.ts";
 import type { ChatResponder } from "../http/chat/responders.ts";
 import type { NormalizedChat } from "../http/chat/normalize.ts";
@@ -40,7 +33,7 @@ export interface RequestSpec {
 }
 
 interface RequestHandle extends RequestSpec {
-  actor: ActorRefFrom<RequestMachine>;
+  actor: ActorRefFrom<RequestLogic>;
   startedAtMs: number;
   lastEnd: EndFrame | null;
   timing: RequestTiming;
@@ -278,8 +271,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     settlements.afterCommit(send);
   };
 
-  const machine = requestMachine.provide({
-    actions: {
+  const machine = requestLogic({
       dispatchAttempt: ({ context }, input) => {
         const handle = handles.get(context.requestId);
         if (!handle) return;
@@ -387,12 +379,10 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         }
         metrics.attemptFinished(outcome);
       },
-    },
-    delays: {
+  }, {
       firstByteTimeout: deps.firstByteTimeoutMs,
       streamIdleCheck: streamIdleCheckMs(deps.streamIdleTimeoutMs),
       requestDeadline: deps.requestDeadlineMs,
-    },
   });
 
   /** Starts the request actor; the responder's `response` settles when the buyer can be answered. */

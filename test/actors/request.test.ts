@@ -1,4 +1,4 @@
-// The request machine in isolation: routing, failover before the first byte, commit rules, limits and
+// The request actor in isolation: routing, failover before the first byte, commit rules, limits and
 // timeouts, driven by scripted dispatches and a SimulatedClock (no sockets, no timers, no sleeps).
 // Chunks go through a stand-in for the edge (src/gateway/requests.ts `chunkArrived`) with a real
 // ChunkMeter: the first chunk of an attempt is a `provider.chunk` event, later ones become
@@ -6,13 +6,17 @@
 import { describe, expect, test } from "bun:test";
 import { createActor, SimulatedClock } from "xstate";
 import {
-  requestMachine,
+  requestChart,
+  requestLogic,
+  requestStep,
   streamIdleCheckMs,
   type DispatchInput,
   type FailureCode,
   type RequestContext,
   type RequestEvent,
   type RequestInput,
+  type RequestLogicEvent,
+  type RequestState,
 } from "../../actors/request.ts";
 import { ChunkMeter } from "../../src/gateway/chunkMeter.ts";
 import type { ChunkFrame, DeclineCode, EndFrame, TerminalState } from "../../src/wire/frames.ts";
@@ -73,8 +77,7 @@ function startRequest({ script, input, delays }: Options) {
     });
   };
 
-  const machine = requestMachine.provide({
-    actions: {
+  const machine = requestLogic({
       dispatchAttempt: ({ self }, d) => {
         try {
           dispatch(d, (event) => self.send(event));
@@ -100,12 +103,10 @@ function startRequest({ script, input, delays }: Options) {
       finishFailure: ({ context }) => calls.push({ action: "finishFailure", attemptN: at(context) }),
       finishMidStreamError: ({ context }) => calls.push({ action: "finishMidStreamError", attemptN: at(context) }),
       releaseAttempt: ({ context }) => calls.push({ action: "releaseAttempt", attemptN: at(context) }),
-    },
-    delays: {
+    }, {
       firstByteTimeout: delays?.firstByteTimeout ?? FIRST_BYTE_MS,
       streamIdleCheck: streamIdleCheckMs(delays?.streamIdleTimeout ?? IDLE_MS),
       requestDeadline: delays?.requestDeadline ?? DEADLINE_MS,
-    },
   });
 
   const actor = createActor(machine, {
@@ -712,4 +713,80 @@ test("a failing dispatch ends the request as an internal error, not a crash", ()
   expect(r.snapshot().value).toBe("failed");
   expect(r.snapshot().context.failure?.code).toBe("internal_error");
   expect(r.names()).toContain("finishFailure");
+});
+
+test("every step of requestStep is a transition of the chart the inspector is sent", () => {
+  const base: RequestContext = {
+    requestId: "r",
+    streaming: true,
+    maxTokens: 8,
+    maxAttempts: 3,
+    nextAttemptN: 1,
+    current: { attemptN: 0, sessionId: "s", providerId: "p" },
+    excludedProviders: [],
+    committed: false,
+    progressInWindow: false,
+    idleWindows: 0,
+    lengthLimited: false,
+    failure: null,
+    lastAttemptFailure: null,
+  };
+  const contexts: RequestContext[] = [
+    base,
+    { ...base, committed: true },
+    { ...base, streaming: false },
+    { ...base, nextAttemptN: 3 },
+    { ...base, idleWindows: 1 },
+    { ...base, progressInWindow: true },
+  ];
+  const chunk = (seq: number, tokens: number) => ({ type: "provider.chunk", frame: { type: "chunk", request_id: "r", attempt_n: 0, seq, tokens } }) as unknown as RequestLogicEvent;
+  const ended = (terminal_state: TerminalState) =>
+    ({ type: "provider.ended", frame: { type: "end", request_id: "r", attempt_n: 0, terminal_state, finish_reason: "stop", usage: { input_tokens: 1, output_tokens: 1 } } }) as unknown as RequestLogicEvent;
+  const events: RequestLogicEvent[] = [
+    { type: "route.dispatched", attempt: { attemptN: 1, sessionId: "s", providerId: "q" } },
+    { type: "route.unavailable", code: "model_not_available", message: "m" },
+    { type: "route.failed" },
+    { type: "provider.rejected" },
+    { type: "provider.declined", code: "queue_full" },
+    chunk(0, 1),
+    chunk(1, 1),
+    chunk(0, 99),
+    { type: "stream.progress" },
+    { type: "stream.seqError" },
+    { type: "stream.lengthLimited" },
+    ended("normal_done"),
+    ended("provider_error"),
+    { type: "provider.lost" },
+    { type: "buyer.aborted" },
+    { type: "timer.firstByteTimeout" },
+    { type: "timer.streamIdleCheck" },
+    { type: "timer.requestDeadline" },
+  ];
+  type Node = { on?: Record<string, unknown>; always?: unknown };
+  const states = requestChart.states as Record<string, Node>;
+  const targetsOf = (listed: unknown): string[] =>
+    (typeof listed === "string" ? [listed] : Array.isArray(listed) ? (listed as string[]) : []).map((t) => t.replace(/^\./, ""));
+  /** Where the chart lets `event` lead from `state`, through transient (`always`) states. */
+  const reachable = (state: string, event: string): Set<string> => {
+    const direct = [...targetsOf(states[state]!.on?.[event]), ...targetsOf((requestChart.on as Record<string, unknown>)[event])];
+    const out = new Set<string>();
+    const visit = (s: string) => {
+      out.add(s);
+      for (const next of targetsOf(states[s]!.always)) if (!out.has(next)) visit(next);
+    };
+    direct.forEach(visit);
+    return out;
+  };
+  let checked = 0;
+  for (const value of Object.keys(states) as RequestState[]) {
+    for (const context of contexts) {
+      for (const event of events) {
+        const step = requestStep(value, context, event);
+        if (step.value === value && step.effects.length === 0) continue;
+        expect(reachable(value, event.type)).toContain(step.value);
+        checked++;
+      }
+    }
+  }
+  expect(checked).toBeGreaterThan(100);
 });

@@ -5,7 +5,7 @@
 import { createActor, fromPromise } from "xstate";
 import { gatewayMachine } from "../../actors/gateway.ts";
 import { providerSessionMachine, type AdmissionVerdict } from "../../actors/providerSession.ts";
-import { requestMachine } from "../../actors/request.ts";
+import { requestLogic } from "../../actors/request.ts";
 import { settlementLogic } from "../../actors/settlement.ts";
 import type { ChunkFrame, EndFrame, HelloFrame } from "../../src/wire/frames.ts";
 
@@ -13,7 +13,7 @@ const chunk = { type: "chunk", request_id: "r", attempt_n: 0, seq: 0, content: "
 const end = { type: "end", request_id: "r", attempt_n: 0, terminal_state: "normal_done", finish_reason: "stop", usage: { input_tokens: 1, output_tokens: 1 } } as unknown as EndFrame;
 const attempt = { attemptN: 0, sessionId: "s", providerId: "p" };
 
-const request = requestMachine.provide({ actions: { dispatchAttempt: () => {} } });
+const request = requestLogic({}, { firstByteTimeout: 30_000, streamIdleCheck: 30_000, requestDeadline: 300_000 });
 function requestLife(): void {
   const a = createActor(request, { input: { requestId: "r", streaming: true, maxTokens: 16, maxAttempts: 3 } }).start();
   a.send({ type: "route.dispatched", attempt });
