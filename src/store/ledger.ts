@@ -439,7 +439,6 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
   const markRequestEndedTx = db.transaction((request_id: string, now_ms: number) => {
     // A changed row is a held reservation now marked ended: no need to read that back.
     if (q.markEnded.run(request_id).changes === 1) resolveReservationUnlessPending(q, request_id, now_ms);
-    return q.selectReservation.get(request_id) as ReservationDbRow | null;
   }).immediate;
 
   const grantTx = db.transaction((account_id: string, credits: number, memo: string | null, now_ms: number) => {
@@ -517,8 +516,7 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
     },
 
     markRequestEnded(request_id, now_ms = clock()) {
-      const row = markRequestEndedTx(request_id, now_ms);
-      return row === null ? null : toReservation(row);
+      markRequestEndedTx(request_id, now_ms);
     },
 
     unendedHeldReservations() {

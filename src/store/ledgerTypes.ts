@@ -194,7 +194,7 @@ export interface LedgerStore {
   /** Holds quota and balance for a request at admission, atomically. */
   reserve(input: ReserveInput, now_ms?: number): ReserveResult;
   /** The request will start no more attempts; its reservation resolves once no attempt is pending. */
-  markRequestEnded(request_id: string, now_ms?: number): ReservationRow | null;
+  markRequestEnded(request_id: string, now_ms?: number): void;
   /** Requests whose reservation is held and not yet marked ended (after a restart: requests the crash cut). */
   unendedHeldReservations(): string[];
   getReservation(request_id: string): ReservationRow | null;

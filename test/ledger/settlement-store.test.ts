@@ -163,7 +163,8 @@ describe("reservations", () => {
     store.recordRouteSnapshot(attempt("r1", 0));
     store.recordRouteSnapshot(attempt("r1", 1));
     store.settleAttempt({ request_id: "r1", attempt_n: 0, label: "zero_settled", reason: "nothing_delivered" });
-    expect(store.markRequestEnded("r1")?.state).toBe("held"); // attempt 1 still pending
+    store.markRequestEnded("r1");
+    expect(store.getReservation("r1")?.state).toBe("held"); // attempt 1 still pending
     store.settleAttempt({ request_id: "r1", attempt_n: 1, label: "verified", reason: null, billed: { prompt_tokens: 31, completion_tokens: 8 } });
     expect(store.getReservation("r1")).toMatchObject({ state: "finalised", used_tokens: 39, used_credits: 11 });
     expect(store.availableCredits("acct_1")).toBe(989);
