@@ -127,7 +127,13 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         return session.actor.send({ type: "provider.auth", signature: frame.signature });
       case "heartbeat":
         if (!admitted) break;
-        return session.actor.send({ type: "provider.heartbeat", state: frame.state, slotsFree: frame.slots_free, models: frame.models });
+        return session.actor.send({
+          type: "provider.heartbeat",
+          state: frame.state,
+          slotsFree: frame.slots_free,
+          models: frame.models,
+          inFlight: session.attempts.size,
+        });
       case "receipt": {
         if (!admitted) break;
         // Accepted for any still-pending attempt of this provider id, from any of its sessions.

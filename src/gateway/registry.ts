@@ -41,6 +41,10 @@ export class Registry {
   readonly attempts = new Map<string, AttemptHandle>();
   /** Frames about jobs a session does not hold: ignored, and counted (DESIGN §3). */
   ignoredFrames = 0;
+  /** Sessions whose attempts changed this event-loop turn; their actors hear the count at its end. */
+  private readonly uncounted = new Set<SessionHandle>();
+
+  constructor(private readonly endOfTurn: (run: () => void) => void = (run) => void setImmediate(run)) {}
 
   /** Routing views of admitted sessions. */
   *providerViews(): Generator<ProviderView> {
@@ -51,14 +55,18 @@ export class Registry {
       const value = snapshot.value;
       const sub = typeof value === "object" && "admitted" in value ? (value.admitted as ProviderView["state"]) : undefined;
       if (!sub) continue;
+      // The live count, not the actor's (which hears it at the end of the turn): a slot taken or freed
+      // earlier in this turn counts for the next request routed in it.
+      const inFlight = session.attempts.size;
+      const free = freeSlots(c, inFlight);
       yield {
         sessionId: session.sessionId,
         providerId: c.hello.provider_id,
         tier: c.tier,
-        state: sub,
+        state: sub === "ready" || sub === "busy" ? (free > 0 ? "ready" : "busy") : sub,
         warmModels: c.models.map((m) => m.model_id),
-        freeSlots: freeSlots(c),
-        inFlight: c.inFlight,
+        freeSlots: free,
+        inFlight,
       };
     }
   }
@@ -72,7 +80,7 @@ export class Registry {
   addAttempt(handle: AttemptHandle): void {
     this.attempts.set(handle.key, handle);
     handle.session.attempts.add(handle.key);
-    handle.session.actor.send({ type: "attempt.started" });
+    this.countLater(handle.session);
   }
 
   /** Forgets an attempt and frees its slot; a no-op when already released. */
@@ -81,6 +89,21 @@ export class Registry {
     if (!handle) return;
     this.attempts.delete(key);
     handle.session.attempts.delete(key);
-    if (handle.session.actor.getSnapshot().status === "active") handle.session.actor.send({ type: "attempt.finished" });
+    this.countLater(handle.session);
+  }
+
+  /**
+   * The session actor learns its in-flight count once per event-loop turn in which it changed, not once
+   * per attempt (two events per request were ~5 % of the gateway's main thread under load, issue 7).
+   */
+  private countLater(session: SessionHandle): void {
+    if (this.uncounted.size === 0) {
+      this.endOfTurn(() => {
+        const sessions = [...this.uncounted];
+        this.uncounted.clear();
+        for (const s of sessions) if (s.actor.getSnapshot().status === "active") s.actor.send({ type: "attempts.counted", inFlight: s.attempts.size });
+      });
+    }
+    this.uncounted.add(session);
   }
 }

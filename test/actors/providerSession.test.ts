@@ -79,7 +79,8 @@ function startSession() {
     snapshot: () => actor.getSnapshot(),
     names: () => calls.map((c) => c.action),
     closes: () => calls.filter((c): c is Extract<EffectCall, { action: "closeSocket" }> => c.action === "closeSocket"),
-    heartbeat: (state: ProviderState, slotsFree: number) => send({ type: "provider.heartbeat", state, slotsFree, models: [MODEL] }),
+    heartbeat: (state: ProviderState, slotsFree: number, inFlight = 0) => send({ type: "provider.heartbeat", state, slotsFree, models: [MODEL], inFlight }),
+    count: (inFlight: number) => send({ type: "attempts.counted", inFlight }),
   };
 }
 
@@ -228,11 +229,11 @@ describe("heartbeats", () => {
     expect(s.closes()).toEqual([{ action: "closeSocket", code: 4012, reason: "heartbeat_timeout" }]);
   });
 
-  test("attempt events do not reset the eviction timer", async () => {
+  test("in-flight counts do not reset the eviction timer", async () => {
     const s = await admitted();
     s.clock.increment(2 * INTERVAL_MS);
-    s.send({ type: "attempt.started" });
-    s.send({ type: "attempt.finished" });
+    s.count(1);
+    s.count(0);
     s.clock.increment(INTERVAL_MS);
     expect(s.snapshot().value).toBe("closed");
   });
@@ -240,29 +241,29 @@ describe("heartbeats", () => {
   test("a heartbeat records the provider's models", async () => {
     const s = await admitted();
     const other: ModelEntry = { model_id: "m2", model_hash: "b".repeat(64), max_context_tokens: 8192 };
-    s.send({ type: "provider.heartbeat", state: "ready", slotsFree: 2, models: [MODEL, other] });
+    s.send({ type: "provider.heartbeat", state: "ready", slotsFree: 2, models: [MODEL, other], inFlight: 0 });
     expect(s.snapshot().context.models.map((m) => m.model_id)).toEqual(["m1", "m2"]);
   });
 });
 
 describe("admitted sub-states", () => {
-  test("busy when in-flight attempts fill max_concurrency, ready again when one finishes", async () => {
+  test("busy when the in-flight count fills max_concurrency, ready again when it falls", async () => {
     const s = await admitted(2);
-    s.send({ type: "attempt.started" });
+    s.count(1);
     expect(s.snapshot().value).toEqual({ admitted: "ready" });
-    s.send({ type: "attempt.started" });
+    s.count(2);
     expect(s.snapshot().value).toEqual({ admitted: "busy" });
     expect(s.snapshot().context.inFlight).toBe(2);
-    s.send({ type: "attempt.finished" });
+    s.count(1);
     expect(s.snapshot().value).toEqual({ admitted: "ready" });
+    expect(s.snapshot().context.inFlight).toBe(1);
   });
 
-  test("more finishes than starts never drive inFlight below zero", async () => {
-    const s = await admitted(1);
-    s.send({ type: "attempt.finished" });
-    expect(s.snapshot().context.inFlight).toBe(0);
-    s.send({ type: "attempt.started" });
-    expect(s.snapshot().value).toEqual({ admitted: "busy" });
+  test("a heartbeat carries the live in-flight count", async () => {
+    const s = await admitted(4);
+    s.heartbeat("ready", 1, 3);
+    expect(s.snapshot().context.inFlight).toBe(3);
+    expect(freeSlots(s.snapshot().context)).toBe(1);
   });
 
   test.each<[ProviderState, number, "ready" | "busy" | "asleep" | "draining"]>([
@@ -290,7 +291,7 @@ describe("admitted sub-states", () => {
     expect(s.snapshot().value).toEqual({ admitted: "draining" });
     expect(s.names().filter((n) => n === "sendDrain")).toHaveLength(1);
     s.heartbeat("ready", 2);
-    s.send({ type: "attempt.finished" });
+    s.count(0);
     expect(s.snapshot().value).toEqual({ admitted: "draining" });
   });
 
@@ -357,19 +358,17 @@ describe("freeSlots", () => {
     s.heartbeat("ready", 10); // over-reports: capped at max_concurrency
     expect(free()).toBe(4);
 
-    s.send({ type: "attempt.started" });
-    s.send({ type: "attempt.started" });
+    s.count(2);
     expect(free()).toBe(2);
 
-    s.heartbeat("ready", 1); // capacity 1 + 2 in flight = 3
+    s.heartbeat("ready", 1, 2); // capacity 1 + 2 in flight = 3
     expect(free()).toBe(1);
 
     // A finished attempt frees its slot at once, without waiting for a fresh report.
-    s.send({ type: "attempt.finished" });
+    s.count(1);
     expect(free()).toBe(2);
 
-    s.send({ type: "attempt.started" });
-    s.send({ type: "attempt.started" });
+    s.count(3);
     expect(free()).toBe(0);
     expect(s.snapshot().value).toEqual({ admitted: "busy" });
   });

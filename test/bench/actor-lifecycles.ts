@@ -1,6 +1,6 @@
 // `bun test/bench/actor-lifecycles.ts`: µs of XState work per request, by actor — one request actor's
 // life (create, dispatch, first chunk, end), one settlement actor's (create, end, receipt verdict), an
-// admitted provider session's attempt.started + attempt.finished, and the supervisor's per-request
+// admitted provider session's in-flight count (attempts.counted, up and down), and the supervisor's per-request
 // events. Effects are no-ops: this measures the machines alone.
 import { createActor, fromPromise } from "xstate";
 import { gatewayMachine } from "../../actors/gateway.ts";
@@ -46,8 +46,8 @@ session.send({ type: "provider.auth", signature: new Uint8Array(64) });
 await Bun.sleep(10);
 if (!session.getSnapshot().matches({ admitted: "ready" })) throw new Error("session not admitted");
 function sessionEvents(): void {
-  session.send({ type: "attempt.started" });
-  session.send({ type: "attempt.finished" });
+  session.send({ type: "attempts.counted", inFlight: 1 });
+  session.send({ type: "attempts.counted", inFlight: 0 });
 }
 
 const N = Number(process.argv[2] ?? 20_000);
