@@ -271,7 +271,8 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     settlements.afterCommit(send);
   };
 
-  const machine = requestLogic({
+  const logic = requestLogic(
+    {
       dispatchAttempt: ({ context }, input) => {
         const handle = handles.get(context.requestId);
         if (!handle) return;
@@ -379,15 +380,17 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
         }
         metrics.attemptFinished(outcome);
       },
-  }, {
+    },
+    {
       firstByteTimeout: deps.firstByteTimeoutMs,
       streamIdleCheck: streamIdleCheckMs(deps.streamIdleTimeoutMs),
       requestDeadline: deps.requestDeadlineMs,
-  });
+    },
+  );
 
   /** Starts the request actor; the responder's `response` settles when the buyer can be answered. */
   function start(spec: RequestSpec): { abort: () => void } {
-    const actor = createActor(machine, {
+    const actor = createActor(logic, {
       input: { requestId: spec.requestId, streaming: spec.chat.stream, maxTokens: spec.chat.params.max_tokens, maxAttempts: deps.maxAttempts },
       inspect: deps.inspect,
     });

@@ -6,6 +6,7 @@
 import { describe, expect, test } from "bun:test";
 import { createActor, SimulatedClock } from "xstate";
 import {
+  initialRequestStep,
   requestChart,
   requestLogic,
   requestStep,
@@ -716,20 +717,11 @@ test("a failing dispatch ends the request as an internal error, not a crash", ()
 });
 
 test("every step of requestStep is a transition of the chart the inspector is sent", () => {
+  // A request's first context, its first attempt dispatched.
   const base: RequestContext = {
-    requestId: "r",
-    streaming: true,
-    maxTokens: 8,
-    maxAttempts: 3,
+    ...initialRequestStep({ requestId: "r", streaming: true, maxTokens: 8, maxAttempts: 3 }).context,
     nextAttemptN: 1,
     current: { attemptN: 0, sessionId: "s", providerId: "p" },
-    excludedProviders: [],
-    committed: false,
-    progressInWindow: false,
-    idleWindows: 0,
-    lengthLimited: false,
-    failure: null,
-    lastAttemptFailure: null,
   };
   const contexts: RequestContext[] = [
     base,
