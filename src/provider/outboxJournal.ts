@@ -6,7 +6,8 @@
 // - `FILE.journal`: one JSON line per change after the snapshot, appended through one open descriptor: a
 //   kept entry (the same JSON as in the snapshot) or a removal (`{request_id, attempt_n, removed: true}`).
 //   The lines of one batch (every change of an event-loop turn, or made while the previous batch was
-//   being written) go out in one write and one fdatasync.
+//   being written) go out in one write and, if the batch keeps a receipt, one fdatasync: a batch of
+//   removals only is not synced by itself (see append).
 //
 // Load = the snapshot, then each journal line in order (a keep re-inserts: Map order stays age order).
 // A line that does not parse is skipped: only a crash mid-append leaves one, and only in the batch
