@@ -2,7 +2,8 @@
 // `earnings.jsonl` next to the key file, mode 0600. It lets a machine's owner see what the gateway
 // credited and why an attempt was quarantined (`gateway provider earnings`). Ids, labels, reasons and
 // credits only: never a prompt, an output or a receipt.
-import { open, readFile, stat } from "node:fs/promises";
+import { appendFileSync, statSync } from "node:fs";
+import { readFile, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { SettledFrame } from "../wire/frames.ts";
 import type { LogFn } from "./events.ts";
@@ -31,27 +32,34 @@ export interface EarningsLog {
 }
 
 /**
- * An append-only writer. Appends are serialised so lines never interleave; the file is created with
- * mode 0600 (an existing file readable by group or others is reported once, not changed).
+ * An append-only writer. The records of one event-loop turn are appended together when it ends, in
+ * order, so lines never interleave; the file is created with mode 0600 (an existing file readable by
+ * group or others is reported once, not changed). The file is opened per batch, so a log rotated
+ * away is simply started again.
  */
 export function createEarningsLog(options: { file: string; providerId: string; now?: () => number; log?: LogFn }): EarningsLog {
   const now = options.now ?? Date.now;
   const log = options.log ?? (() => {});
-  let chain: Promise<void> = Promise.resolve();
-  /** Lines waiting for the next write, and that write (null: none queued yet). */
+  /** Lines waiting for the end of the turn, and the promise of their write (null: none queued). */
   let queued: string[] = [];
   let nextWrite: Promise<void> | null = null;
+  let last: Promise<void> = Promise.resolve();
   let modeChecked = false;
-  const write = async (lines: string) => {
-    const handle = await open(options.file, "a", 0o600);
+  // Written synchronously: a small append to the page cache is a few µs, less than the thread-pool
+  // round trips of an asynchronous open, append and close (issue 7). Not synced: the gateway's
+  // ledger is the record; this log is the owner's view of it.
+  const writeQueued = () => {
+    const text = queued.join("");
+    queued = [];
+    nextWrite = null;
     try {
+      appendFileSync(options.file, text, { encoding: "utf8", mode: 0o600 });
       if (!modeChecked && process.platform !== "win32") {
         modeChecked = true;
-        if (((await handle.stat()).mode & 0o077) !== 0) log("earnings_file_insecure_mode", { file: options.file });
+        if ((statSync(options.file).mode & 0o077) !== 0) log("earnings_file_insecure_mode", { file: options.file });
       }
-      await handle.appendFile(lines, "utf8");
-    } finally {
-      await handle.close();
+    } catch (error) {
+      log("earnings_write_failed", { file: options.file, error: (error as NodeJS.ErrnoException).code ?? "error" });
     }
   };
   return {
@@ -66,22 +74,15 @@ export function createEarningsLog(options: { file: string; providerId: string; n
         provider_credits: frame.provider_credits,
       };
       queued.push(`${JSON.stringify(record)}\n`);
-      if (nextWrite !== null) return nextWrite;
-      // Lines appended while a write is in flight go out together in the next one: one open, append
-      // and close per batch rather than per settled frame, in the same order.
-      const batch = chain.then(() => {
-        const text = queued.join("");
-        queued = [];
-        nextWrite = null;
-        return write(text).catch((error: unknown) =>
-          log("earnings_write_failed", { file: options.file, error: (error as NodeJS.ErrnoException).code ?? "error" }),
-        );
-      });
-      nextWrite = batch;
-      chain = batch;
-      return batch;
+      nextWrite ??= last = new Promise<void>((resolve) =>
+        setImmediate(() => {
+          writeQueued();
+          resolve();
+        }),
+      );
+      return nextWrite;
     },
-    flushed: () => chain,
+    flushed: () => last,
   };
 }
 

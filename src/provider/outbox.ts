@@ -114,7 +114,7 @@ export class ReceiptOutbox {
     const entry = entryOf(ids.request_id, ids.attempt_n, receipt, terminalAtMs + this.deadlineMs, sentOn);
     this.remove(ids); // re-insert: Map order is age order, used when trimming (the journal line re-inserts too)
     this.put(entry);
-    this.journal?.append(entry.json);
+    this.journal?.append(entry.json, true);
     while (this.entries.size > this.maxEntries) {
       const oldest = this.entries.values().next().value as Entry;
       this.removeChanged(oldest);
@@ -183,7 +183,7 @@ export class ReceiptOutbox {
 
   /** Removes the entry and journals the removal (a re-kept entry's new line replaces it instead). */
   private removeChanged(ids: OutboxIds): void {
-    if (this.remove(ids)) this.journal?.append(removalLine(ids));
+    if (this.remove(ids)) this.journal?.append(removalLine(ids), false);
   }
 
   /** The same text as JSON.stringify of the entries' array, from each entry's JSON made once. */

@@ -197,6 +197,27 @@ describe("receipt outbox files", () => {
     expect((await reloaded(file)).length).toBe(54);
   });
 
+  test("a batch of removals only is written but not fsynced; the next kept receipt's fsync covers it", async () => {
+    const file = await place();
+    const outbox = await ReceiptOutbox.load({ file, now: () => T0 });
+    for (const id of ["a", "b"]) outbox.keep(ids(id), `env-${id}`, T0, null);
+    await outbox.saved();
+    const start = { ...outbox.journalStats()! };
+
+    outbox.settled(ids("a"), "verified");
+    await outbox.saved();
+    // Written (a restart reads it) without a sync of its own: lost in a power cut, it leaves `a`
+    // held, re-sent once to a gateway that settled it already (a no-op there).
+    expect(outbox.journalStats()).toEqual({ ...start, appends: start.appends + 1 });
+    expect(await reloaded(file)).toEqual([["b", 0, "env-b"]]);
+
+    outbox.settled(ids("b"), "verified");
+    outbox.keep(ids("c"), "env-c", T0, null);
+    await outbox.saved();
+    expect(outbox.journalStats()).toEqual({ ...start, appends: start.appends + 2, syncs: start.syncs + 1 });
+    expect(await reloaded(file)).toEqual([["c", 0, "env-c"]]);
+  });
+
   test("the journal is compacted once it outgrows the live entries, and a crash on either side of that loses nothing", async () => {
     const file = await place();
     const outbox = await ReceiptOutbox.load({ file, now: () => T0 });
