@@ -14,8 +14,9 @@
 // in the order a machine ran its exit, transition and entry actions), `requestLogic` runs the effects —
 // the edge's actions after the step, timers on the actor system's clock (SimulatedClock drives them) —
 // and `requestChart` is the same chart as data, what the inspector is sent as the actor's definition.
-import type { ActorLogic, ActorRef, ActorScope, ActorSystem, Snapshot } from "xstate";
+import type { ActorLogic, ActorRef, ActorScope, ActorSystem, EventObject, Snapshot } from "xstate";
 import type { ChunkFrame, DeclineCode, EndFrame } from "../src/wire/frames.ts";
+import { selfTimers } from "./selfTimers.ts";
 
 export type FailureCode =
   | "internal_error"
@@ -102,6 +103,12 @@ export type RequestTimer = "firstByteTimeout" | "streamIdleCheck" | "requestDead
 
 /** The buyer's and the edge's events, and the actor's own timers. */
 export type RequestLogicEvent = RequestEvent | { type: "timer.firstByteTimeout" } | { type: "timer.streamIdleCheck" } | { type: "timer.requestDeadline" };
+/** Each timer's event, made once (a timer fires often: the idle check every window of a stream). */
+const TIMER_EVENTS: Record<RequestTimer, RequestLogicEvent> = {
+  firstByteTimeout: { type: "timer.firstByteTimeout" },
+  streamIdleCheck: { type: "timer.streamIdleCheck" },
+  requestDeadline: { type: "timer.requestDeadline" },
+};
 
 export type RequestSnapshot = Snapshot<undefined> & { value: RequestState; context: RequestContext };
 
@@ -377,10 +384,11 @@ export type RequestLogic = ReturnType<typeof requestLogic>;
 
 /** The request actor's logic with the edge's effects and delays (made once, like `machine.provide`). */
 export function requestLogic(actions: Partial<RequestActions>, delays: RequestDelays): ActorLogic<RequestSnapshot, RequestLogicEvent, RequestInput, AnySystem> {
+  const timers = selfTimers();
   const run = (effects: RequestEffect[], event: RequestLogicEvent, scope: Scope) => {
     for (const e of effects) {
-      if (e.type === "startTimer") scope.system.scheduler.schedule(scope.self, scope.self, { type: `timer.${e.timer}` }, delays[e.timer], e.timer);
-      else if (e.type === "stopTimer") scope.system.scheduler.cancel(scope.self, e.timer);
+      if (e.type === "startTimer") timers.start(scope.self, scope.system, e.timer, TIMER_EVENTS[e.timer], delays[e.timer]);
+      else if (e.type === "stopTimer") timers.stop(scope.self, scope.system, e.timer);
       else {
         const action = actions[e.type] as ((args: ActionArgs, params?: unknown) => void) | undefined;
         if (!action) continue;
@@ -402,10 +410,16 @@ export function requestLogic(actions: Partial<RequestActions>, delays: RequestDe
     },
     start: (snapshot, scope) => run(initial.get(snapshot) ?? [], { type: "xstate.init" } as unknown as RequestLogicEvent, scope),
     transition: (snapshot, event, scope) => {
+      if ((event as EventObject).type === "xstate.stop") {
+        timers.stopAll(scope.self, scope.system);
+        return snapshot;
+      }
       const step = requestStep(snapshot.value, snapshot.context, event);
       if (step.value === snapshot.value && step.context === snapshot.context && step.effects.length === 0) return snapshot;
       run(step.effects, event, scope);
-      return snapshotOf(step.value, step.context);
+      const next = snapshotOf(step.value, step.context);
+      if (next.status === "done") timers.stopAll(scope.self, scope.system);
+      return next;
     },
     getPersistedSnapshot: (snapshot) => snapshot,
   };

@@ -13,7 +13,8 @@
 // request under load), this logic ~2 µs. Its transitions are `settlementStep` (pure); its effects, the
 // pending deadline (scheduled on the actor system's clock, so SimulatedClock drives it) and `settle`
 // (provided at the edge), run after the step like a machine's actions.
-import type { ActorLogic, ActorScope, ActorSystem, Snapshot } from "xstate";
+import type { ActorLogic, ActorScope, ActorSystem, EventObject, Snapshot } from "xstate";
+import { selfTimers } from "./selfTimers.ts";
 
 // The system type every root actor gets (xstate exports no name for it).
 type AnySystem = ActorSystem<any>;
@@ -154,14 +155,15 @@ function snapshotOf(step: Step): SettlementSnapshot {
 
 type Scope = ActorScope<SettlementSnapshot, SettlementEvent, AnySystem>;
 
+const timers = selfTimers();
+
 function scheduleDeadline(scope: Scope, context: SettlementContext): void {
-  scope.system.scheduler.schedule(scope.self, scope.self, DEADLINE, Math.max(0, context.pendingDeadlineMs), DEADLINE_ID);
+  timers.start(scope.self, scope.system, DEADLINE_ID, DEADLINE, Math.max(0, context.pendingDeadlineMs));
 }
 
 /**
  * The settlement actor's logic with the edge's effects (made once, like `machine.provide`). Effects
- * run after the step, as a machine's actions would; a final state stops the actor, which cancels the
- * deadline.
+ * run after the step, as a machine's actions would; a final state (or a stop) cancels the deadline.
  */
 export function settlementLogic(effects: SettlementEffects): ActorLogic<SettlementSnapshot, SettlementEvent, SettlementInput, AnySystem> {
   return {
@@ -172,11 +174,18 @@ export function settlementLogic(effects: SettlementEffects): ActorLogic<Settleme
       if (snapshot.value === "pending") scheduleDeadline(scope, snapshot.context);
     },
     transition: (snapshot, event, scope) => {
+      if ((event as EventObject).type === "xstate.stop") {
+        timers.stopAll(scope.self, scope.system);
+        return snapshot;
+      }
       const next = settlementStep(snapshot.value, snapshot.context, event);
       if (next.value === snapshot.value && next.context === snapshot.context) return snapshot;
       const { value, context } = next;
       if (value === "pending" && snapshot.value !== "pending") scope.defer(() => scheduleDeadline(scope, context));
-      if (isFinal(value)) scope.defer(() => effects.settle(value, context));
+      if (isFinal(value)) {
+        timers.stopAll(scope.self, scope.system);
+        scope.defer(() => effects.settle(value, context));
+      }
       return snapshotOf(next);
     },
     getPersistedSnapshot: (snapshot) => snapshot,
