@@ -43,7 +43,7 @@ export type ProviderSessionEvent =
   /** `inFlight`: the gateway's attempts on this session when the report arrived (the registry's live count). */
   | { type: "provider.heartbeat"; state: ProviderState; slotsFree: number; models: ModelEntry[]; inFlight: number }
   | { type: "provider.outOfTurn"; frameType: string }
-  /** The session's attempts in flight, sent by the registry once per event-loop turn in which it changed. */
+  /** The session's attempts in flight, sent by the registry at the end of a turn when they move it between ready and busy. */
   | { type: "attempts.counted"; inFlight: number }
   | { type: "gateway.drain" }
   | { type: "gateway.replaced" }
@@ -179,8 +179,9 @@ export const providerSessionMachine = setup({
         // Re-entering restarts the heartbeat timer.
         "provider.heartbeat": { target: "admitted", reenter: true, actions: "recordHeartbeat" },
         "provider.outOfTurn": { target: "closing", actions: { type: "recordClose", params: { code: 1008, reason: "out_of_turn" } } },
-        // At most once per event-loop turn (src/gateway/registry.ts), however many attempts started or
-        // finished in it: an event per attempt was ~5 % of the gateway's main thread under load.
+        // Only when the count moves the session between ready and busy, at the end of a turn
+        // (src/gateway/registry.ts): routing reads the live count; an event per attempt, or per
+        // turn, was a measurable share of the gateway's main thread (issue 7).
         "attempts.counted": { target: ".sorting", actions: "recordCount" },
         "gateway.drain": { target: ".sorting", actions: ["markDrainRequested", "sendDrain"] },
         "gateway.replaced": { target: "closing", actions: { type: "recordClose", params: { code: 4011, reason: "replaced" } } },

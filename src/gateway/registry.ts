@@ -93,17 +93,31 @@ export class Registry {
   }
 
   /**
-   * The session actor learns its in-flight count once per event-loop turn in which it changed, not once
-   * per attempt (two events per request were ~5 % of the gateway's main thread under load, issue 7).
+   * The session actor learns its in-flight count at the end of an event-loop turn in which it changed,
+   * and only when the count moves it between `ready` and `busy` — all the count decides there (routing
+   * reads the live count). An event per attempt was ~5 % of the gateway's main thread under load, and
+   * one per turn still two machine steps a request at one request at a time (issue 7).
    */
   private countLater(session: SessionHandle): void {
     if (this.uncounted.size === 0) {
       this.endOfTurn(() => {
         const sessions = [...this.uncounted];
         this.uncounted.clear();
-        for (const s of sessions) if (s.actor.getSnapshot().status === "active") s.actor.send({ type: "attempts.counted", inFlight: s.attempts.size });
+        for (const s of sessions) {
+          const inFlight = s.attempts.size;
+          if (movesSubState(s.actor.getSnapshot(), inFlight)) s.actor.send({ type: "attempts.counted", inFlight });
+        }
       });
     }
     this.uncounted.add(session);
   }
+}
+
+/** Whether an active session in `ready` or `busy` would be in the other one with `inFlight` attempts. */
+function movesSubState(snapshot: ReturnType<SessionHandle["actor"]["getSnapshot"]>, inFlight: number): boolean {
+  if (snapshot.status !== "active") return false;
+  const value = snapshot.value;
+  const sub = typeof value === "object" && "admitted" in value ? value.admitted : undefined;
+  if (sub !== "ready" && sub !== "busy") return false;
+  return (freeSlots(snapshot.context, inFlight) === 0) !== (sub === "busy");
 }

@@ -1,5 +1,6 @@
 // The registry's routing views and the session actor's in-flight count: views read the live count at
-// once; the actor hears it once per event-loop turn in which it changed (issue 7).
+// once; the actor hears it at the end of a turn in which it changed, when it moves it between ready
+// and busy (issue 7).
 import { describe, expect, test } from "bun:test";
 import type { ProviderSessionEvent } from "../../actors/providerSession.ts";
 import { Registry, type AttemptHandle, type SessionHandle } from "../../src/gateway/registry.ts";
@@ -79,11 +80,24 @@ describe("registry in-flight count", () => {
     expect(events).toHaveLength(2);
   });
 
-  test("a turn whose attempts started and finished still tells the actor the count", () => {
+  test("a count that leaves the actor in its sub-state is not sent: ready stays ready", () => {
+    const { registry, events, attempt, endTurn, view } = setup();
+    registry.addAttempt(attempt("a"));
+    endTurn(); // one of two slots taken: still ready
+    registry.releaseAttempt("a");
+    registry.addAttempt(attempt("b"));
+    registry.releaseAttempt("b");
+    endTurn();
+    expect(events).toEqual([]);
+    expect(view()).toMatchObject({ inFlight: 0, freeSlots: 2, state: "ready" });
+  });
+
+  test("busy and back within one turn: nothing to tell", () => {
     const { registry, events, attempt, endTurn } = setup();
     registry.addAttempt(attempt("a"));
-    registry.releaseAttempt("a");
+    registry.addAttempt(attempt("b"));
+    registry.releaseAttempt("b");
     endTurn();
-    expect(events).toEqual([{ type: "attempts.counted", inFlight: 0 }]);
+    expect(events).toEqual([]);
   });
 });
