@@ -22,7 +22,15 @@ type Proc = ReturnType<typeof Bun.spawn>;
 
 /** BENCH_CPU_PROF=DIR: the gateway and provider runtimes run under Bun's CPU profiler (Markdown + .cpuprofile in DIR). */
 const PROFILE_DIR = process.env.BENCH_CPU_PROF;
-const bunArgs = PROFILE_DIR ? ["bun", "--cpu-prof", "--cpu-prof-md", `--cpu-prof-dir=${PROFILE_DIR}`] : ["bun"];
+/**
+ * How the gateway and provider runtimes are started. BENCH_CENSUS_DIR=DIR (set by census.ts before it
+ * starts a stack): with census-preload.ts and the collector off.
+ */
+const bunArgs = (): string[] => [
+  ...(PROFILE_DIR ? ["bun", "--cpu-prof", "--cpu-prof-md", `--cpu-prof-dir=${PROFILE_DIR}`] : ["bun"]),
+  ...(process.env.BENCH_CENSUS_DIR ? ["--preload", join(HERE, "census-preload.ts")] : []),
+];
+const collectorEnv = (): Record<string, string> => (process.env.BENCH_CENSUS_DIR ? { BUN_JSC_disableGC: "1", BUN_GC_TIMER_DISABLE: "1" } : {});
 
 export class Processes {
   readonly all: Proc[] = [];
@@ -120,7 +128,7 @@ export async function startGatewayStack(
   };
   const configFile = join(p.dataDir, "gateway.json");
   writeFileSync(configFile, JSON.stringify(config));
-  const gateway = p.spawn([...bunArgs, MAIN, "serve", "--config", configFile], { log: "gateway.log" });
+  const gateway = p.spawn([...bunArgs(), MAIN, "serve", "--config", configFile], { env: collectorEnv(), log: "gateway.log" });
   if (PROFILE_DIR) p.graceful.push(gateway);
   const listening = await p.line("gateway.log", (l) => l.event === "gateway_listening");
   const url = `http://127.0.0.1:${listening.port}`;
@@ -129,7 +137,7 @@ export async function startGatewayStack(
     providers.push(
       p.spawn(
         [
-          ...bunArgs, MAIN, "provider",
+          ...bunArgs(), MAIN, "provider",
           "--gateway", `ws://127.0.0.1:${listening.port}/v1/provider/connect`,
           "--id", `bench-provider-${i}`,
           "--key-file", join(p.dataDir, `provider-${i}.key`),
@@ -138,7 +146,7 @@ export async function startGatewayStack(
           "--max-concurrency", "1024",
           ...BENCH_MODELS.flatMap((m) => ["--model", `${m}=${modelHash(m)}`]),
         ],
-        { env: FETCH_ENV, log: `provider-${i}.log` },
+        { env: { ...FETCH_ENV, ...collectorEnv() }, log: `provider-${i}.log` },
       ),
     );
   }
