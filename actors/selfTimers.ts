@@ -5,8 +5,8 @@
 // Why not `system.scheduler`: it files each timer as a new property named `${sessionId}.${id}` of two
 // plain objects, and every actor has a session id of its own, so every request's timers made new
 // hidden classes (JSC Structures, ~8 a request, with their property tables) — the request and
-// settlement actors' lives took ~12 µs instead of ~6 (test/bench/actor-lifecycles.ts; issue 7).
-// Unlike the scheduler, these are not cancelled by the actor's stop: its logic calls clearAll when it
+// settlement actors' lives took ~12 µs instead of ~4.5 (test/bench/actor-lifecycles.ts; issue 7).
+// Unlike the scheduler's, these are not cancelled by the actor's stop: its logic calls stopAll when it
 // reaches a final state or receives `xstate.stop`.
 import type { ActorSystem, AnyActorRef, EventObject } from "xstate";
 

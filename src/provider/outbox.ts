@@ -146,7 +146,7 @@ export class ReceiptOutbox {
     return sent;
   }
 
-  /** Resolves once every change so far is on disk (no-op without a file). */
+  /** Resolves once every change so far is written, and every kept receipt synced (no-op without a file). */
   async saved(): Promise<void> {
     await this.journal?.saved();
   }

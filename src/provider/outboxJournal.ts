@@ -172,7 +172,7 @@ export class OutboxJournal {
     return this.draining;
   }
 
-  /** Resolves once every line appended so far is on disk (or its write failed, which is logged). */
+  /** Resolves once every line appended so far is written and every `mustSync` one synced (or its write failed, which is logged). */
   saved(): Promise<void> {
     return this.draining ?? Promise.resolve();
   }
