@@ -1,6 +1,6 @@
 // `bun test/bench/census.ts [json|sse] [N]`: what the gateway and the provider runtime allocate per
-// request (sse: a stream of 256 unthrottled deltas), by object type — the garbage included. Both run with the JSC collector off
-// (BUN_JSC_disableGC=1, BUN_GC_TIMER_DISABLE=1) and census-preload.ts; after 300 warm-up requests a
+// request (sse: a stream of 256 unthrottled deltas), by object type — the garbage included. Both run
+// with the JSC collector off (BUN_JSC_disableGC=1, BUN_GC_TIMER_DISABLE=1) and census-preload.ts; after 300 warm-up requests a
 // census is taken, N (default 1,000) requests run one at a time (instant mock), and a second census
 // is taken: the difference per request is printed (heap capacity in KB, then object counts by type).
 // A type whose count grows by several per request is worth a look: e.g. `Structure` (new hidden
