@@ -7,7 +7,8 @@
 // hidden classes (JSC Structures, ~8 a request, with their property tables) — the request and
 // settlement actors' lives took ~12 µs instead of ~4.5 (test/bench/actor-lifecycles.ts; issue 7).
 // Unlike the scheduler's, these are not cancelled by the actor's stop: its logic calls stopAll when it
-// reaches a final state or receives `xstate.stop`.
+// reaches a final state or receives `xstate.stop`. An actor that fails (a thrown step or action: a
+// bug) keeps its timers until they fire; XState drops events sent to a stopped actor.
 import type { ActorSystem, AnyActorRef, EventObject } from "xstate";
 
 // The system type every root actor gets (xstate exports no name for it).
