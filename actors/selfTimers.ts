@@ -24,20 +24,21 @@ export interface SelfTimers {
 /** One per logic; each actor's running timers are one Map, dropped with the actor. */
 export function selfTimers(): SelfTimers {
   const running = new WeakMap<AnyActorRef, Map<string, unknown>>();
+  const timersOf = (self: AnyActorRef): Map<string, unknown> => {
+    let timers = running.get(self);
+    if (timers === undefined) running.set(self, (timers = new Map()));
+    return timers;
+  };
   return {
     start(self, system, id, event, delay) {
-      let timers = running.get(self);
-      if (timers === undefined) running.set(self, (timers = new Map()));
+      const timers = timersOf(self);
       const previous = timers.get(id);
       if (previous !== undefined) system._clock.clearTimeout(previous);
-      const handles = timers;
-      handles.set(
-        id,
-        system._clock.setTimeout(() => {
-          handles.delete(id);
-          self.send(event);
-        }, delay),
-      );
+      const fire = () => {
+        timers.delete(id);
+        self.send(event);
+      };
+      timers.set(id, system._clock.setTimeout(fire, delay));
     },
     stop(self, system, id) {
       const timers = running.get(self);

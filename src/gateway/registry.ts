@@ -52,8 +52,7 @@ export class Registry {
       const snapshot = session.actor.getSnapshot();
       const c = snapshot.context;
       if (!c.hello || !c.tier || snapshot.status !== "active") continue;
-      const value = snapshot.value;
-      const sub = typeof value === "object" && "admitted" in value ? (value.admitted as ProviderView["state"]) : undefined;
+      const sub = admittedSubState(snapshot);
       if (!sub) continue;
       // The live count, not the actor's (which hears it at the end of the turn): a slot taken or freed
       // earlier in this turn counts for the next request routed in it.
@@ -113,11 +112,18 @@ export class Registry {
   }
 }
 
-/** Whether an active session in `ready` or `busy` would be in the other one with `inFlight` attempts. */
-function movesSubState(snapshot: ReturnType<SessionHandle["actor"]["getSnapshot"]>, inFlight: number): boolean {
-  if (snapshot.status !== "active") return false;
+type SessionSnapshot = ReturnType<SessionHandle["actor"]["getSnapshot"]>;
+
+/** An admitted session's sub-state (`ready`, `busy`, `asleep`, `draining`), or undefined. */
+function admittedSubState(snapshot: SessionSnapshot): ProviderView["state"] | undefined {
   const value = snapshot.value;
-  const sub = typeof value === "object" && "admitted" in value ? value.admitted : undefined;
+  return typeof value === "object" && "admitted" in value ? (value.admitted as ProviderView["state"]) : undefined;
+}
+
+/** Whether an active session in `ready` or `busy` would be in the other one with `inFlight` attempts. */
+function movesSubState(snapshot: SessionSnapshot, inFlight: number): boolean {
+  if (snapshot.status !== "active") return false;
+  const sub = admittedSubState(snapshot);
   if (sub !== "ready" && sub !== "busy") return false;
   return (freeSlots(snapshot.context, inFlight) === 0) !== (sub === "busy");
 }
