@@ -183,24 +183,30 @@ export function createSettlements(deps: SettlementDeps) {
     const admission = admitModel(chat.model);
     if (!admission.ok) return null;
     const now = deps.now();
+    const { rates } = admission;
+    // Members in canonical (JCS) order, so its canonicalisation takes the fast path (jcs.ts).
     const snapshot: RouteSnapshot = {
-      snapshot_version: ROUTE_SNAPSHOT_VERSION,
-      request_id: input.requestId,
-      attempt_n: input.attemptN,
-      provider_id: input.providerId,
-      provider_public_key: b64(input.providerPublicKey),
-      model_id: chat.model,
       account_scope: scopeOf(input.accountId),
-      ...catalogFields,
-      route_snapshot_mode: deps.mode,
-      route_snapshot_policy_version: SETTLEMENT_POLICY_VERSION,
+      attempt_n: input.attemptN,
+      catalog_body_digest: catalogFields.catalog_body_digest,
+      catalog_id: catalogFields.catalog_id,
+      completion_credits_per_million: rates.completion_credits_per_million,
+      expected_catalog_model_hash: catalogFields.expected_catalog_model_hash,
+      max_tokens: chat.params.max_tokens,
+      model_id: chat.model,
+      prompt_credits_per_million: rates.prompt_credits_per_million,
       prompt_hash: promptHash({ model_id: chat.model, messages: chat.messages, params: chat.params }),
       prompt_token_bound: input.promptBound,
-      max_tokens: chat.params.max_tokens,
+      provider_id: input.providerId,
+      provider_public_key: b64(input.providerPublicKey),
+      provider_share_bps: rates.provider_share_bps,
       rate_card_row: row.slug,
-      ...admission.rates,
+      request_id: input.requestId,
       request_started_at_unix_ms: input.requestStartedAtMs,
+      route_snapshot_mode: deps.mode,
+      route_snapshot_policy_version: SETTLEMENT_POLICY_VERSION,
       routed_at_unix_ms: now,
+      snapshot_version: ROUTE_SNAPSHOT_VERSION,
     };
     // The stored text and the digest come from one canonicalisation (digest = sha256 of JCS, DESIGN §4).
     const snapshotJson = canonicalize(snapshot);

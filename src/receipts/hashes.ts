@@ -26,7 +26,8 @@ export function accountScope(gatewaySecret: Uint8Array, accountId: string): stri
 
 /** `prompt_hash` = sha256 hex of JCS({model, messages, params}) with the job's exact values. */
 export function promptHash(job: { model_id: string; messages: readonly JobMessage[]; params: JobParams }): string {
-  return jcsSha256({ model: job.model_id, messages: job.messages, params: job.params });
+  // Members in canonical order (jcs.ts's fast path).
+  return jcsSha256({ messages: job.messages, model: job.model_id, params: job.params });
 }
 
 /** `route_snapshot_digest` = sha256 hex of JCS(the persisted snapshot object). */

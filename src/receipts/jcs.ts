@@ -13,6 +13,12 @@
 //   ±Infinity are errors.
 // - §3.2.3 object members sorted by the UTF-16 code units of their names, which is the default
 //   comparison of Array.prototype.sort on strings.
+//
+// Fast path (issue 7): when every object's own keys already come in that order — the receipts,
+// snapshots and hash inputs we build ourselves list their members sorted, and a canonical text parses
+// back that way — the canonical text is exactly JSON.stringify's, after one pass that refuses what
+// JSON.stringify would write differently or drop (lone surrogates, NaN/±Infinity, undefined members,
+// holes, non-plain objects). Any other value takes the member-sorting writer below.
 
 /** Deepest array/object nesting accepted; a guard so hostile input cannot exhaust the stack. */
 export const MAX_JCS_DEPTH = 256;
@@ -24,7 +30,62 @@ export class JcsError extends Error {
 
 /** The RFC 8785 canonical text of `value`. Throws JcsError for anything outside I-JSON. */
 export function canonicalize(value: unknown): string {
-  return write(value, 0);
+  return inCanonicalOrder(value) ? JSON.stringify(value) : write(value, 0);
+}
+
+/**
+ * True when `value` is I-JSON and each of its objects enumerates its members in canonical order (then
+ * JSON.stringify writes its canonical text); false when some object's members need sorting. Throws
+ * JcsError for anything outside I-JSON.
+ */
+export function inCanonicalOrder(value: unknown, depth = 0): boolean {
+  if (value === null) return true;
+  switch (typeof value) {
+    case "boolean":
+      return true;
+    case "number":
+      canonicalNumber(value);
+      return true;
+    case "string":
+      if (!value.isWellFormed()) throw new JcsError("string holds a lone surrogate (not I-JSON)");
+      return true;
+    case "object":
+      break;
+    default:
+      throw new JcsError(`a ${typeof value} is not JSON`);
+  }
+  if (depth >= MAX_JCS_DEPTH) throw new JcsError(`nesting deeper than ${MAX_JCS_DEPTH}`);
+  let ordered = true;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const item: unknown = value[i];
+      if (item === undefined) throw new JcsError(`array element ${i} is undefined`);
+      if (!inCanonicalOrder(item, depth + 1)) ordered = false;
+    }
+    return ordered;
+  }
+  const record = plainRecord(value);
+  // Own enumerable string keys in JSON.stringify's order (integer-like keys first, ascending).
+  const keys = Object.keys(record);
+  for (let i = 0; i < keys.length; i++) {
+    const key = keys[i]!;
+    if (i > 0 && !(keys[i - 1]! < key)) ordered = false;
+    if (!key.isWellFormed()) throw new JcsError("member name holds a lone surrogate (not I-JSON)");
+    const member = record[key];
+    if (member === undefined) throw new JcsError(`member ${JSON.stringify(key)} is undefined`);
+    if (!inCanonicalOrder(member, depth + 1)) ordered = false;
+  }
+  return ordered;
+}
+
+/** `value` (an object, not an array) as a record, or JcsError when it is not a plain object. */
+function plainRecord(value: object): Record<string, unknown> {
+  const proto = Object.getPrototypeOf(value);
+  if (proto !== Object.prototype && proto !== null) {
+    // Date, Map, class instances, typed arrays: their JSON form is not what a reader would expect.
+    throw new JcsError(`a ${proto?.constructor?.name ?? "non-plain"} object is not JSON`);
+  }
+  return value as Record<string, unknown>;
 }
 
 /** UTF-8 bytes of the canonical text (what is hashed and signed). */
@@ -86,12 +147,7 @@ function write(value: unknown, depth: number): string {
     }
     return `${out}]`;
   }
-  const proto = Object.getPrototypeOf(value);
-  if (proto !== Object.prototype && proto !== null) {
-    // Date, Map, class instances, typed arrays: their JSON form is not what a reader would expect.
-    throw new JcsError(`a ${proto?.constructor?.name ?? "non-plain"} object is not JSON`);
-  }
-  const record = value as Record<string, unknown>;
+  const record = plainRecord(value);
   const keys = Object.keys(record).sort();
   let out = "{";
   for (let i = 0; i < keys.length; i++) {

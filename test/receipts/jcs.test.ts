@@ -2,7 +2,7 @@
 // (cyberphone/json-canonicalization testdata/). Expected outputs are copied from those texts, never
 // computed by the code under test.
 import { describe, expect, test } from "bun:test";
-import { canonicalBytes, canonicalize, JcsError } from "../../src/receipts/jcs.ts";
+import { canonicalBytes, canonicalize, inCanonicalOrder, JcsError } from "../../src/receipts/jcs.ts";
 
 describe("RFC 8785 §3.2.2 / §3.2.4: the main example", () => {
   // The input text as printed in the RFC (JSON.parse reads the numbers as IEEE doubles, as the RFC assumes).
@@ -125,6 +125,8 @@ describe("outside I-JSON is refused, never silently changed", () => {
     ["function", () => 1],
   ])("%s", (_name, value) => {
     expect(() => canonicalize(value)).toThrow(JcsError);
+    // Also inside an object whose members need sorting (the writer's path, not JSON.stringify's).
+    expect(() => canonicalize({ z: 0, a: [value] })).toThrow(JcsError);
   });
 
   test("control characters use the short escapes or lowercase \\u00xx", () => {
@@ -135,5 +137,61 @@ describe("outside I-JSON is refused, never silently changed", () => {
     let deep: unknown = 1;
     for (let i = 0; i < 300; i++) deep = [deep];
     expect(() => canonicalize(deep)).toThrow(JcsError);
+  });
+});
+
+// canonicalize writes a value whose objects already list their members in canonical order with
+// JSON.stringify, and sorts members itself otherwise: both paths must give the one canonical text.
+describe("members already in canonical order (JSON.stringify) and not (sorted here) give one text", () => {
+  // A deterministic generator: nested objects and arrays of strings (ASCII, non-ASCII, astral,
+  // controls), numbers, literals; member names include integer-like ones, which every object
+  // enumerates first in numeric order ("10" after "9"), not in canonical order ("10" before "9").
+  let seed = 42;
+  const next = (n: number) => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed % n;
+  };
+  const NAMES = ["a", "b", "B", "_", "aa", "1", "9", "10", "01", "é", "\u20ac", "\ud83d\ude00", "\ufb33", "\r", "a b", "-1"];
+  const STRINGS = ["", "x", "\"q\"", "back\\slash", "\u0000\u001f\u007f", "€", "\ud83d\ude02", "line\nbreak"];
+  const NUMBERS = [0, -0, 1, -1.5, 1e21, 1e-7, 333333333.3333333, Number.MAX_SAFE_INTEGER];
+  const value = (depth: number): unknown => {
+    const kind = depth > 3 ? next(3) : next(5);
+    if (kind === 0) return STRINGS[next(STRINGS.length)];
+    if (kind === 1) return NUMBERS[next(NUMBERS.length)];
+    if (kind === 2) return [null, true, false][next(3)];
+    if (kind === 3) return Array.from({ length: next(4) }, () => value(depth + 1));
+    const o: Record<string, unknown> = {};
+    for (let i = next(6); i > 0; i--) o[NAMES[next(NAMES.length)]!] = value(depth + 1);
+    return o;
+  };
+  /** The same value with every object's members inserted in `order` (by name). */
+  const rebuilt = (v: unknown, order: (names: string[]) => string[]): unknown => {
+    if (Array.isArray(v)) return v.map((x) => rebuilt(x, order));
+    if (v === null || typeof v !== "object") return v;
+    const o: Record<string, unknown> = {};
+    for (const k of order(Object.keys(v))) o[k] = rebuilt((v as Record<string, unknown>)[k], order);
+    return o;
+  };
+  const cases = Array.from({ length: 300 }, () => ({ 0: value(0) })[0]);
+
+  test("sorted, reversed and parsed-back copies of 300 values canonicalise alike", () => {
+    for (const v of cases) {
+      const text = canonicalize(v);
+      expect(canonicalize(rebuilt(v, (names) => names.sort()))).toBe(text);
+      expect(canonicalize(rebuilt(v, (names) => names.sort().reverse()))).toBe(text);
+      // A canonical text parses back with its members in canonical order, except integer-like names.
+      expect(canonicalize(JSON.parse(text))).toBe(text);
+      expect(JSON.parse(text)).toEqual(JSON.parse(JSON.stringify(v)));
+    }
+  });
+
+  test("inCanonicalOrder: true only when every object enumerates its members sorted", () => {
+    expect(inCanonicalOrder({ a: 1, b: { c: [{ d: 1, e: 2 }] } })).toBe(true);
+    expect(inCanonicalOrder({ b: 1, a: 2 })).toBe(false);
+    expect(inCanonicalOrder({ a: [{ y: 1, x: 2 }] })).toBe(false);
+    // Enumerated as "9", "10": canonical order is "10", "9".
+    expect(inCanonicalOrder({ 10: "ten", 9: "nine" })).toBe(false);
+    expect(canonicalize({ 10: "ten", 9: "nine", a: 0 })).toBe('{"10":"ten","9":"nine","a":0}');
+    expect(inCanonicalOrder(JSON.parse('{"1":0,"2":0,"a":0}'))).toBe(true);
   });
 });

@@ -4,7 +4,7 @@
 // orderings that opens: the receipt riding on `end`, the pending deadline firing while a verdict is
 // on its way, an attempt already settled when it comes, duplicate receipts, stop() with a
 // verification in flight and the restart after it, and both settlement modes.
-import { afterEach, describe, expect, test } from "bun:test";
+import { afterEach, describe, expect, spyOn, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
@@ -18,6 +18,7 @@ import { decodeGatewayFrame } from "../../src/wire/codec.ts";
 import type { JobRoute, SettledFrame } from "../../src/wire/frames.ts";
 import { catalogModel, modelHash, tempDir, waitFor } from "../support/harness.ts";
 import { keyFromSeed, rawPublic } from "../receipts/independent-signer.ts";
+import * as jcs from "../../src/receipts/jcs.ts";
 
 const MODEL = "async-model";
 const PROVIDER = "prov-async";
@@ -29,7 +30,7 @@ const CHUNKS = [
   { content: "verdicts.", tokens: 3 },
 ];
 const INPUT_TOKENS = 5;
-const messages = [{ role: "user" as const, content: "Judge me later." }];
+const messages = [{ content: "Judge me later.", role: "user" as const }];
 const PROMPT_BOUND = Buffer.byteLength(messages[0]!.content) + 8 + 16;
 const flipSignatureChar = (env: string) => env.slice(0, -10) + (env.at(-10) === "A" ? "B" : "A") + env.slice(-9);
 
@@ -333,4 +334,20 @@ describe("orderings", () => {
     expect(await settledRow(rig, good.requestId)).toMatchObject({ label: "verified", ...CHARGE });
     expect(await settledRow(rig, forged.requestId)).toMatchObject({ label: "quarantined", reason: "bad_signature", ...CHARGE });
   });
+});
+
+test("the route snapshot, its prompt-hash input and the receipt body are built in canonical member order (JCS's fast path)", () => {
+  const rig = openRig();
+  const canonicalize = spyOn(jcs, "canonicalize");
+  try {
+    const a = startAttempt(rig);
+    receiptFor(rig, a);
+    const values = canonicalize.mock.calls.map(([value]) => value);
+    // The snapshot (stored and digested), {messages, model, params} (prompt_hash), the receipt body.
+    const has = (member: string) => values.some((v) => typeof v === "object" && v !== null && member in v);
+    expect([has("snapshot_version"), has("receipt_version"), has("messages")]).toEqual([true, true, true]);
+    for (const v of values) expect(jcs.inCanonicalOrder(v)).toBe(true);
+  } finally {
+    canonicalize.mockRestore();
+  }
 });

@@ -4,6 +4,7 @@ import { normalizeChatRequest, promptTokenBound, type NormalizeResult } from "..
 import type { ChatCompletionRequest } from "../../src/http/chat/schema.ts";
 import type { ErrorCode } from "../../src/http/errors.ts";
 import type { JobMessage } from "../../src/wire/frames.ts";
+import { inCanonicalOrder } from "../../src/receipts/jcs.ts";
 
 const CAP = 4096;
 type Message = ChatCompletionRequest["messages"][number];
@@ -70,6 +71,23 @@ describe("messages", () => {
     expect(r.error.code).toBe("unsupported_content_shape");
     expect(r.error.param).toBe(param);
   });
+});
+
+test("messages list their members in canonical (JCS) order, so the prompt hash takes JSON.stringify's path", () => {
+  const chat = ok(
+    normalizeChatRequest(
+      body({
+        messages: [
+          { role: "system", content: "be brief" },
+          { role: "user", content: "hi", name: "ann" },
+          { role: "tool", content: "42", tool_call_id: "c1" },
+        ],
+      }),
+      CAP,
+    ),
+  );
+  for (const m of chat.messages) expect(inCanonicalOrder(m)).toBe(true);
+  expect(inCanonicalOrder(chat.params)).toBe(true);
 });
 
 describe("parameters", () => {

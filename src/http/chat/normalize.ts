@@ -42,8 +42,8 @@ function normalizeMessage(m: ChatCompletionRequest["messages"][number], i: numbe
   } else if (role === "assistant" && m.tool_calls && m.tool_calls.length > 0) content = null;
   else return gatewayError("unsupported_content_shape", `Content must be a string (${param}).`, { param });
 
-  const out: JobMessage = { role, content };
-  if (m.name !== undefined) out.name = m.name;
+  // Members in canonical (JCS) order, so the prompt hash's canonicalisation takes its fast path.
+  const out: JobMessage = m.name === undefined ? { content, role } : { content, name: m.name, role };
   if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
   if (m.tool_calls !== undefined) out.tool_calls = m.tool_calls;
   return out;
