@@ -1,5 +1,5 @@
-// `bun test/bench/cpu-split.ts [load|streams|frames] [concurrency] [seconds] [--json]`: runs one full-stack load level
-// (frames: the unthrottled 256-delta streams of the frames/s figure) and prints CPU seconds per process (gateway, each provider runtime, mock, driver) — where the time goes.
+// `bun test/bench/cpu-split.ts [load|instant|streams|frames] [concurrency] [seconds] [--json]`: runs one full-stack load level
+// (instant: the c=1 latency figure's instant mock instead of 20 ms; frames: the unthrottled 256-delta streams of the frames/s figure) and prints CPU seconds per process (gateway, each provider runtime, mock, driver) — where the time goes.
 // --json: one JSON object instead (what test/bench/ab.ts reads).
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -26,7 +26,7 @@ try {
   const headers = { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` };
   const stream = mode === "streams" || mode === "frames";
   const deltas = mode === "frames" ? 256 : 64;
-  const model = mode === "frames" ? "bench-sse-n256-i0" : stream ? "bench-sse" : "bench-json-d20";
+  const model = mode === "frames" ? "bench-sse-n256-i0" : stream ? "bench-sse" : mode === "instant" ? "bench-json" : "bench-json-d20";
   const body = JSON.stringify({ model, stream, max_tokens: stream ? deltas : 16, messages: [{ role: "user", content: "x".repeat(256) }] });
   const spec = stream
     ? { mode: "streams", url: `${gw.url}/v1/chat/completions`, headers, body, concurrency, perWorker: mode === "frames" ? seconds : Math.max(1, Math.round(seconds / 1.4)), warmup: 0, expectedFrames: deltas, stallMs: mode === "frames" ? 1e9 : 200 }

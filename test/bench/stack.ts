@@ -29,6 +29,7 @@ const PROFILE_DIR = process.env.BENCH_CPU_PROF;
 const bunArgs = (): string[] => [
   ...(PROFILE_DIR ? ["bun", "--cpu-prof", "--cpu-prof-md", `--cpu-prof-dir=${PROFILE_DIR}`] : ["bun"]),
   ...(process.env.BENCH_CENSUS_DIR ? ["--preload", join(HERE, "census-preload.ts")] : []),
+  ...(process.env.BENCH_PRELOAD ? ["--preload", process.env.BENCH_PRELOAD] : []),
 ];
 const collectorEnv = (): Record<string, string> => (process.env.BENCH_CENSUS_DIR ? { BUN_JSC_disableGC: "1", BUN_GC_TIMER_DISABLE: "1" } : {});
 
