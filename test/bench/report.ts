@@ -110,7 +110,7 @@ export function renderMarkdown(r: BenchResult): string {
   const label = { direct: "direct", relay: "bare relay", full: "full stack" };
   const row = (cells: (string | number)[]) => `| ${cells.join(" | ")} |`;
   const lines: string[] = [];
-  lines.push(`Run ${meta.date} · ${meta.cores} cores (${meta.cpu}) · Bun ${meta.bun} · scale ${meta.scale} · ${meta.providers} provider runtimes · gateway log level ${meta.gateway_log_level} · driver: ${meta.driver} · ${meta.wall_s} s`);
+  lines.push(`Run ${meta.date} · ${meta.cores} cores (${meta.cpu}) · Bun ${meta.bun} · scale ${meta.scale} · ${meta.providers} provider runtimes · gateway log level ${meta.gateway_log_level} · warm-up ${meta.warmup_ms ?? 0} ms a path · driver: ${meta.driver} · ${meta.wall_s} s`);
   lines.push("");
   lines.push("**Targets (issue 7), full stack**");
   lines.push("");
