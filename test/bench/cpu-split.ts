@@ -1,5 +1,5 @@
 // `bun test/bench/cpu-split.ts [load|instant|streams|frames] [concurrency] [seconds] [--json]`: runs one full-stack load level
-// (instant: the c=1 latency figure's instant mock instead of 20 ms; frames: the unthrottled 256-delta streams of the frames/s figure) and prints CPU seconds per process (gateway, each provider runtime, mock, driver) — where the time goes.
+// (instant: the c=1 latency figure's instant mock instead of 20 ms; frames: the unthrottled 256-delta streams of the frames/s figure) and prints CPU seconds per process (gateway, each provider runtime, mock, driver) and per thread of the gateway and of the first provider runtime (the one routing loads) — where the time goes.
 // --json: one JSON object instead (what test/bench/ab.ts reads).
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -42,6 +42,8 @@ try {
       ]),
     );
   const threadsBefore = threadCpu(gw.gateway.pid);
+  // Routing packs work onto the busiest provider (routing.ts), so under one load the first runtime takes it all.
+  const providerThreadsBefore = threadCpu(gw.providers[0]!.pid);
   const t0 = performance.now();
   const driver = Bun.spawn(["bun", join(import.meta.dir, "driver.ts"), JSON.stringify(spec)], { env: { ...process.env, ...FETCH_ENV }, stdout: "pipe" });
   let driverCpu = 0;
@@ -57,7 +59,10 @@ try {
   const r = JSON.parse(out);
   const summary = { mode, concurrency, wall: +wall.toFixed(2), rps: r.rps, p50: r.latency_ms?.p50, p99: r.latency_ms?.p99, errors: r.errors, stalled: r.stalled_streams, delivered: r.delivered_ratio, max_gap: r.max_gap_ms, ttft_p99: r.ttft_ms?.p99, frames_per_s: r.frames_per_s, events: r.events, gap_p99: r.gap_ms?.p99, transit_p99: r.transit_ms?.p99 };
   const used = (k: string) => after[k]!.user - before[k]!.user + after[k]!.sys - before[k]!.sys;
-  const threads = [...threadCpu(gw.gateway.pid)].map(([t, { name, cpu: s }]) => ({ name, cpu: s - (threadsBefore.get(t)?.cpu ?? 0) }));
+  const threadsOver = (pid: number, before: typeof threadsBefore) =>
+    [...threadCpu(pid)].map(([t, { name, cpu: s }]) => ({ name, cpu: s - (before.get(t)?.cpu ?? 0) }));
+  const threads = threadsOver(gw.gateway.pid, threadsBefore);
+  const providerThreads = threadsOver(gw.providers[0]!.pid, providerThreadsBefore);
   if (json) {
     const providers = Object.keys(pids).filter((k) => k.startsWith("provider-")).reduce((sum, k) => sum + used(k), 0);
     // The main (JS) thread is the one named after the executable.
@@ -72,6 +77,7 @@ try {
     }
     // The gateway's threads during the run: the main (JS) thread is the one that saturates.
     for (const { name, cpu: s } of threads) if (s >= 0.05) console.log(`  gateway thread ${name.padEnd(12)} ${s.toFixed(2)} s CPU`);
+    for (const { name, cpu: s } of providerThreads) if (s >= 0.05) console.log(`  provider-0 thread ${name.padEnd(12)} ${s.toFixed(2)} s CPU`);
     console.log(`${"driver".padEnd(12)} ${driverCpu.toFixed(2)} s CPU (approx)`);
   }
 } finally {

@@ -1,0 +1,61 @@
+// Preloaded into the gateway (`BENCH_PRELOAD=test/bench/sql-timing-preload.ts`, see stack.ts); not part
+// of the product. Times every bun:sqlite statement run and `exec` (COMMIT, BEGIN) by SQL text, on the
+// main thread. On SIGUSR2 it writes the totals since the last signal to
+// `$BENCH_SQL_DIR/sql-PID.txt` (total ms, calls, µs a call, slowest ms, SQL), largest total first,
+// and starts counting again: send one signal when the measured window opens and one when it closes.
+// Bun caches `db.query(sql)` statements and binds per-statement run methods at creation, so each
+// statement's methods are wrapped once, when `query`/`prepare` hands it out.
+import { Database } from "bun:sqlite";
+import { writeFileSync } from "node:fs";
+
+interface Tally {
+  calls: number;
+  ms: number;
+  slowest: number;
+}
+const tallies = new Map<string, Tally>();
+const count = (sql: string, ms: number) => {
+  let t = tallies.get(sql);
+  if (t === undefined) tallies.set(sql, (t = { calls: 0, ms: 0, slowest: 0 }));
+  t.calls++;
+  t.ms += ms;
+  if (ms > t.slowest) t.slowest = ms;
+};
+const timed = <A extends unknown[], R>(sql: string, run: (...args: A) => R) =>
+  function (this: unknown, ...args: A): R {
+    const start = performance.now();
+    try {
+      return run.apply(this, args);
+    } finally {
+      count(sql, performance.now() - start);
+    }
+  };
+
+const wrapped = new WeakSet<object>();
+for (const method of ["query", "prepare"] as const) {
+  const original = Database.prototype[method] as unknown as (this: Database, sql: string, ...rest: unknown[]) => Record<string, unknown>;
+  (Database.prototype as unknown as Record<string, unknown>)[method] = function (this: Database, sql: string, ...rest: unknown[]) {
+    const statement = original.call(this, sql, ...rest);
+    if (!wrapped.has(statement)) {
+      wrapped.add(statement);
+      const text = sql.replace(/\s+/g, " ").slice(0, 120);
+      for (const run of ["run", "get", "all", "values"]) {
+        const f = statement[run];
+        if (typeof f === "function") statement[run] = timed(text, f.bind(statement) as (...args: unknown[]) => unknown);
+      }
+    }
+    return statement;
+  };
+}
+const exec = Database.prototype.exec as unknown as (this: Database, sql: string, ...rest: unknown[]) => unknown;
+(Database.prototype as unknown as Record<string, unknown>).exec = function (this: Database, sql: string, ...rest: unknown[]) {
+  return timed(`EXEC ${sql.slice(0, 60)}`, exec).call(this, sql, ...rest);
+};
+
+process.on("SIGUSR2", () => {
+  const rows = [...tallies]
+    .sort((a, b) => b[1].ms - a[1].ms)
+    .map(([sql, t]) => `${t.ms.toFixed(1).padStart(9)} ms ${String(t.calls).padStart(8)} ${((t.ms / t.calls) * 1000).toFixed(1).padStart(8)} µs  max ${t.slowest.toFixed(2)} ms  ${sql}`);
+  writeFileSync(`${process.env.BENCH_SQL_DIR ?? "/tmp"}/sql-${process.pid}.txt`, `${rows.join("\n")}\n`);
+  tallies.clear();
+});
