@@ -62,6 +62,8 @@ export interface StreamResult {
   ttft_ms: Percentiles;
   gap_ms: Percentiles;
   transit_ms: Percentiles;
+  /** The transit of each stream's last delta alone: the end of the request follows it on every hop. */
+  transit_last_ms: Percentiles;
   wall_s: number;
   frames_per_s: number;
   /** SSE content events that carried them (fewer than frames when a provider merged deltas). */
@@ -144,6 +146,7 @@ async function runStreams(spec: StreamSpec): Promise<StreamResult> {
   const ttft = new Samples();
   const gaps = new Samples();
   const transit = new Samples();
+  const transitLast = new Samples();
   const statuses: Record<string, number> = {};
   let streams = 0;
   let okStreams = 0;
@@ -163,6 +166,7 @@ async function runStreams(spec: StreamSpec): Promise<StreamResult> {
     let first = -1;
     let last = -1;
     let worstGap = 0;
+    let lastTransit = -1;
     const myGaps: number[] = [];
     const myTransit: number[] = [];
     try {
@@ -201,7 +205,8 @@ async function runStreams(spec: StreamSpec): Promise<StreamResult> {
                   if (gap > worstGap) worstGap = gap;
                 }
                 last = now;
-                myTransit.push(origin + now - Number(text.slice(s, s + 16)) / 1000);
+                lastTransit = origin + now - Number(text.slice(s, s + 16)) / 1000;
+                myTransit.push(lastTransit);
               }
             }
             at = text.indexOf(CONTENT, from);
@@ -225,6 +230,7 @@ async function runStreams(spec: StreamSpec): Promise<StreamResult> {
     if (first >= 0) ttft.push(first - start);
     for (const g of myGaps) gaps.push(g);
     for (const t of myTransit) transit.push(t);
+    if (complete) transitLast.push(lastTransit);
   }
 
   const t0 = performance.now();
@@ -247,6 +253,7 @@ async function runStreams(spec: StreamSpec): Promise<StreamResult> {
     ttft_ms: percentiles(ttft.view()),
     gap_ms: percentiles(gaps.view()),
     transit_ms: percentiles(transit.view()),
+    transit_last_ms: percentiles(transitLast.view()),
     wall_s: Math.round(wall * 1000) / 1000,
     frames_per_s: Math.round(frames / wall),
     events,

@@ -135,6 +135,8 @@ export function renderMarkdown(r: BenchResult): string {
   perPath("inter-frame gap p50 / p99", (x) => `${fmt(x.stream_c1.gap_ms.p50)} / ${fmt(x.stream_c1.gap_ms.p99)}`);
   perPath("added gap p50 / p99", (_x, n) => (n === "direct" ? "–" : `${fmt(d.added_gap_ms[n]?.p50)} / ${fmt(d.added_gap_ms[n]?.p99)}`));
   perPath("per-chunk transit p50 / p99 (mock stamp → driver)", (x) => `${fmt(x.stream_c1.transit_ms.p50)} / ${fmt(x.stream_c1.transit_ms.p99)}`);
+  // Each stream's last delta alone (the end of the request follows it): where the stack's p99 comes from (ninth pass).
+  perPath("… of each stream's last delta alone p50 / p99", (x) => (x.stream_c1.gap_run.transit_last_ms ? `${fmt(x.stream_c1.gap_run.transit_last_ms.p50)} / ${fmt(x.stream_c1.gap_run.transit_last_ms.p99)}` : "–"));
   perPath("added per-chunk transit p50 / p99", (_x, n) => (n === "direct" ? "–" : `${fmt(d.added_transit_ms[n]?.p50)} / ${fmt(d.added_transit_ms[n]?.p99)}`), "added_transit_p99");
   perPath(
     "streaming deltas/s (32 streams × 256 unthrottled deltas; median of the runs in brackets)",
