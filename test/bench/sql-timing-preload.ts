@@ -1,4 +1,5 @@
-// Preloaded into the gateway (`BENCH_PRELOAD=test/bench/sql-timing-preload.ts`, see stack.ts); not part
+// Preloaded into the gateway (`BENCH_PRELOAD=$PWD/test/bench/sql-timing-preload.ts`: Bun wants an absolute
+// path there; see stack.ts); not part
 // of the product. Times every bun:sqlite statement run and `exec` (COMMIT, BEGIN) by SQL text, on the
 // main thread. On SIGUSR2 it writes the totals since the last signal to
 // `$BENCH_SQL_DIR/sql-PID.txt` (total ms, calls, µs a call, slowest ms, SQL), largest total first,
@@ -49,7 +50,12 @@ for (const method of ["query", "prepare"] as const) {
 }
 const exec = Database.prototype.exec as unknown as (this: Database, sql: string, ...rest: unknown[]) => unknown;
 (Database.prototype as unknown as Record<string, unknown>).exec = function (this: Database, sql: string, ...rest: unknown[]) {
-  return timed(`EXEC ${sql.slice(0, 60)}`, exec).call(this, sql, ...rest);
+  const start = performance.now();
+  try {
+    return exec.call(this, sql, ...rest);
+  } finally {
+    count(`EXEC ${sql.slice(0, 60)}`, performance.now() - start);
+  }
 };
 
 process.on("SIGUSR2", () => {
