@@ -1,9 +1,11 @@
 // The benchmark's result shape, the figures derived from it (added = path − direct; ratios to the
-// bare relay), the issue's targets, and the Markdown written between the markers of docs/benchmarks.md.
+// bare relay and to the required-work floor), the issue's targets, and the Markdown written between the markers of docs/benchmarks.md.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import type { LoadResult, Percentiles, StreamResult } from "./driver.ts";
 
-export type PathName = "direct" | "relay" | "full";
+export type PathName = "direct" | "relay" | "floor" | "full";
+/** The paths measured against direct. */
+type Hop = Exclude<PathName, "direct">;
 
 export interface PathResult {
   latency_c1: LoadResult;
@@ -21,15 +23,17 @@ export interface PathResult {
 type Results = Partial<Record<PathName, PathResult>>;
 
 export interface Derived {
-  added_latency_c1_ms: Partial<Record<"relay" | "full", { p50: number; p99: number }>>;
+  added_latency_c1_ms: Partial<Record<Hop, { p50: number; p99: number }>>;
   sustained_rps: Partial<Record<PathName, { rps: number; concurrency: number; p99_ms: number } | null>>;
-  added_ttft_ms: Partial<Record<"relay" | "full", { p50: number; p99: number }>>;
-  added_gap_ms: Partial<Record<"relay" | "full", { p50: number; p99: number }>>;
-  added_transit_ms: Partial<Record<"relay" | "full", { p50: number; p99: number }>>;
+  added_ttft_ms: Partial<Record<Hop, { p50: number; p99: number }>>;
+  added_gap_ms: Partial<Record<Hop, { p50: number; p99: number }>>;
+  added_transit_ms: Partial<Record<Hop, { p50: number; p99: number }>>;
   stall_free_streams: Partial<Record<PathName, number>>;
-  rss: Partial<Record<"relay" | "full", { idle_mb: number | null; per_stream_kb: number | null; at_streams: number | null }>>;
+  rss: Partial<Record<Hop, { idle_mb: number | null; per_stream_kb: number | null; at_streams: number | null }>>;
   stream_frames_per_s: Partial<Record<PathName, number>>;
   ratios_full_to_relay: Record<string, number | null>;
+  /** The same ratios against the required-work floor (floor.ts): the share of the gap that is the gateway's own. */
+  ratios_full_to_floor: Record<string, number | null>;
   targets: { name: string; target: string; measured: string; met: boolean | null; note: string }[];
 }
 
@@ -45,10 +49,8 @@ const ratio = (a: number | null | undefined, b: number | null | undefined) => (a
 
 export function derive(p: Results): Derived {
   const d = p.direct;
-  const added = (pick: (x: PathResult) => Percentiles) => ({
-    ...(p.relay && d ? { relay: sub(pick(p.relay), pick(d)) } : {}),
-    ...(p.full && d ? { full: sub(pick(p.full), pick(d)) } : {}),
-  });
+  const hops = (["relay", "floor", "full"] as const).filter((n) => p[n]);
+  const added = (pick: (x: PathResult) => Percentiles) => (d ? Object.fromEntries(hops.map((n) => [n, sub(pick(p[n]!), pick(d))])) : {});
   const sustained = (x: PathResult | undefined) => {
     const ok = (x?.load ?? []).filter((l) => l.passed).sort((a, b) => b.rps - a.rps)[0];
     return ok ? { rps: ok.rps, concurrency: ok.concurrency, p99_ms: ok.latency_ms.p99 } : null;
@@ -67,25 +69,28 @@ export function derive(p: Results): Derived {
     added_gap_ms: added((x) => x.stream_c1.gap_ms),
     added_transit_ms: added((x) => x.stream_c1.transit_ms),
     stall_free_streams: Object.fromEntries(Object.entries(p).map(([k, v]) => [k, stallFree(v)])),
-    rss: { ...(p.relay ? { relay: rssOf(p.relay) } : {}), ...(p.full ? { full: rssOf(p.full) } : {}) },
+    rss: Object.fromEntries(hops.map((n) => [n, rssOf(p[n])])),
     stream_frames_per_s: Object.fromEntries(Object.entries(p).map(([k, v]) => [k, v!.stream_throughput.frames_per_s])),
     ratios_full_to_relay: {},
+    ratios_full_to_floor: {},
     targets: [],
   };
   const f = out;
-  out.ratios_full_to_relay = {
-    added_latency_p50: ratio(f.added_latency_c1_ms.full?.p50, f.added_latency_c1_ms.relay?.p50),
-    added_latency_p99: ratio(f.added_latency_c1_ms.full?.p99, f.added_latency_c1_ms.relay?.p99),
-    sustained_rps: ratio(f.sustained_rps.full?.rps, f.sustained_rps.relay?.rps),
-    added_ttft_p50: ratio(f.added_ttft_ms.full?.p50, f.added_ttft_ms.relay?.p50),
-    added_ttft_p99: ratio(f.added_ttft_ms.full?.p99, f.added_ttft_ms.relay?.p99),
-    added_transit_p50: ratio(f.added_transit_ms.full?.p50, f.added_transit_ms.relay?.p50),
-    added_transit_p99: ratio(f.added_transit_ms.full?.p99, f.added_transit_ms.relay?.p99),
-    stall_free_streams: ratio(f.stall_free_streams.full, f.stall_free_streams.relay),
-    rss_idle: ratio(f.rss.full?.idle_mb, f.rss.relay?.idle_mb),
-    rss_per_stream: ratio(f.rss.full?.per_stream_kb, f.rss.relay?.per_stream_kb),
-    stream_frames_per_s: ratio(f.stream_frames_per_s.full, f.stream_frames_per_s.relay),
-  };
+  const ratiosTo = (base: "relay" | "floor") => ({
+    added_latency_p50: ratio(f.added_latency_c1_ms.full?.p50, f.added_latency_c1_ms[base]?.p50),
+    added_latency_p99: ratio(f.added_latency_c1_ms.full?.p99, f.added_latency_c1_ms[base]?.p99),
+    sustained_rps: ratio(f.sustained_rps.full?.rps, f.sustained_rps[base]?.rps),
+    added_ttft_p50: ratio(f.added_ttft_ms.full?.p50, f.added_ttft_ms[base]?.p50),
+    added_ttft_p99: ratio(f.added_ttft_ms.full?.p99, f.added_ttft_ms[base]?.p99),
+    added_transit_p50: ratio(f.added_transit_ms.full?.p50, f.added_transit_ms[base]?.p50),
+    added_transit_p99: ratio(f.added_transit_ms.full?.p99, f.added_transit_ms[base]?.p99),
+    stall_free_streams: ratio(f.stall_free_streams.full, f.stall_free_streams[base]),
+    rss_idle: ratio(f.rss.full?.idle_mb, f.rss[base]?.idle_mb),
+    rss_per_stream: ratio(f.rss.full?.per_stream_kb, f.rss[base]?.per_stream_kb),
+    stream_frames_per_s: ratio(f.stream_frames_per_s.full, f.stream_frames_per_s[base]),
+  });
+  out.ratios_full_to_relay = ratiosTo("relay");
+  out.ratios_full_to_floor = ratiosTo("floor");
   const t = (name: string, target: string, value: number | null | undefined, limit: number, atMost: boolean, unit: string, note = "") => {
     const met = value == null ? null : atMost ? value <= limit : value >= limit;
     const miss = value == null || met ? "" : ` (missed by ${r3(Math.abs(value - limit))} ${unit})`;
@@ -106,8 +111,9 @@ const fmt = (x: number | null | undefined, digits = 3) => (x == null || Number.i
 
 export function renderMarkdown(r: BenchResult): string {
   const { meta, paths: p, derived: d } = r;
-  const names = (["direct", "relay", "full"] as const).filter((n) => p[n]);
-  const label = { direct: "direct", relay: "bare relay", full: "full stack" };
+  const names = (["direct", "relay", "floor", "full"] as const).filter((n) => p[n]);
+  const label = { direct: "direct", relay: "bare relay", floor: "required-work floor", full: "full stack" };
+  const floor = Boolean(p.floor);
   const row = (cells: (string | number)[]) => `| ${cells.join(" | ")} |`;
   const lines: string[] = [];
   lines.push(`Run ${meta.date} · ${meta.cores} cores (${meta.cpu}) · Bun ${meta.bun} · scale ${meta.scale} · ${meta.providers} provider runtimes · gateway log level ${meta.gateway_log_level} · warm-up ${meta.warmup_ms ?? 0} ms a path · driver: ${meta.driver} · ${meta.wall_s} s`);
@@ -120,10 +126,17 @@ export function renderMarkdown(r: BenchResult): string {
   lines.push("");
   lines.push("**Per path** (latencies in ms; *added* = path − direct)");
   lines.push("");
-  lines.push(row(["figure", ...names.map((n) => label[n]), "full ÷ relay"]));
-  lines.push(row(["---", ...names.map(() => "---:"), "---:"]));
+  lines.push(row(["figure", ...names.map((n) => label[n]), "full ÷ relay", ...(floor ? ["full ÷ floor"] : [])]));
+  lines.push(row(["---", ...names.map(() => "---:"), "---:", ...(floor ? ["---:"] : [])]));
   const perPath = (name: string, f: (x: PathResult, n: PathName) => string, ratioKey?: string) =>
-    lines.push(row([name, ...names.map((n) => f(p[n]!, n)), ratioKey ? fmt(d.ratios_full_to_relay[ratioKey], 2) : ""]));
+    lines.push(
+      row([
+        name,
+        ...names.map((n) => f(p[n]!, n)),
+        ratioKey ? fmt(d.ratios_full_to_relay[ratioKey], 2) : "",
+        ...(floor ? [ratioKey ? fmt(d.ratios_full_to_floor?.[ratioKey], 2) : ""] : []),
+      ]),
+    );
   perPath("latency c=1 p50 / p99", (x) => `${fmt(x.latency_c1.latency_ms.p50)} / ${fmt(x.latency_c1.latency_ms.p99)}`);
   perPath("added latency c=1 p50 / p99", (_x, n) => (n === "direct" ? "–" : `${fmt(d.added_latency_c1_ms[n]?.p50)} / ${fmt(d.added_latency_c1_ms[n]?.p99)}`), "added_latency_p99");
   perPath("sustained req/s (mock 20 ms; p99 < 1 s, errors ≤ 0.1 %)", (_x, n) => {

@@ -1,6 +1,7 @@
 // `bun run bench`: the gateway benchmark of issue 7, everything on loopback, bounded in time.
-// Three paths in one run — direct (driver → mock), bare relay (driver → minimal Bun WebSocket→SSE
-// relay → mock) and full stack (driver → gateway → WebSocket → provider runtime, openai engine →
+// Four paths in one run — direct (driver → mock), bare relay (driver → minimal Bun WebSocket→SSE
+// relay → mock), the required-work floor (floor.ts: the relay plus auth, a durable reservation,
+// msgpack frames, a signed and verified receipt and a double-entry settlement, nothing else) and full stack (driver → gateway → WebSocket → provider runtime, openai engine →
 // mock, with auth, quota reservation, routing, durable settlement, receipt signing and verification
 // on) — measured by a load driver in its own process (driver.ts). Writes a JSON result and the
 // Markdown table in docs/benchmarks.md (between its bench markers).
@@ -8,10 +9,10 @@
 // Environment (all optional):
 //   BENCH_QUICK=1            every duration × 0.25 and shorter ladders (a smoke run, ~1 minute)
 //   BENCH_SCALE=F            every duration × F (default 1)
-//   BENCH_PATHS=a,b          subset of direct,relay,full
+//   BENCH_PATHS=a,b          subset of direct,relay,floor,full
 //   BENCH_LOAD_LEVELS=…      closed-loop concurrencies for the req/s ladder (default 16,32,…,512)
 //   BENCH_STREAM_LEVELS=…    concurrent streams ladder (default 1,8,32,128,256,512,1024,2048,4096)
-//   BENCH_PROVIDERS=N        provider runtimes / relay clients (default 4: 4 × 1024 slots)
+//   BENCH_PROVIDERS=N        provider runtimes / relay and floor clients (default 4: 4 × 1024 slots)
 //   BENCH_LOG_LEVEL=L        gateway log level (default info, the shipped default)
 //   BENCH_WARMUP_MS=N        discarded warm-up of every path before the first phase (default 6000; 0: none)
 //   BENCH_JSON=FILE          where the JSON goes (default docs/benchmarks.json)
@@ -21,14 +22,14 @@ import { join } from "node:path";
 import { writeFileSync } from "node:fs";
 import type { LoadResult, LoadSpec, StreamResult, StreamSpec } from "./driver.ts";
 import { diffBuckets, histogramQuantile, observations, scrapeOverhead } from "./metrics.ts";
-import { FETCH_ENV, Processes, rssMb, startGatewayStack, startMock, startRelay } from "./stack.ts";
+import { FETCH_ENV, Processes, rssMb, startFloor, startGatewayStack, startMock, startRelay } from "./stack.ts";
 import { derive, renderMarkdown, writeMarkdown, type BenchResult, type PathName, type PathResult } from "./report.ts";
 
 const env = process.env;
 const QUICK = env.BENCH_QUICK === "1";
 const SCALE = Number(env.BENCH_SCALE ?? (QUICK ? 0.25 : 1));
 const list = (v: string | undefined, def: number[]) => (v ? v.split(",").map(Number) : def);
-const PATHS = (env.BENCH_PATHS ?? "direct,relay,full").split(",") as PathName[];
+const PATHS = (env.BENCH_PATHS ?? "direct,relay,floor,full").split(",") as PathName[];
 const LOAD_LEVELS = list(env.BENCH_LOAD_LEVELS, QUICK ? [32, 128] : [16, 32, 64, 128, 256, 512]);
 const STREAM_LEVELS = list(env.BENCH_STREAM_LEVELS, QUICK ? [1, 32, 256, 1024] : [1, 8, 32, 128, 256, 512, 1024, 2048, 4096]);
 const PROVIDERS = Number(env.BENCH_PROVIDERS ?? 4);
@@ -78,6 +79,10 @@ async function main(): Promise<BenchResult> {
     if (PATHS.includes("relay")) {
       const relay = await startRelay(procs, { mockUrl: mock.url, clients: PROVIDERS });
       targets.relay = { url: `${relay.url}/v1/chat/completions`, headers: { "content-type": "application/json" }, server: relay.server };
+    }
+    if (PATHS.includes("floor")) {
+      const floor = await startFloor(procs, { mockUrl: mock.url, clients: PROVIDERS });
+      targets.floor = { url: `${floor.url}/v1/chat/completions`, headers: { "content-type": "application/json", authorization: `Bearer ${floor.apiKey}` }, server: floor.server };
     }
     if (PATHS.includes("full")) {
       const gw = await startGatewayStack(procs, { mockUrl: mock.url, providers: PROVIDERS, logLevel: LOG_LEVEL });

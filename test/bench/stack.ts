@@ -6,6 +6,7 @@ import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { FLOOR_API_KEY } from "./floor.ts";
 import { settingSpecs } from "../../src/config/index.ts";
 
 export const MAIN = join(import.meta.dir, "../../src/main.ts");
@@ -174,4 +175,16 @@ export async function startRelay(p: Processes, o: { mockUrl: string; clients: nu
     await p.line(log, (l) => l.event === "relay_client_connected");
   }
   return { url: `http://127.0.0.1:${line.port}`, server };
+}
+
+/** The required-work floor (floor.ts): its server, with its SQLite file in the run's data directory, and `clients` clients. */
+export async function startFloor(p: Processes, o: { mockUrl: string; clients: number }): Promise<{ url: string; server: Proc; apiKey: string }> {
+  const server = p.spawn(["bun", join(HERE, "floor.ts"), "server", p.dataDir], { log: "floor.log" });
+  const line = await p.line("floor.log", (l) => l.event === "floor_listening");
+  for (let i = 0; i < o.clients; i++) {
+    const log = `floor-client-${i}.log`;
+    p.spawn(["bun", join(HERE, "floor.ts"), "client", `ws://127.0.0.1:${line.port}/connect`, o.mockUrl], { env: FETCH_ENV, log });
+    await p.line(log, (l) => l.event === "floor_client_connected");
+  }
+  return { url: `http://127.0.0.1:${line.port}`, server, apiKey: FLOOR_API_KEY };
 }
