@@ -1,9 +1,10 @@
 // `bun test/bench/cpu-split.ts [load|instant|streams|frames] [concurrency] [seconds] [--json]`: runs one full-stack load level
 // (instant: the c=1 latency figure's instant mock instead of 20 ms; frames: the unthrottled 256-delta streams of the frames/s figure) and prints CPU seconds per process (gateway, each provider runtime, mock, driver) and per thread of the gateway and of the first provider runtime (the one routing loads) — where the time goes.
-// --json: one JSON object instead (what test/bench/ab.ts reads).
+// --json: one JSON object instead (what test/bench/ab.ts reads). BENCH_PATH=relay|floor measures that
+// path instead of the full stack (its server in the gateway's rows, its first client in provider-0's).
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { FETCH_ENV, Processes, startGatewayStack, startMock } from "./stack.ts";
+import { FETCH_ENV, Processes, startFloor, startGatewayStack, startMock, startRelay, type GatewayStack } from "./stack.ts";
 
 const json = process.argv.includes("--json");
 const [mode = "load", cArg = "128", sArg = "8"] = process.argv.slice(2).filter((a) => a !== "--json");
@@ -22,7 +23,7 @@ const cpu = (pid: number, path?: string): number => {
 const procs = new Processes();
 try {
   const mock = await startMock(procs);
-  const gw = await startGatewayStack(procs, { mockUrl: mock.url, providers: Number(process.env.BENCH_PROVIDERS ?? 4), logLevel: "info" });
+  const gw = await startPath(procs, mock.url, process.env.BENCH_PATH ?? "full", Number(process.env.BENCH_PROVIDERS ?? 4));
   const headers = { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` };
   const stream = mode === "streams" || mode === "frames";
   const deltas = mode === "frames" ? 256 : 64;
@@ -79,7 +80,20 @@ try {
     for (const { name, cpu: s } of threads) if (s >= 0.05) console.log(`  gateway thread ${name.padEnd(12)} ${s.toFixed(2)} s CPU`);
     for (const { name, cpu: s } of providerThreads) if (s >= 0.05) console.log(`  provider-0 thread ${name.padEnd(12)} ${s.toFixed(2)} s CPU`);
     console.log(`${"driver".padEnd(12)} ${driverCpu.toFixed(2)} s CPU (approx)`);
+    // Per request (per stream when streaming): load levels run a 1 s warm-up at about the same rate.
+    const n = stream ? concurrency * (spec as { perWorker: number }).perWorker : r.rps * (seconds + 1);
+    const per = Object.keys(pids).map((k) => `${k} ${Math.round((used(k) * 1e6) / n)}`);
+    console.log(`µs CPU per ${stream ? "stream" : "request"}: ${[...per, `driver ${Math.round((driverCpu * 1e6) / n)}`].join(", ")}`);
   }
 } finally {
   await procs.stop();
+}
+
+/** The path measured, in the full stack's shape: a server (gateway) and its clients (providers). */
+async function startPath(p: Processes, mockUrl: string, path: string, clients: number): Promise<Pick<GatewayStack, "url" | "apiKey" | "gateway" | "providers">> {
+  if (path === "full") return startGatewayStack(p, { mockUrl, providers: clients, logLevel: "info" });
+  const before = p.all.length;
+  const started = path === "floor" ? await startFloor(p, { mockUrl, clients }) : path === "relay" ? { ...(await startRelay(p, { mockUrl, clients })), apiKey: "" } : null;
+  if (started === null) throw new Error(`BENCH_PATH must be full, floor or relay, not ${path}`);
+  return { url: started.url, apiKey: started.apiKey, gateway: started.server, providers: p.all.slice(before + 1) };
 }
