@@ -14,7 +14,7 @@ import { join } from "node:path";
 const ROOT = join(import.meta.dir, "../..");
 const [revA, revB, roundsArg = "4", mode = "load", c = "128", seconds = "12"] = process.argv.slice(2);
 if (!revA || !revB) {
-  console.error("usage: bun test/bench/ab.ts REV_A REV_B [rounds] [load|streams|frames] [concurrency] [seconds]");
+  console.error("usage: bun test/bench/ab.ts REV_A REV_B [rounds] [load|instant|streams|frames] [concurrency] [seconds]");
   process.exit(64);
 }
 const rounds = Number(roundsArg);
@@ -67,7 +67,8 @@ try {
       });
       const s = JSON.parse(run.stdout.toString().trim().split("\n").at(-1)!) as Split;
       // Streams and frames runs report no req/s: per-request CPU is then per run.
-      const rate = mode === "load" ? s : { ...s, rps: 1 / s.wall };
+      const perReq = mode === "load" || mode === "instant";
+      const rate = perReq ? s : { ...s, rps: 1 / s.wall };
       const row: Row = {
         rps: s.rps ?? s.frames_per_s ?? 0,
         p99: s.p99,
@@ -77,7 +78,7 @@ try {
       };
       side.rows.push(row);
       console.log(
-        `${`${side.rev} (${side.sha})`.padEnd(24)} round ${round}: ${mode === "load" ? "req/s" : "deltas/s"} ${row.rps}, p99 ${row.p99} ms, errors ${s.errors}${mode === "load" ? "" : `, stalled ${s.stalled}, max gap ${s.max_gap} ms, TTFT p99 ${s.ttft_p99} ms, gap p99 ${s.gap_p99} ms, transit p99 ${s.transit_p99} ms`}, CPU µs per ${mode === "load" ? "request" : "run"}: gateway ${row.gateway} (main thread ${row.main}), providers ${row.providers}`,
+        `${`${side.rev} (${side.sha})`.padEnd(24)} round ${round}: ${perReq ? "req/s" : "deltas/s"} ${row.rps}, p99 ${row.p99} ms, errors ${s.errors}${perReq ? "" : `, stalled ${s.stalled}, max gap ${s.max_gap} ms, TTFT p99 ${s.ttft_p99} ms, gap p99 ${s.gap_p99} ms, transit p99 ${s.transit_p99} ms`}, CPU µs per ${perReq ? "request" : "run"}: gateway ${row.gateway} (main thread ${row.main}), providers ${row.providers}`,
       );
     }
   }
