@@ -542,9 +542,11 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
     ledgerBalances(): LedgerBalance[] {
       return db
         .query(
-          `SELECT a.id AS account_id, a.kind, COALESCE(SUM(e.amount), 0) AS balance
-             FROM ledger_accounts a LEFT JOIN ledger_entries e ON e.account_id = a.id
-            GROUP BY a.id ORDER BY a.id`,
+          // Summed from the entries themselves (not the kept totals), in one pass over them.
+          `SELECT a.id AS account_id, a.kind, COALESCE(e.balance, 0) AS balance
+             FROM ledger_accounts a
+             LEFT JOIN (SELECT account_id, SUM(amount) AS balance FROM ledger_entries GROUP BY account_id) e ON e.account_id = a.id
+            ORDER BY a.id`,
         )
         .all() as LedgerBalance[];
     },

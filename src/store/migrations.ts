@@ -326,4 +326,12 @@ export const migrations: readonly string[] = [
   `
   ALTER TABLE settlements ADD COLUMN receipt_id INTEGER REFERENCES receipts_received (id);
   `,
+  // No index of ledger entries by account (issue 7): nothing reads entries by account alone (balances
+  // are kept in ledger_account_totals, and the audit's per-account sums read the table once), and
+  // ledger accounts are never deleted or re-keyed, so the foreign key never looks entries up by
+  // account either. The index cost every settlement a leaf page per account it touched: ~3.8 of the
+  // ~27 WAL pages a request wrote at one request at a time (docs/benchmarks.md, tenth pass).
+  `
+  DROP INDEX ledger_entries_account;
+  `,
 ];
