@@ -1,5 +1,6 @@
 // The benchmark's result shape, the figures derived from it (added = path − direct; ratios to the
-// bare relay and to the required-work floor), the targets, and the Markdown written between the markers of docs/benchmarks.md.
+// bare relay and to the required-work floor), the targets, and the Markdown written between
+// the markers of docs/benchmarks.md.
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import type { LoadResult, Percentiles, StreamResult } from "./driver.ts";
 

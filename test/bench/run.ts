@@ -1,10 +1,11 @@
 // `bun run bench`: the gateway benchmark of issue 7, everything on loopback, bounded in time.
 // Four paths in one run — direct (driver → mock), bare relay (driver → minimal Bun WebSocket→SSE
 // relay → mock), the required-work floor (floor.ts: the relay plus auth, a durable reservation,
-// msgpack frames, a signed and verified receipt and a double-entry settlement, nothing else) and full stack (driver → gateway → WebSocket → provider runtime, openai engine →
-// mock, with auth, quota reservation, routing, durable settlement, receipt signing and verification
-// on) — measured by a load driver in its own process (driver.ts). Writes a JSON result and the
-// Markdown table in docs/benchmarks.md (between its bench markers).
+// msgpack frames, a signed and verified receipt and a double-entry settlement, nothing else) and
+// full stack (driver → gateway → WebSocket → provider runtime, openai engine → mock, with auth,
+// quota reservation, routing, durable settlement, receipt signing and verification on) — measured
+// by a load driver in its own process (driver.ts). Writes a JSON result and the Markdown table in
+// docs/benchmarks.md (between its bench markers).
 //
 // Environment (all optional):
 //   BENCH_QUICK=1            every duration × 0.25 and shorter ladders (a smoke run, ~1 minute)
