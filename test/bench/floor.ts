@@ -14,6 +14,7 @@ import { Database } from "bun:sqlite";
 import { createHash, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from "node:crypto";
 import { join } from "node:path";
 import { Packr } from "msgpackr";
+import { RelayedResponses } from "./relay.ts";
 
 export const FLOOR_API_KEY = "floor-bench-key";
 const BUYER = "buyer";
@@ -33,12 +34,6 @@ type Frame =
   | { t: "end"; id: number }
   | { t: "receipt"; id: number; body: string; sig: Uint8Array };
 
-interface Pending {
-  resolve: (r: Response) => void;
-  controller: ReadableStreamDefaultController<Uint8Array> | null;
-  session: Session;
-}
-
 interface Session {
   ws: import("bun").ServerWebSocket<{ session?: Session }>;
   inFlight: number;
@@ -50,7 +45,6 @@ interface Admission {
   credits: number;
   digest: string;
   body: string;
-  resolve: (r: Response) => void;
   session: Session;
 }
 
@@ -83,7 +77,7 @@ function server(dataDir: string) {
   // Cached key lookups, as the gateway's (a revocation would delete the entry).
   const apiKeys = new Map([[`Bearer ${FLOOR_API_KEY}`, BUYER]]);
   const sessions: Session[] = [];
-  const pending = new Map<number, Pending>();
+  const responses = new RelayedResponses();
   /** Reserved credits by request, until its receipt settles it (a second receipt finds nothing). */
   const reserved = new Map<number, number>();
   let admissions: Admission[] = [];
@@ -127,17 +121,10 @@ function server(dataDir: string) {
     }
     q.commit.run();
     for (const a of refused) {
-      a.session.inFlight--;
-      pending.delete(a.id);
       reserved.delete(a.id);
-      a.resolve(Response.json({ error: { message: "insufficient balance", type: "insufficient_balance" } }, { status: 402 }));
+      responses.settle(a.id, Response.json({ error: { message: "insufficient balance", type: "insufficient_balance" } }, { status: 402 }));
     }
-    for (const a of admitted) if (pending.has(a.id) && !refused.has(a)) a.session.ws.send(packr.pack({ t: "job", id: a.id, body: a.body }));
-  };
-
-  const finish = (id: number, p: Pending) => {
-    pending.delete(id);
-    p.session.inFlight--;
+    for (const a of admitted) if (responses.has(a.id) && !refused.has(a)) a.session.ws.send(packr.pack({ t: "job", id: a.id, body: a.body }));
   };
 
   const srv = Bun.serve<{ session?: Session }>({
@@ -163,13 +150,11 @@ function server(dataDir: string) {
       const id = nextId++;
       // The route snapshot's digest, persisted with the reservation (what a receipt echoes).
       const digest = createHash("sha256").update(`{"model":${JSON.stringify(parsed.model)},"provider":"floor","request_id":${id}}`).digest("hex");
-      session.inFlight++;
-      return new Promise<Response>((resolve) => {
-        pending.set(id, { resolve, controller: null, session });
-        reserved.set(id, credits);
-        admissions.push({ id, credits, digest, body, resolve, session });
-        schedule();
-      });
+      const response = responses.open(id, session);
+      reserved.set(id, credits);
+      admissions.push({ id, credits, digest, body, session });
+      schedule();
+      return response;
     },
     websocket: {
       maxPayloadLength: 1 << 20,
@@ -189,7 +174,6 @@ function server(dataDir: string) {
           ws.data.session!.key = createPublicKey({ key: Buffer.from(frame.key), format: "der", type: "spki" });
           return;
         }
-        const p = pending.get(frame.id);
         if (frame.t === "receipt") {
           const credits = reserved.get(frame.id);
           if (credits === undefined || !verify(null, Buffer.from(frame.body), ws.data.session!.key!, frame.sig)) return;
@@ -200,24 +184,9 @@ function server(dataDir: string) {
           schedule();
           return;
         }
-        if (!p) return;
-        if (frame.t === "head") {
-          const stream = new ReadableStream<Uint8Array>({
-            start: (c) => {
-              p.controller = c;
-            },
-            cancel: () => finish(frame.id, p),
-          });
-          p.resolve(new Response(stream, { status: frame.status, headers: { "content-type": frame.type } }));
-        } else if (frame.t === "data") {
-          p.controller?.enqueue(frame.bytes);
-        } else if (frame.t === "end") {
-          finish(frame.id, p);
-          if (!p.controller) return p.resolve(new Response("upstream failed", { status: 502 }));
-          try {
-            p.controller.close();
-          } catch {}
-        }
+        if (frame.t === "head") responses.head(frame.id, frame.status, frame.type);
+        else if (frame.t === "data") responses.data(frame.id, frame.bytes);
+        else if (frame.t === "end") responses.end(frame.id);
       },
     },
   });

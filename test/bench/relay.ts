@@ -17,26 +17,79 @@ const SESSION_LIMIT = 1024;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
-interface Pending {
-  resolve: (r: Response) => void;
-  controller: ReadableStreamDefaultController<Uint8Array> | null;
-  session: Session;
-}
-
 interface Session {
   ws: import("bun").ServerWebSocket<{ session?: Session }>;
   inFlight: number;
 }
 
+/**
+ * Buyer responses a client's head / data / end messages feed, by request id; a request holds one of
+ * its session's slots until it ends or the buyer hangs up. Shared with floor.ts.
+ */
+export class RelayedResponses {
+  private readonly pending = new Map<
+    number,
+    { resolve: (r: Response) => void; controller: ReadableStreamDefaultController<Uint8Array> | null; session: { inFlight: number } }
+  >();
+
+  /** The response of request `id`, taking one of `session`'s slots. */
+  open(id: number, session: { inFlight: number }): Promise<Response> {
+    session.inFlight++;
+    return new Promise<Response>((resolve) => this.pending.set(id, { resolve, controller: null, session }));
+  }
+
+  has(id: number): boolean {
+    return this.pending.has(id);
+  }
+
+  /** The upstream's status line: the response starts, its body streamed from the data that follows. */
+  head(id: number, status: number, contentType: string): void {
+    const p = this.pending.get(id);
+    if (!p) return;
+    const stream = new ReadableStream<Uint8Array>({
+      start: (c) => {
+        p.controller = c;
+      },
+      cancel: () => this.release(id),
+    });
+    p.resolve(new Response(stream, { status, headers: { "content-type": contentType } }));
+  }
+
+  data(id: number, bytes: Uint8Array): void {
+    this.pending.get(id)?.controller?.enqueue(bytes);
+  }
+
+  /** The upstream's answer ended; without a head it failed. */
+  end(id: number): void {
+    const p = this.pending.get(id);
+    if (!p) return;
+    this.release(id);
+    if (!p.controller) return p.resolve(new Response("upstream failed", { status: 502 }));
+    try {
+      p.controller.close();
+    } catch {}
+  }
+
+  /** Answers request `id` with `response` instead, before anything was relayed. */
+  settle(id: number, response: Response): void {
+    const p = this.pending.get(id);
+    if (!p) return;
+    this.release(id);
+    p.resolve(response);
+  }
+
+  private release(id: number): void {
+    const p = this.pending.get(id);
+    if (!p) return;
+    this.pending.delete(id);
+    p.session.inFlight--;
+  }
+}
+
 function server() {
   const sessions: Session[] = [];
-  const pending = new Map<number, Pending>();
+  const responses = new RelayedResponses();
   let nextId = 1;
-
-  const finish = (id: number, p: Pending) => {
-    pending.delete(id);
-    p.session.inFlight--;
-  };
 
   const srv = Bun.serve<{ session?: Session }>({
     port: 0,
@@ -49,8 +102,7 @@ function server() {
       const session = sessions.find((x) => x.inFlight < SESSION_LIMIT);
       if (!session) return new Response("no capacity", { status: 503 });
       const id = nextId++;
-      session.inFlight++;
-      const response = new Promise<Response>((resolve) => pending.set(id, { resolve, controller: null, session }));
+      const response = responses.open(id, session);
       session.ws.send(`${id}\n${body}`);
       return response;
     },
@@ -70,28 +122,10 @@ function server() {
         const bytes = message as Uint8Array;
         const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
         const id = view.getUint32(0);
-        const p = pending.get(id);
-        if (!p) return;
         const kind = bytes[4];
-        if (kind === HEAD) {
-          const status = view.getUint16(5);
-          const contentType = decoder.decode(bytes.subarray(7));
-          const stream = new ReadableStream<Uint8Array>({
-            start: (c) => {
-              p.controller = c;
-            },
-            cancel: () => finish(id, p),
-          });
-          p.resolve(new Response(stream, { status, headers: { "content-type": contentType } }));
-        } else if (kind === DATA) {
-          p.controller?.enqueue(bytes.slice(5));
-        } else if (kind === END) {
-          finish(id, p);
-          if (!p.controller) return p.resolve(new Response("upstream failed", { status: 502 }));
-          try {
-            p.controller.close();
-          } catch {}
-        }
+        if (kind === HEAD) responses.head(id, view.getUint16(5), decoder.decode(bytes.subarray(7)));
+        else if (kind === DATA) responses.data(id, bytes.slice(5));
+        else if (kind === END) responses.end(id);
       },
     },
   });

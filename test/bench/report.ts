@@ -135,7 +135,7 @@ export function renderMarkdown(r: BenchResult): string {
         name,
         ...names.map((n) => f(p[n]!, n)),
         ratioKey ? fmt(d.ratios_full_to_relay[ratioKey], 2) : "",
-        ...(floor ? [ratioKey ? fmt(d.ratios_full_to_floor?.[ratioKey], 2) : ""] : []),
+        ...(floor ? [ratioKey ? fmt(d.ratios_full_to_floor[ratioKey], 2) : ""] : []),
       ]),
     );
   perPath("latency c=1 p50 / p99", (x) => `${fmt(x.latency_c1.latency_ms.p50)} / ${fmt(x.latency_c1.latency_ms.p99)}`);
