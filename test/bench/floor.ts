@@ -14,7 +14,7 @@ import { Database } from "bun:sqlite";
 import { createHash, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from "node:crypto";
 import { join } from "node:path";
 import { Packr } from "msgpackr";
-import { RelayedResponses } from "./relay.ts";
+import { ClientSessions, RelayedResponses } from "./relay.ts";
 
 export const FLOOR_API_KEY = "floor-bench-key";
 const BUYER = "buyer";
@@ -22,7 +22,6 @@ const PROVIDER = "provider";
 const PLATFORM = "platform";
 /** Credits per token (the catalog's default rate, DESIGN §6) and the provider's share in basis points. */
 const PROVIDER_SHARE_BPS = 9000;
-const SESSION_LIMIT = 1024;
 const packr = new Packr({ useRecords: false });
 
 /** Frames, both ways: one msgpack map each, `t` its type. */
@@ -76,7 +75,7 @@ function server(dataDir: string) {
   };
   // Cached key lookups, as the gateway's (a revocation would delete the entry).
   const apiKeys = new Map([[`Bearer ${FLOOR_API_KEY}`, BUYER]]);
-  const sessions: Session[] = [];
+  const sessions = new ClientSessions<Session>();
   const responses = new RelayedResponses();
   /** Reserved credits by request, until its receipt settles it (a second receipt finds nothing). */
   const reserved = new Map<number, number>();
@@ -143,7 +142,7 @@ function server(dataDir: string) {
       } catch {
         return Response.json({ error: { message: "malformed JSON", type: "invalid_request_error" } }, { status: 400 });
       }
-      const session = sessions.find((x) => x.key !== null && x.inFlight < SESSION_LIMIT);
+      const session = sessions.withRoom((x) => x.key !== null);
       if (!session) return new Response("no capacity", { status: 503 });
       // The reservation: a prompt bound (bytes / 4) plus max_tokens, at one credit a token.
       const credits = Math.ceil(body.length / 4) + (typeof parsed.max_tokens === "number" ? parsed.max_tokens : 4096);
@@ -160,13 +159,10 @@ function server(dataDir: string) {
       maxPayloadLength: 1 << 20,
       idleTimeout: 0,
       open(ws) {
-        const session: Session = { ws, inFlight: 0, key: null };
-        ws.data.session = session;
-        sessions.push(session);
+        sessions.add((ws.data.session = { ws, inFlight: 0, key: null }));
       },
       close(ws) {
-        const i = sessions.indexOf(ws.data.session!);
-        if (i >= 0) sessions.splice(i, 1);
+        sessions.remove(ws.data.session);
       },
       message(ws, message) {
         const frame = packr.unpack(message as Uint8Array) as Frame;

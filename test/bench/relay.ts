@@ -22,6 +22,25 @@ interface Session {
   inFlight: number;
 }
 
+/** The server's client sessions, in connection order; a request goes to the first with a free slot. Shared with floor.ts. */
+export class ClientSessions<S extends { inFlight: number }> {
+  private readonly all: S[] = [];
+
+  add(session: S): void {
+    this.all.push(session);
+  }
+
+  remove(session: S | undefined): void {
+    const i = session === undefined ? -1 : this.all.indexOf(session);
+    if (i >= 0) this.all.splice(i, 1);
+  }
+
+  /** The first session with fewer than SESSION_LIMIT requests in flight (and `ready`, when given). */
+  withRoom(ready: (session: S) => boolean = () => true): S | undefined {
+    return this.all.find((x) => x.inFlight < SESSION_LIMIT && ready(x));
+  }
+}
+
 /**
  * Buyer responses a client's head / data / end messages feed, by request id; a request holds one of
  * its session's slots until it ends or the buyer hangs up. Shared with floor.ts.
@@ -87,7 +106,7 @@ export class RelayedResponses {
 }
 
 function server() {
-  const sessions: Session[] = [];
+  const sessions = new ClientSessions<Session>();
   const responses = new RelayedResponses();
   let nextId = 1;
 
@@ -99,7 +118,7 @@ function server() {
       const url = new URL(request.url);
       if (url.pathname === "/connect") return s.upgrade(request, { data: {} }) ? undefined : new Response("upgrade", { status: 400 });
       const body = await request.text();
-      const session = sessions.find((x) => x.inFlight < SESSION_LIMIT);
+      const session = sessions.withRoom();
       if (!session) return new Response("no capacity", { status: 503 });
       const id = nextId++;
       const response = responses.open(id, session);
@@ -110,13 +129,10 @@ function server() {
       maxPayloadLength: 1 << 20,
       idleTimeout: 0,
       open(ws) {
-        const session: Session = { ws, inFlight: 0 };
-        ws.data.session = session;
-        sessions.push(session);
+        sessions.add((ws.data.session = { ws, inFlight: 0 }));
       },
       close(ws) {
-        const i = sessions.indexOf(ws.data.session!);
-        if (i >= 0) sessions.splice(i, 1);
+        sessions.remove(ws.data.session);
       },
       message(_ws, message) {
         const bytes = message as Uint8Array;

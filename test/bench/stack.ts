@@ -167,24 +167,23 @@ export async function startGatewayStack(
 }
 
 export async function startRelay(p: Processes, o: { mockUrl: string; clients: number }): Promise<{ url: string; server: Proc }> {
-  const server = p.spawn(["bun", join(HERE, "relay.ts"), "server"], { log: "relay.log" });
-  const line = await p.line("relay.log", (l) => l.event === "relay_listening");
-  for (let i = 0; i < o.clients; i++) {
-    const log = `relay-client-${i}.log`;
-    p.spawn(["bun", join(HERE, "relay.ts"), "client", `ws://127.0.0.1:${line.port}/connect`, o.mockUrl], { env: FETCH_ENV, log });
-    await p.line(log, (l) => l.event === "relay_client_connected");
-  }
-  return { url: `http://127.0.0.1:${line.port}`, server };
+  return startTwoHop(p, "relay", [], o);
 }
 
 /** The required-work floor (floor.ts): its server, with its SQLite file in the run's data directory, and `clients` clients. */
 export async function startFloor(p: Processes, o: { mockUrl: string; clients: number }): Promise<{ url: string; server: Proc; apiKey: string }> {
-  const server = p.spawn(["bun", join(HERE, "floor.ts"), "server", p.dataDir], { log: "floor.log" });
-  const line = await p.line("floor.log", (l) => l.event === "floor_listening");
+  return { ...(await startTwoHop(p, "floor", [p.dataDir], o)), apiKey: FLOOR_API_KEY };
+}
+
+/** `NAME.ts server …` and `clients` × `NAME.ts client WS_URL UPSTREAM`, each awaited until its log says it is up. */
+async function startTwoHop(p: Processes, name: "relay" | "floor", serverArgs: string[], o: { mockUrl: string; clients: number }): Promise<{ url: string; server: Proc }> {
+  const script = join(HERE, `${name}.ts`);
+  const server = p.spawn(["bun", script, "server", ...serverArgs], { log: `${name}.log` });
+  const line = await p.line(`${name}.log`, (l) => l.event === `${name}_listening`);
   for (let i = 0; i < o.clients; i++) {
-    const log = `floor-client-${i}.log`;
-    p.spawn(["bun", join(HERE, "floor.ts"), "client", `ws://127.0.0.1:${line.port}/connect`, o.mockUrl], { env: FETCH_ENV, log });
-    await p.line(log, (l) => l.event === "floor_client_connected");
+    const log = `${name}-client-${i}.log`;
+    p.spawn(["bun", script, "client", `ws://127.0.0.1:${line.port}/connect`, o.mockUrl], { env: FETCH_ENV, log });
+    await p.line(log, (l) => l.event === `${name}_client_connected`);
   }
-  return { url: `http://127.0.0.1:${line.port}`, server, apiKey: FLOOR_API_KEY };
+  return { url: `http://127.0.0.1:${line.port}`, server };
 }
