@@ -14,7 +14,7 @@ import { Database } from "bun:sqlite";
 import { createHash, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from "node:crypto";
 import { join } from "node:path";
 import { Packr } from "msgpackr";
-import { ClientSessions, RelayedResponses } from "./relay.ts";
+import { ClientSessions, listenForClients, RelayedResponses } from "./relay.ts";
 
 export const FLOOR_API_KEY = "floor-bench-key";
 const BUYER = "buyer";
@@ -126,13 +126,11 @@ function server(dataDir: string) {
     for (const a of admitted) if (responses.has(a.id) && !refused.has(a)) a.session.ws.send(packr.pack({ t: "job", id: a.id, body: a.body }));
   };
 
-  const srv = Bun.serve<{ session?: Session }>({
-    port: 0,
-    hostname: "127.0.0.1",
-    idleTimeout: 0,
-    async fetch(request, s) {
-      const url = new URL(request.url);
-      if (url.pathname === "/connect") return s.upgrade(request, { data: {} }) ? undefined : new Response("upgrade", { status: 400 });
+  listenForClients({
+    name: "floor",
+    sessions,
+    newSession: (ws) => ({ ws, inFlight: 0, key: null }),
+    async post(request) {
       const account = apiKeys.get(request.headers.get("authorization") ?? "");
       if (account === undefined) return Response.json({ error: { message: "invalid api key", type: "authentication_error" } }, { status: 401 });
       const body = await request.text();
@@ -155,38 +153,27 @@ function server(dataDir: string) {
       schedule();
       return response;
     },
-    websocket: {
-      maxPayloadLength: 1 << 20,
-      idleTimeout: 0,
-      open(ws) {
-        sessions.add((ws.data.session = { ws, inFlight: 0, key: null }));
-      },
-      close(ws) {
-        sessions.remove(ws.data.session);
-      },
-      message(ws, message) {
-        const frame = packr.unpack(message as Uint8Array) as Frame;
-        if (frame.t === "hello") {
-          ws.data.session!.key = createPublicKey({ key: Buffer.from(frame.key), format: "der", type: "spki" });
-          return;
-        }
-        if (frame.t === "receipt") {
-          const credits = reserved.get(frame.id);
-          if (credits === undefined || !verify(null, Buffer.from(frame.body), ws.data.session!.key!, frame.sig)) return;
-          const receipt = JSON.parse(frame.body) as { request_id: number; output_tokens: number; input_tokens: number };
-          if (receipt.request_id !== frame.id) return;
-          reserved.delete(frame.id);
-          settlements.push({ id: frame.id, tokens: receipt.input_tokens + receipt.output_tokens, credits });
-          schedule();
-          return;
-        }
-        if (frame.t === "head") responses.head(frame.id, frame.status, frame.type);
-        else if (frame.t === "data") responses.data(frame.id, frame.bytes);
-        else if (frame.t === "end") responses.end(frame.id);
-      },
+    message(ws, message) {
+      const frame = packr.unpack(message) as Frame;
+      if (frame.t === "hello") {
+        ws.data.session!.key = createPublicKey({ key: Buffer.from(frame.key), format: "der", type: "spki" });
+        return;
+      }
+      if (frame.t === "receipt") {
+        const credits = reserved.get(frame.id);
+        if (credits === undefined || !verify(null, Buffer.from(frame.body), ws.data.session!.key!, frame.sig)) return;
+        const receipt = JSON.parse(frame.body) as { request_id: number; output_tokens: number; input_tokens: number };
+        if (receipt.request_id !== frame.id) return;
+        reserved.delete(frame.id);
+        settlements.push({ id: frame.id, tokens: receipt.input_tokens + receipt.output_tokens, credits });
+        schedule();
+        return;
+      }
+      if (frame.t === "head") responses.head(frame.id, frame.status, frame.type);
+      else if (frame.t === "data") responses.data(frame.id, frame.bytes);
+      else if (frame.t === "end") responses.end(frame.id);
     },
   });
-  console.log(JSON.stringify({ event: "floor_listening", port: srv.port, pid: process.pid }));
 }
 
 const CONTENT_KEY = Buffer.from('"content":');

@@ -17,8 +17,10 @@ const SESSION_LIMIT = 1024;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
+type ClientSocket<S> = import("bun").ServerWebSocket<{ session?: S }>;
+
 interface Session {
-  ws: import("bun").ServerWebSocket<{ session?: Session }>;
+  ws: ClientSocket<Session>;
   inFlight: number;
 }
 
@@ -39,6 +41,43 @@ export class ClientSessions<S extends { inFlight: number }> {
   withRoom(ready: (session: S) => boolean = () => true): S | undefined {
     return this.all.find((x) => x.inFlight < SESSION_LIMIT && ready(x));
   }
+}
+
+/**
+ * The listener of a two-hop bench server (the relay's and floor.ts's): a buyer's request goes to
+ * `post`; a client upgrading at /connect becomes a session (`newSession`) in `sessions`, its frames
+ * handed to `message`. Prints `{event: "<name>_listening", port, pid}`.
+ */
+export function listenForClients<S extends { inFlight: number }>(o: {
+  name: string;
+  sessions: ClientSessions<S>;
+  newSession: (ws: ClientSocket<S>) => S;
+  post: (request: Request) => Response | Promise<Response>;
+  message: (ws: ClientSocket<S>, message: Uint8Array) => void;
+}): void {
+  const srv = Bun.serve<{ session?: S }>({
+    port: 0,
+    hostname: "127.0.0.1",
+    idleTimeout: 0,
+    fetch(request, s) {
+      if (new URL(request.url).pathname === "/connect") return s.upgrade(request, { data: {} }) ? undefined : new Response("upgrade", { status: 400 });
+      return o.post(request);
+    },
+    websocket: {
+      maxPayloadLength: 1 << 20,
+      idleTimeout: 0,
+      open(ws) {
+        o.sessions.add((ws.data.session = o.newSession(ws)));
+      },
+      close(ws) {
+        o.sessions.remove(ws.data.session);
+      },
+      message(ws, message) {
+        o.message(ws, message as Uint8Array);
+      },
+    },
+  });
+  console.log(JSON.stringify({ event: `${o.name}_listening`, port: srv.port, pid: process.pid }));
 }
 
 /**
@@ -110,13 +149,11 @@ function server() {
   const responses = new RelayedResponses();
   let nextId = 1;
 
-  const srv = Bun.serve<{ session?: Session }>({
-    port: 0,
-    hostname: "127.0.0.1",
-    idleTimeout: 0,
-    async fetch(request, s) {
-      const url = new URL(request.url);
-      if (url.pathname === "/connect") return s.upgrade(request, { data: {} }) ? undefined : new Response("upgrade", { status: 400 });
+  listenForClients({
+    name: "relay",
+    sessions,
+    newSession: (ws) => ({ ws, inFlight: 0 }),
+    async post(request) {
       const body = await request.text();
       const session = sessions.withRoom();
       if (!session) return new Response("no capacity", { status: 503 });
@@ -125,27 +162,15 @@ function server() {
       session.ws.send(`${id}\n${body}`);
       return response;
     },
-    websocket: {
-      maxPayloadLength: 1 << 20,
-      idleTimeout: 0,
-      open(ws) {
-        sessions.add((ws.data.session = { ws, inFlight: 0 }));
-      },
-      close(ws) {
-        sessions.remove(ws.data.session);
-      },
-      message(_ws, message) {
-        const bytes = message as Uint8Array;
-        const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-        const id = view.getUint32(0);
-        const kind = bytes[4];
-        if (kind === HEAD) responses.head(id, view.getUint16(5), decoder.decode(bytes.subarray(7)));
-        else if (kind === DATA) responses.data(id, bytes.slice(5));
-        else if (kind === END) responses.end(id);
-      },
+    message(_ws, bytes) {
+      const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+      const id = view.getUint32(0);
+      const kind = bytes[4];
+      if (kind === HEAD) responses.head(id, view.getUint16(5), decoder.decode(bytes.subarray(7)));
+      else if (kind === DATA) responses.data(id, bytes.slice(5));
+      else if (kind === END) responses.end(id);
     },
   });
-  console.log(JSON.stringify({ event: "relay_listening", port: srv.port, pid: process.pid }));
 }
 
 function frame(id: number, kind: number, payload: Uint8Array | null): Uint8Array {
