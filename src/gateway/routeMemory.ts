@@ -32,6 +32,16 @@ export class RouteMemory {
     this.ttft.set(key, prev === undefined ? ms : prev + TTFT_ALPHA * (ms - prev));
   }
 
+  /**
+   * An attempt let go before its first token after `elapsedMs` (a hedge's loser, a timeout): its TTFT
+   * is at least that, so it counts when it is worse than the average (else the slowest attempts, the
+   * ones always cut short, would never be learned).
+   */
+  observeUnfinishedWait(providerId: string, model: string, elapsedMs: number): void {
+    const prev = this.ttftMs(providerId, model);
+    if (prev === null || elapsedMs > prev) this.observeTtft(providerId, model, elapsedMs);
+  }
+
   ttftMs(providerId: string, model: string): number | null {
     return this.ttft.get(pairKey(providerId, model)) ?? null;
   }

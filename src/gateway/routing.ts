@@ -74,6 +74,8 @@ export const DEFAULT_SPREAD_FACTOR = 2;
 const UNMEASURED_TTFT_MS = 1_000;
 /** Reliability this far below the best candidate's leaves a provider out of consolidation's first band. */
 const TRUSTED_BAND = 0.25;
+/** Consolidation treats a provider this many times slower to first token than the pool's median as saturated. */
+const SLOW_FACTOR = 3;
 
 const NO_SIGNALS: RouteSignals = { health: "healthy", ttftMs: null, recentShare: 0, verified: 0, quarantined: 0, recentFailures: 0 };
 const tierRank = (tier: Tier): number => (tier === "pinned" ? 0 : 1);
@@ -89,16 +91,17 @@ export function reliability(s: RouteSignals): number {
 }
 
 /**
- * Expected wait (ms) to the first token on a provider, docs/routing.md: its observed TTFT once per job
- * queued ahead plus one, plus its slots' share of the decode backlog.
+ * Expected wait (ms) to the first token on a provider, docs/routing.md: its observed TTFT, stretched by
+ * how full it is (in flight / slots); plus, when it reports jobs queued in its own engine, the time for
+ * that many slots and one more to free — one frees every O / (R × S) seconds (O outstanding output
+ * tokens, R tokens/s decoded, S slots).
  */
 export function expectedWaitMs(p: ProviderView, ttftMs: number): number {
   const slots = capacityOf(p);
+  const base = ttftMs * (1 + p.inFlight / slots);
   const load = p.load;
-  if (load && load.decodeTokensPerS > 0) {
-    return ttftMs * (1 + load.queuedJobs) + (1000 * load.outstandingOutputTokens) / (load.decodeTokensPerS * slots);
-  }
-  return ttftMs * (1 + (load?.queuedJobs ?? 0) + p.inFlight / slots);
+  if (!load || load.queuedJobs <= 0 || load.decodeTokensPerS <= 0) return base;
+  return base + ((load.queuedJobs + 1) * 1000 * load.outstandingOutputTokens) / (load.decodeTokensPerS * slots);
 }
 
 /**
@@ -162,20 +165,38 @@ function rank(pool: ProviderView[], signalsOf: (p: ProviderView) => RouteSignals
     });
   }
   const bestReliability = Math.max(...pool.map((p) => reliability(signalsOf(p))));
-  const trusted = (p: ProviderView) => reliability(signalsOf(p)) >= bestReliability - TRUSTED_BAND;
-  return pool.reduce((best, p) => (consolidatesBetter(p, best, trusted, signalsOf) ? p : best));
+  const measured = pool.map((p) => signalsOf(p).ttftMs).filter((t): t is number => t !== null);
+  const typicalTtft = measured.length > 0 ? median(measured) : null;
+  const band = new Map(pool.map((p) => {
+    const s = signalsOf(p);
+    // 0: trusted and keeping up; 1: trusted but saturated; 2: outside the trusted band.
+    return [p, reliability(s) < bestReliability - TRUSTED_BAND ? 2 : saturated(p, s, typicalTtft) ? 1 : 0] as const;
+  }));
+  return pool.reduce((best, p) => (consolidatesBetter(p, best, band, signalsOf) ? p : best));
 }
 
-/** Consolidation: pinned first, the trusted band, then the busiest, then the bigger machine, then the less used. */
+/**
+ * Consolidation fills a machine only while it keeps up: it is saturated when its own report says at
+ * least half its jobs (two or more) still wait for a first token, or when its observed TTFT is over
+ * SLOW_FACTOR times the pool's median.
+ */
+function saturated(p: ProviderView, s: RouteSignals, typicalTtft: number | null): boolean {
+  const queued = p.load?.queuedJobs ?? 0;
+  if (queued >= 2 && queued * 2 >= p.inFlight) return true;
+  return typicalTtft !== null && s.ttftMs !== null && s.ttftMs > SLOW_FACTOR * typicalTtft;
+}
+
+/** Consolidation: pinned first, then trusted and keeping up, then the busiest, the bigger machine, the less used. */
 function consolidatesBetter(
   a: ProviderView,
   b: ProviderView,
-  trusted: (p: ProviderView) => boolean,
+  band: ReadonlyMap<ProviderView, number>,
   signalsOf: (p: ProviderView) => RouteSignals,
 ): boolean {
   if (a.tier !== b.tier) return tierRank(a.tier) < tierRank(b.tier);
-  const ta = trusted(a);
-  if (ta !== trusted(b)) return ta;
+  const ba = band.get(a)!;
+  const bb = band.get(b)!;
+  if (ba !== bb) return ba < bb;
   if (a.inFlight !== b.inFlight) return a.inFlight > b.inFlight;
   const ca = capacityOf(a);
   const cb = capacityOf(b);

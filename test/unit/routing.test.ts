@@ -174,18 +174,23 @@ test("consolidation puts a provider with quarantined settlements or recent failu
 
 test("shortest expected wait: the documented formula, and the policy picks its minimum", () => {
   const fast = view("fast", { maxConcurrency: 4, inFlight: 2, freeSlots: 2, load: { queuedJobs: 0, decodeTokensPerS: 100, outstandingOutputTokens: 400 } });
-  // 200 × (1 + 0) + 1000 × 400 / (100 × 4) = 1200 ms
-  expect(expectedWaitMs(fast, 200)).toBe(1200);
-  const queued = view("queued", { maxConcurrency: 8, load: { queuedJobs: 3, decodeTokensPerS: 50, outstandingOutputTokens: 0 } });
-  expect(expectedWaitMs(queued, 100)).toBe(400);
-  // No load report: the in-flight share stands in for the backlog.
+  // Nothing queued: 200 × (1 + 2/4) = 300 ms
+  expect(expectedWaitMs(fast, 200)).toBe(300);
+  const queued = view("queued", { maxConcurrency: 8, inFlight: 4, freeSlots: 4, load: { queuedJobs: 3, decodeTokensPerS: 50, outstandingOutputTokens: 100 } });
+  // 100 × (1 + 4/8) + (3 + 1) × 1000 × 100 / (50 × 8) = 150 + 1000
+  expect(expectedWaitMs(queued, 100)).toBe(1150);
+  // No load report: the in-flight share alone.
   expect(expectedWaitMs(view("silent", { maxConcurrency: 4, inFlight: 2, freeSlots: 2 }), 100)).toBe(150);
   const options = withSignals({ fast: { ttftMs: 200 }, queued: { ttftMs: 100 } }, { policy: "shortest_wait" });
   const choice = chooseProvider([fast, queued], "m1", [], options);
-  expect(choice.ok && choice.provider.providerId).toBe("queued");
-  // Consolidation on the same fleet takes the busiest.
+  expect(choice.ok && choice.provider.providerId).toBe("fast");
+  // Consolidation on the same fleet takes the busiest: its own queue does not count as saturated here
+  // (3 queued of 4 in flight is), so it is the fast one again; without the queue, the busier one.
   const consolidated = chooseProvider([fast, queued], "m1", [], { ...options, policy: "consolidate" });
   expect(consolidated.ok && consolidated.provider.providerId).toBe("fast");
+  const unqueued = { ...queued, load: null };
+  const busiest = chooseProvider([fast, unqueued], "m1", [], { ...options, policy: "consolidate" });
+  expect(busiest.ok && busiest.provider.providerId).toBe("queued");
 });
 
 test("shortest expected wait divides by reliability: an unreliable fast provider loses to a steady one", () => {
