@@ -6,7 +6,7 @@ import { errorResponse, gatewayError } from "./errors.ts";
 import { chatCompletionsHandler, type ChatRouteDeps } from "./chat/route.ts";
 import { messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
 import { responsesHandler, RESPONSES_ROUTE } from "./responses/route.ts";
-import { modelsBody, statusBody, type CatalogView } from "./pool.ts";
+import { modelBody, modelPrice, modelsBody, statusBody, type CatalogView } from "./pool.ts";
 import { buyerReceiptsBody } from "./receipts.ts";
 import { usageBody } from "./usage.ts";
 import { FEEDBACK_ROUTE, feedbackHandler } from "./feedback.ts";
@@ -50,6 +50,15 @@ export interface HttpDeps extends ChatRouteDeps {
 }
 
 const CHAT_ROUTE = "/v1/chat/completions";
+
+/** decodeURIComponent, or null for a malformed escape. */
+const safeDecode = (text: string): string | null => {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return null;
+  }
+};
 
 type InferenceHandler = (request: Request, ids: RequestIds) => Promise<Response>;
 
@@ -170,7 +179,7 @@ export function createHttpApp(deps: HttpDeps) {
     return {
       catalogId: state?.catalog_id ?? null,
       eligible,
-      priced: state && card ? state.body.models.filter((m) => card.rows.has(m.rate_card_row) && m.rate_card_row !== "default").map((m) => m.model_id) : [],
+      priceOf: (modelId) => (card ? modelPrice(card, state?.body.models.find((m) => m.model_id === modelId)?.rate_card_row) : null),
       coveredEntrypoints,
       excludedEntrypoints: deps.excludedEntrypoints ?? [],
     };
@@ -201,6 +210,18 @@ export function createHttpApp(deps: HttpDeps) {
       const auth = authenticateBuyer(deps.store, request, "demo_allowed");
       if (!auth.ok) return errorResponse(auth.error, rid);
       return json(modelsBody(deps.providerViews(), deps.settlementMode, catalogView()), rid);
+    })
+    .get("/v1/models/*", ({ request, params }) => {
+      // Model ids may hold "/" (org/name): the rest of the path, percent-decoded, is the id.
+      const rid = idsOf(request).responseRequestId;
+      const auth = authenticateBuyer(deps.store, request, "demo_allowed");
+      if (!auth.ok) return errorResponse(auth.error, rid);
+      const id = safeDecode(params["*"]);
+      const model = id === null ? null : modelBody(deps.providerViews(), deps.settlementMode, catalogView(), id);
+      if (!model) {
+        return errorResponse(gatewayError("model_not_available", `The model '${id ?? params["*"]}' is not served here right now; GET /v1/models lists the models a request can reach.`, { param: "model" }), rid);
+      }
+      return json(model, rid);
     })
     .get("/v1/status", ({ request }) => {
       const health = deps.catalog?.health(deps.now());
