@@ -2,9 +2,9 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { Elysia } from "elysia";
 import { authenticateBuyer, bearerToken } from "./auth.ts";
-import { errorResponse, gatewayError } from "./errors.ts";
+import { errorResponse, gatewayError, messagesErrorResponse } from "./errors.ts";
 import { chatCompletionsHandler, type ChatRouteDeps } from "./chat/route.ts";
-import { messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
+import { COUNT_TOKENS_ROUTE, countTokensHandler, messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
 import { responsesHandler, RESPONSES_ROUTE } from "./responses/route.ts";
 import { modelBody, modelPrice, modelsBody, statusBody, type CatalogView } from "./pool.ts";
 import { buyerReceiptsBody } from "./receipts.ts";
@@ -268,15 +268,36 @@ export function createHttpApp(deps: HttpDeps) {
       return new Response(await deps.exposition.render(), { headers: { "content-type": deps.exposition.contentType, "x-request-id": rid } });
     });
 
-  // The compatibility facades are not mounted at all unless the operator enables them (spec §4), so a
-  // disabled facade's path is the plain not_found. Both run on the same runner and pipeline as chat.
+  // The compatibility facades run only when the operator enables them (spec §4); both run on the same
+  // runner and pipeline as chat. A disabled one still answers, in its own error style, that it exists
+  // but is off here, so an SDK user is not left guessing at a bare 404.
   if (deps.messagesFacade) {
     const messages = messagesHandler({ ...deps, runner });
+    const countTokens = countTokensHandler({ ...deps, runner });
     app.post(MESSAGES_ROUTE, ({ request }) => inference(MESSAGES_ROUTE, messages, request), { parse: "none" });
+    app.post(COUNT_TOKENS_ROUTE, ({ request }) => countTokens(request, idsOf(request).responseRequestId), { parse: "none" });
+  } else {
+    const disabled = ({ request }: { request: Request }) =>
+      messagesErrorResponse(
+        gatewayError("endpoint_disabled", `${new URL(request.url).pathname} exists but is disabled on this gateway (the operator turns it on with --messages-facade). POST /v1/chat/completions is always available.`),
+        idsOf(request).responseRequestId,
+      );
+    app.post(MESSAGES_ROUTE, disabled, { parse: "none" });
+    app.post(COUNT_TOKENS_ROUTE, disabled, { parse: "none" });
   }
   if (deps.responsesFacade) {
     const responses = responsesHandler({ ...deps, runner });
     app.post(RESPONSES_ROUTE, ({ request }) => inference(RESPONSES_ROUTE, responses, request), { parse: "none" });
+  } else {
+    app.post(
+      RESPONSES_ROUTE,
+      ({ request }) =>
+        errorResponse(
+          gatewayError("endpoint_disabled", `${RESPONSES_ROUTE} exists but is disabled on this gateway (the operator turns it on with --responses-facade). POST /v1/chat/completions is always available.`),
+          idsOf(request).responseRequestId,
+        ),
+      { parse: "none" },
+    );
   }
 
   /** Fetch handler: stamps X-Request-ID and CORS on whatever the app answered. */
@@ -285,6 +306,8 @@ export function createHttpApp(deps: HttpDeps) {
     const rid = idsOf(request).responseRequestId;
     const pathname = new URL(request.url).pathname;
     if (!response.headers.has("x-request-id")) response.headers.set("x-request-id", rid);
+    // The Anthropic SDK reads its request id from `request-id` (error.requestID, response headers).
+    if (pathname.startsWith(MESSAGES_ROUTE)) response.headers.set("request-id", response.headers.get("x-request-id")!);
     if (pathname.startsWith("/v1/")) response.headers.set("access-control-allow-origin", "*");
     if (response.status === 405 || (response.status === 404 && !response.headers.get("content-type")?.includes("json"))) {
       metrics.httpResponse(routeLabel(pathname), 404);
