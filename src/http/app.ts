@@ -14,6 +14,8 @@ import { REPLAYED_HEADER } from "./idempotency.ts";
 import { eligibleModelIds, handleCatalog, handleCatalogPublicKey, handleCatalogSignature, type CatalogLive } from "../catalog/index.ts";
 import { rateCardHandler, type RateCard } from "../ledger/index.ts";
 import { demoRoutes } from "./demo/routes.ts";
+import { buildOpenApiDocument, docsPage, DOCS_PATH, DOCS_SCRIPT_PATH, OPENAPI_PATH } from "./docs/openapi.ts";
+import { SCALAR_SCRIPT_PATH } from "./docs/assets.ts";
 import { signupRoutes, type DemoOptions, type SignupOptions } from "./signup/index.ts";
 import type { ProviderView } from "../gateway/routing.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
@@ -192,6 +194,20 @@ export function createHttpApp(deps: HttpDeps) {
       })
     : null;
 
+  /** GET /v1/models/{id}: the percent-decoded rest of the path is the model id. */
+  const retrieveModel = (request: Request, rawId: string): Response => {
+    const rid = idsOf(request).responseRequestId;
+    const auth = authenticateBuyer(deps.store, request, "demo_allowed");
+    if (!auth.ok) return errorResponse(auth.error, rid);
+    const id = safeDecode(rawId);
+    const model = id === null ? null : modelBody(deps.providerViews(), deps.settlementMode, catalogView(), id);
+    if (!model) {
+      const message = `The model '${id ?? rawId}' is not served here right now; GET /v1/models lists the models a request can reach.`;
+      return errorResponse(gatewayError("model_not_available", message, { param: "model" }), rid);
+    }
+    return json(model, rid);
+  };
+
   const feedback = feedbackHandler({ store: deps.store, now: deps.now, perHour: deps.feedbackPerHour ?? 60 });
 
   const app = new Elysia()
@@ -211,18 +227,9 @@ export function createHttpApp(deps: HttpDeps) {
       if (!auth.ok) return errorResponse(auth.error, rid);
       return json(modelsBody(deps.providerViews(), deps.settlementMode, catalogView()), rid);
     })
-    .get("/v1/models/*", ({ request, params }) => {
-      // Model ids may hold "/" (org/name): the rest of the path, percent-decoded, is the id.
-      const rid = idsOf(request).responseRequestId;
-      const auth = authenticateBuyer(deps.store, request, "demo_allowed");
-      if (!auth.ok) return errorResponse(auth.error, rid);
-      const id = safeDecode(params["*"]);
-      const model = id === null ? null : modelBody(deps.providerViews(), deps.settlementMode, catalogView(), id);
-      if (!model) {
-        return errorResponse(gatewayError("model_not_available", `The model '${id ?? params["*"]}' is not served here right now; GET /v1/models lists the models a request can reach.`, { param: "model" }), rid);
-      }
-      return json(model, rid);
-    })
+    .get("/v1/models/:id", ({ request, params }) => retrieveModel(request, params.id))
+    // Model ids may hold "/" (org/name); SDKs send it as %2F, other clients as a plain slash.
+    .get("/v1/models/*", ({ request, params }) => retrieveModel(request, params["*"]), { detail: { hide: true } })
     .get("/v1/status", ({ request }) => {
       const health = deps.catalog?.health(deps.now());
       const catalog = !health || health.status === "ok" ? { status: "ok" as const } : { status: "degraded" as const, reason: health.reason };
@@ -300,8 +307,25 @@ export function createHttpApp(deps: HttpDeps) {
     );
   }
 
+  // The API reference: generated from the routes mounted above, once, on first request.
+  let openApiDocument: string | null = null;
+  app
+    .get(OPENAPI_PATH, () => {
+      openApiDocument ??= JSON.stringify(buildOpenApiDocument(app));
+      return new Response(openApiDocument, { headers: { "content-type": "application/json" } });
+    })
+    .get(DOCS_PATH, () => new Response(docsPage(), { headers: { "content-type": "text/html; charset=utf-8" } }))
+    .get(
+      DOCS_SCRIPT_PATH,
+      () => new Response(Bun.file(SCALAR_SCRIPT_PATH), { headers: { "content-type": "text/javascript; charset=utf-8", "cache-control": "public, max-age=86400" } }),
+      { detail: { hide: true } },
+    );
+
+  // `routes` lists what is mounted, for the test that every public route is in /openapi.json.
+  return Object.assign(handle, { routes: () => app.routes.map((r) => ({ method: r.method, path: r.path, hidden: Boolean((r.hooks as { detail?: { hide?: boolean } }).detail?.hide) })) });
+
   /** Fetch handler: stamps X-Request-ID and CORS on whatever the app answered. */
-  return async function handle(request: Request): Promise<Response> {
+  async function handle(request: Request): Promise<Response> {
     const response = await app.handle(request);
     const rid = idsOf(request).responseRequestId;
     const pathname = new URL(request.url).pathname;
@@ -315,5 +339,5 @@ export function createHttpApp(deps: HttpDeps) {
     }
     metrics.httpResponse(routeLabel(pathname), response.status);
     return response;
-  };
+  }
 }
