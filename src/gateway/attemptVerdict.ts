@@ -26,8 +26,9 @@ export function attemptVerdict(
     case "stream.seqError":
       return failure("bad_sequence");
     case "provider.declined":
-      // A capacity decline says the machine is full, not that it is failing.
-      return event.code === "queue_full" ? NO_VERDICT : failure("declined");
+      // A capacity decline says the machine is full, not that it is failing; a context decline is the
+      // request's (else one long prompt would cool every provider of the model).
+      return event.code === "queue_full" || event.code === "context_exceeded" ? NO_VERDICT : failure("declined");
     case "provider.lost":
       return failure("lost_socket");
     case "provider.rejected":
