@@ -160,6 +160,12 @@ export class Cooldowns {
     if (entry && next && next !== entry) this.entries.set(key, { ...next, providerId, model });
   }
 
+  /** Forgets every record (an operator's fresh start; tests). */
+  clear(): void {
+    this.entries.clear();
+    this.recent.clear();
+  }
+
   /**
    * Every pair with a failure on record, with its health now (status and metrics). A pair half-open
    * for over an hour without a trial (its provider gone, or never needed) is forgotten here.

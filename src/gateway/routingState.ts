@@ -150,6 +150,11 @@ export function createRoutingState(settings: RoutingSettings, deps: { now: () =>
       return spareForHedge({ freeSlots: free, totalSlots: total, queued: queue.depthOf(model) }) && budget.take();
     },
 
+    /** Forgets what this node learned (cooldowns, first-token times, shares, history). */
+    reset(): void {
+      memory.clear();
+    },
+
     /** What /metrics shows of routing. */
     metrics(): RoutingMetrics {
       const cooling = { cooling: 0, half_open: 0, trial: 0 };
