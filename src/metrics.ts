@@ -71,6 +71,18 @@ export interface MetricsSources {
   ignoredFrames(): number;
   liveRequests(): number;
   draining(): boolean;
+  /** Routing's cooldowns, admission queue, sticky lookups and hedges (docs/routing.md); absent in bare tests. */
+  routing?(): RoutingMetrics;
+}
+
+/** What routing shows in /metrics: gauges now, and counters since start. */
+export interface RoutingMetrics {
+  cooldowns: Record<"cooling" | "half_open" | "trial", number>;
+  cooldownTransitions: Record<"cooled" | "trial_started" | "reset", number>;
+  queueDepth: number;
+  queue: Record<"served" | "expired" | "full", number>;
+  sticky: Record<"hit" | "miss", number>;
+  hedges: Record<"sent" | "won" | "lost", number>;
 }
 
 export interface PrometheusMetrics extends MetricsPort {
@@ -246,6 +258,44 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
       this.inc(sources.ignoredFrames());
     },
   });
+
+  // Routing (docs/routing.md): read from the routing state at scrape time.
+  const routing = sources.routing;
+  if (routing) {
+    new Gauge({
+      name: "gateway_provider_cooldowns",
+      help: "(provider, model) pairs not healthy, by state: cooling (routed only as a last resort), half_open (one trial may go), trial (a trial is running).",
+      labelNames: ["state"] as const,
+      registers,
+      collect() {
+        for (const [state, n] of Object.entries(routing().cooldowns)) this.set({ state }, n);
+      },
+    });
+    new Gauge({
+      name: "gateway_admission_queue_depth",
+      help: "Buyer requests waiting for a free provider slot.",
+      registers,
+      collect() {
+        this.set(routing().queueDepth);
+      },
+    });
+    const mirrored = (name: string, help: string, label: string, read: (r: RoutingMetrics) => Record<string, number>) =>
+      new Counter({
+        name,
+        help,
+        labelNames: [label],
+        registers,
+        collect() {
+          // Routing owns the counts; mirror them (a counter cannot be set, so reset and add).
+          this.reset();
+          for (const [value, n] of Object.entries(read(routing()))) this.inc({ [label]: value }, n);
+        },
+      });
+    mirrored("gateway_cooldown_transitions_total", "Cooldown transitions of (provider, model) pairs: cooled (a failure), trial_started, reset (a success after failures).", "event", (r) => r.cooldownTransitions);
+    mirrored("gateway_admission_queue_total", "Requests that waited for a slot, by how the wait ended: served, expired (503 after queueWaitMs), full (503 at once, queue at queueMaxDepth).", "outcome", (r) => r.queue);
+    mirrored("gateway_sticky_lookups_total", "Requests with a conversation tag (sticky routing on): hit = routed to the pinned provider, miss = routed otherwise.", "result", (r) => r.sticky);
+    mirrored("gateway_hedges_total", "Hedged dispatch: sent, won (the hedge delivered first), lost (the first attempt delivered first).", "result", (r) => r.hedges);
+  }
 
   // Known label values start at 0 so rate() works from the first scrape and dashboards see every series.
   for (const outcome of ATTEMPT_OUTCOMES) attempts.inc({ outcome }, 0);

@@ -87,6 +87,7 @@ export interface CooldownChange {
 }
 
 const pairKey = (providerId: string, model: string): string => `${providerId}\u0000${model}`;
+const FORGET_AFTER_MS = 3_600_000;
 
 /**
  * The live cooldown table of one gateway: the request path reports dispatches and outcomes, routing
@@ -159,9 +160,25 @@ export class Cooldowns {
     if (entry && next && next !== entry) this.entries.set(key, { ...next, providerId, model });
   }
 
-  /** Every pair with a failure on record, with its health now (status and metrics). */
+  /** Forgets every record (an operator's fresh start; tests). */
+  clear(): void {
+    this.entries.clear();
+    this.recent.clear();
+  }
+
+  /**
+   * Every pair with a failure on record, with its health now (status and metrics). A pair half-open
+   * for over an hour without a trial (its provider gone, or never needed) is forgotten here.
+   */
   *list(): Generator<{ providerId: string; model: string; health: Health; entry: CooldownEntry }> {
     const now = this.now();
-    for (const e of this.entries.values()) yield { providerId: e.providerId, model: e.model, health: healthOf(e, now, this.rules), entry: e };
+    for (const [key, e] of this.entries) {
+      const health = healthOf(e, now, this.rules);
+      if (health === "half_open" && now - e.until > FORGET_AFTER_MS) {
+        this.entries.delete(key);
+        continue;
+      }
+      yield { providerId: e.providerId, model: e.model, health, entry: e };
+    }
   }
 }

@@ -78,6 +78,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
             if (previous && previous !== session) previous.actor.send({ type: "gateway.replaced" });
             log.info("provider_admitted", { session_id: sessionId, provider_id: providerId, tier: context.tier });
             deps.onAdmitted(session);
+            registry.capacityChanged();
           },
           unregister: ({ context }) => {
             registry.sessions.delete(sessionId);
@@ -130,7 +131,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         // A heartbeat after a refused measurement that advertises the model again makes it routable
         // again (docs/decisions.md): the owner may have fixed the weights without reconnecting.
         if (session.refusedModels.size > 0) for (const m of frame.models) session.refusedModels.delete(m.model_id);
-        return session.actor.send({
+        session.actor.send({
           type: "provider.heartbeat",
           state: frame.state,
           slotsFree: frame.slots_free,
@@ -138,6 +139,9 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
           inFlight: session.attempts.size,
           load: frame.load,
         });
+        // A report may free capacity (ready again, more slots): requests waiting for a slot get routed.
+        registry.capacityChanged();
+        return;
       case "receipt": {
         if (!admitted) break;
         // Accepted for any still-pending attempt of this provider id, from any of its sessions.

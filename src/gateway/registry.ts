@@ -41,6 +41,12 @@ export class Registry {
   readonly attempts = new Map<string, AttemptHandle>();
   /** Frames about jobs a session does not hold: ignored, and counted (DESIGN §3). */
   ignoredFrames = 0;
+  /** Called when a slot may have freed or a provider became routable (the admission queue listens). */
+  capacityChanged: () => void = () => {};
+  /** Attempts per session that have not delivered a first chunk (routing's saturation rule). */
+  private readonly awaiting = new WeakMap<SessionHandle, number>();
+  /** Keys of attempts whose first chunk arrived. */
+  private readonly started = new Set<string>();
   /** Sessions whose attempts changed this event-loop turn; their actors hear the count at its end. */
   private readonly uncounted = new Set<SessionHandle>();
 
@@ -66,6 +72,7 @@ export class Registry {
         warmModels: c.models.map((m) => m.model_id),
         freeSlots: free,
         inFlight,
+        awaitingFirstByte: this.awaiting.get(session) ?? 0,
         maxConcurrency: c.hello.max_concurrency,
         load: c.reportedLoad
           ? {
@@ -87,7 +94,16 @@ export class Registry {
   addAttempt(handle: AttemptHandle): void {
     this.attempts.set(handle.key, handle);
     handle.session.attempts.add(handle.key);
+    this.awaiting.set(handle.session, (this.awaiting.get(handle.session) ?? 0) + 1);
     this.countLater(handle.session);
+  }
+
+  /** The attempt's first chunk arrived: it no longer waits for a first token. */
+  firstChunk(key: string): void {
+    const handle = this.attempts.get(key);
+    if (!handle || this.started.has(key)) return;
+    this.started.add(key);
+    this.awaiting.set(handle.session, Math.max(0, (this.awaiting.get(handle.session) ?? 0) - 1));
   }
 
   /** Forgets an attempt and frees its slot; a no-op when already released. */
@@ -96,7 +112,9 @@ export class Registry {
     if (!handle) return;
     this.attempts.delete(key);
     handle.session.attempts.delete(key);
+    if (!this.started.delete(key)) this.awaiting.set(handle.session, Math.max(0, (this.awaiting.get(handle.session) ?? 0) - 1));
     this.countLater(handle.session);
+    this.capacityChanged();
   }
 
   /**

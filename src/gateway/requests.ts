@@ -30,6 +30,8 @@ export interface RequestSpec {
   buyerRoute?: string;
   /** Who pays the request's attempts (the reservation was taken at admission). */
   payer?: Payer;
+  /** A tagged conversation (sticky routing on): its key, and the provider it is pinned to, if any. */
+  sticky?: { key: string; providerId: string | null };
 }
 
 interface RequestHandle extends RequestSpec {

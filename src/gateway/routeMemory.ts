@@ -76,6 +76,14 @@ export class RouteMemory {
     h[label]++;
   }
 
+  /** Forgets everything learned, cooldowns included. */
+  clear(): void {
+    this.ttft.clear();
+    this.shares.clear();
+    this.history.clear();
+    this.cooldowns.clear();
+  }
+
   /** Snapshot of the signals of the given providers for one model. */
   signals(model: string, providerIds: Iterable<string>): Map<string, RouteSignals> {
     const out = new Map<string, RouteSignals>();

@@ -6,7 +6,7 @@ import { errorResponse, gatewayError, messagesErrorResponse } from "./errors.ts"
 import { chatCompletionsHandler, type ChatRouteDeps } from "./chat/route.ts";
 import { COUNT_TOKENS_ROUTE, countTokensHandler, messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
 import { responsesHandler, RESPONSES_ROUTE } from "./responses/route.ts";
-import { modelBody, modelPrice, modelsBody, statusBody, type CatalogView } from "./pool.ts";
+import { modelBody, modelPrice, modelsBody, statusBody, type CatalogView, type RoutingStatus } from "./pool.ts";
 import { buyerReceiptsBody } from "./receipts.ts";
 import { usageBody } from "./usage.ts";
 import { FEEDBACK_ROUTE, feedbackHandler } from "./feedback.ts";
@@ -49,6 +49,8 @@ export interface HttpDeps extends ChatRouteDeps {
   excludedEntrypoints?: readonly string[];
   /** POST /v1/feedback submissions per client IP key per hour (default 60). */
   feedbackPerHour?: number;
+  /** Routing's part of /v1/status (admission queue depth, cooldowns); absent → not shown. */
+  routingStatus?: () => RoutingStatus;
 }
 
 const CHAT_ROUTE = "/v1/chat/completions";
@@ -68,8 +70,8 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 const corsHeaders = {
   "access-control-allow-origin": "*",
-  "access-control-allow-methods": "GET, POST, OPTIONS",
-  "access-control-allow-headers": "authorization, content-type, x-api-key, x-request-id, idempotency-key, x-stainless-retry-count, anthropic-version",
+  "access-control-allow-methods": "GET, POST, DELETE, OPTIONS",
+  "access-control-allow-headers": "authorization, content-type, x-api-key, x-request-id, idempotency-key, x-stainless-retry-count, anthropic-version, x-conversation-id",
   "access-control-expose-headers": "x-request-id, retry-after, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, x-ratelimit-scope, idempotent-replayed",
   "access-control-max-age": "86400",
 };
@@ -233,7 +235,15 @@ export function createHttpApp(deps: HttpDeps) {
     .get("/v1/status", ({ request }) => {
       const health = deps.catalog?.health(deps.now());
       const catalog = !health || health.status === "ok" ? { status: "ok" as const } : { status: "degraded" as const, reason: health.reason };
-      return json(statusBody(deps.providerViews(), deps.accepting(), deps.now(), catalog), idsOf(request).responseRequestId);
+      return json(statusBody(deps.providerViews(), deps.accepting(), deps.now(), catalog, deps.routingStatus?.()), idsOf(request).responseRequestId);
+    })
+    .delete("/v1/sticky", async ({ request }) => {
+      // Purges the caller's sticky conversations (docs/routing.md); 0 when sticky routing is off.
+      const rid = idsOf(request).responseRequestId;
+      const auth = authenticateBuyer(deps.store, request, "demo_allowed");
+      if (!auth.ok) return errorResponse(auth.error, rid);
+      const deleted = deps.sticky ? await deps.sticky.map.purgeAccount(auth.principal.account_id, deps.now()) : 0;
+      return json({ object: "sticky.purged", deleted }, rid);
     })
     .get("/v1/receipts/:request_id", ({ request, params }) => {
       const rid = idsOf(request).responseRequestId;

@@ -8,13 +8,22 @@ import { promptTokenBound, type NormalizedChat } from "./chat/normalize.ts";
 import type { ChatOutcome, ChatResponder } from "./chat/responders.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
 import type { BodyTemplate } from "./output.ts";
-import type { RequestRunner } from "../gateway/requests.ts";
+import type { RequestRunner, RequestSpec } from "../gateway/requests.ts";
 import type { Store } from "../store/index.ts";
 import type { Settlements } from "../gateway/settlements.ts";
 import { reservationCredits, type Rates } from "../ledger/index.ts";
 import { buyerAccount, type Payer } from "../store/index.ts";
 import { balanceRefusal, concurrencyRefusal, dailyQuotaRefusal, limitsFor, utcDay, type QuotaPolicy } from "./quotas.ts";
 import { replayIdentity, type ReplayCache, type RunTracker } from "./idempotency.ts";
+import { CONVERSATION_HEADER, conversationKey, conversationTag } from "../gateway/sticky.ts";
+import type { StickyMap } from "../store/sticky.ts";
+
+/** Sticky conversation affinity (docs/routing.md): on when given. */
+export interface StickyRouting {
+  map: StickyMap;
+  /** The gateway secret the conversation keys are HMACs under. */
+  secret: Uint8Array;
+}
 
 export interface PipelineDeps {
   store: Store;
@@ -30,6 +39,8 @@ export interface PipelineDeps {
   quotas?: QuotaPolicy;
   /** Retries replayed instead of re-run (DESIGN §7); absent = every request runs. */
   replays?: ReplayCache;
+  /** Sticky routing; absent = off (X-Conversation-ID is ignored). */
+  sticky?: StickyRouting;
 }
 
 /** Raw body bytes of admitted requests: what retries are matched on (same body bytes, DESIGN §7). */
@@ -120,8 +131,28 @@ export function runChatPipeline(deps: PipelineDeps, input: PipelineRequest): Pro
 const ignoreBody = (_text: string) => {};
 const ignoreFilled = (_template: BodyTemplate, _hole: string) => {};
 
-/** Runs the request as a new one: admission, concurrency slot, reservation, then the request actor. */
+/**
+ * Runs the request as a new one. With sticky routing on, a tagged request first looks its conversation
+ * up (a bad tag is refused; a lookup that fails routes normally: stickiness never fails a request).
+ */
 function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null): Promise<Response> {
+  if (!deps.sticky) return runAdmitted(deps, input, tracker, undefined);
+  const tag = conversationTag(input.request.headers.get(CONVERSATION_HEADER));
+  if (tag === null) return runAdmitted(deps, input, tracker, undefined);
+  if (tag === "invalid") {
+    tracker?.outcome(false);
+    const message = "The X-Conversation-ID header must be 1 to 128 characters from A-Z, a-z, 0-9, '.', '_', ':' and '-'.";
+    return Promise.resolve(input.refuse(gatewayError("invalid_request", message, { param: "X-Conversation-ID" })));
+  }
+  const key = conversationKey(deps.sticky.secret, input.principal.account_id, tag);
+  return deps.sticky.map
+    .get(key, deps.now())
+    .catch(() => null)
+    .then((providerId) => runAdmitted(deps, input, tracker, { key, providerId }));
+}
+
+/** Admission, concurrency slot, reservation, then the request actor. */
+function runAdmitted(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null, sticky: RequestSpec["sticky"]): Promise<Response> {
   const { request, ids, principal, chat } = input;
   const rid = ids.responseRequestId;
   const promptBound = promptTokenBound(chat.messages, chat.params.tools);
@@ -179,6 +210,7 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
       accountId: principal.account_id,
       payer,
       buyerRoute: input.buyerRoute,
+      sticky,
     });
   } catch (error) {
     end(false);
@@ -187,6 +219,7 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
   abort = started.abort;
   // The buyer hanging up before or during the response cancels the provider job.
   request.signal.addEventListener("abort", started.abort, { once: true });
+  if (request.signal.aborted) started.abort();
   return responder.response;
 }
 
