@@ -47,7 +47,9 @@ test("accounts list --json prints one object per line", async () => {
   expect(await runAccountsCommand(["list", "--json"], ctx())).toBe(0);
   const rows = jsonLines();
   expect(rows).toHaveLength(2);
-  for (const row of rows) expect(Object.keys(row).sort()).toEqual(["account_id", "created_at_ms", "name", "tier"]);
+  for (const row of rows) {
+    expect(Object.keys(row).sort()).toEqual(["account_id", "active_keys", "balance_credits", "created_at_ms", "name", "spent_credits_today", "tier", "tokens_today"]);
+  }
   expect(rows.map((r) => r.tier).sort()).toEqual(["free", "paid"]);
 });
 
