@@ -22,7 +22,7 @@ export const EXIT_USAGE = 64;
 const PROVIDER_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
 const ACCOUNTS_USAGE = [
-  "usage: gateway accounts create [--tier free|paid] [--name N]",
+  "usage: gateway accounts create [--tier free|paid] [--name N] [--env]",
   "       gateway accounts list [--json]",
 ];
 const KEYS_USAGE = [
@@ -194,14 +194,18 @@ const feedbackList: Subcommand = (argv, ctx, usage) => {
 // ── accounts ──────────────────────────────────────────────────────────────────────────────────────
 
 const accountsCreate: Subcommand = (argv, ctx, usage) => {
-  const p = parse(argv, { tier: { kind: "string" }, name: { kind: "string" } }, [], ctx, usage);
+  const p = parse(argv, { tier: { kind: "string" }, name: { kind: "string" }, env: { kind: "boolean" } }, [], ctx, usage);
   if (typeof p === "number") return p;
   const tier = p.flags.tier ?? "free";
   if (tier !== "free" && tier !== "paid") return usageError(ctx, usage, `--tier must be free or paid, got ${tier}`);
   const { account_id } = ctx.store.createAccount({ tier: tier satisfies Tier, name: p.flags.name });
   // A new account gets its first key at once, so the operator can hand it over in one step.
   const { api_key } = ctx.store.createApiKey({ account_id });
-  ctx.stdout(json({ account_id, api_key }));
+  if (p.flags.env) {
+    // For `eval "$(gateway accounts create … --env)"` (README): both values are [A-Za-z0-9_-] only.
+    ctx.stdout(`export ACCOUNT_ID=${account_id}`);
+    ctx.stdout(`export GATEWAY_API_KEY=${api_key}`);
+  } else ctx.stdout(json({ account_id, api_key }));
   return EXIT_OK;
 };
 
