@@ -4,10 +4,10 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { configUsage, loadConfig, type GatewayConfig } from "./config/index.ts";
 import { inspectorUrlProblem, startInspector } from "./inspect.ts";
-import { createLog, type Log } from "./log.ts";
+import { createLog, type Log, type LogFields } from "./log.ts";
 import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "./server.ts";
 import { loadOrCreateProviderKey } from "./provider/keys.ts";
-import { startProviderRuntime, type ProviderRuntime } from "./provider/runtime.ts";
+import { startProviderWithCatalogFeed, type CatalogProvider } from "./provider/withCatalogFeed.ts";
 import { createSyntheticEngine } from "./provider/synthetic.ts";
 import type { Store } from "./store/index.ts";
 import type { CatalogModel } from "./catalog/index.ts";
@@ -52,26 +52,41 @@ function demoApiKey(store: Store, dataDir: string): string {
   return apiKey;
 }
 
-/** Demo providers: real runtimes over real loopback WebSockets, inside this process. */
-async function startDemoProviders(config: GatewayConfig, gateway: RunningGateway, log: Log): Promise<ProviderRuntime[]> {
-  const runtimes: ProviderRuntime[] = [];
+/**
+ * Demo providers: real runtimes over real loopback WebSockets, inside this process, behind the same
+ * catalog-feed path as `gateway provider` (fetch, verify, pin on first use, advertise what it lists).
+ */
+async function startDemoProviders(config: GatewayConfig, gateway: RunningGateway, log: Log): Promise<CatalogProvider[]> {
+  const providers: CatalogProvider[] = [];
   for (let i = 1; i <= config.demoProviders; i++) {
     const providerId = `demo-provider-${i}`;
-    const key = await loadOrCreateProviderKey(join(config.dataDir, "demo-providers", `${providerId}.key`));
-    runtimes.push(
-      startProviderRuntime({
-        gatewayUrl: `ws://127.0.0.1:${gateway.port}${PROVIDER_CONNECT_PATH}`,
-        providerId,
-        key,
-        engine: createSyntheticEngine({ ttftMs: 150, tokensPerSecond: 40 }),
-        models: DEMO_MODELS,
-        maxConcurrency: 4,
-        hardware: { ram_gb: 16, chip: "synthetic" },
-        log: (event, fields) => log.debug(`demo_provider.${event}`, { provider_id: providerId, ...(fields as Record<string, string>) }),
-      }),
+    const keyFile = join(config.dataDir, "demo-providers", `${providerId}.key`);
+    const key = await loadOrCreateProviderKey(keyFile);
+    providers.push(
+      await startProviderWithCatalogFeed(
+        {
+          gatewayUrl: `ws://127.0.0.1:${gateway.port}${PROVIDER_CONNECT_PATH}`,
+          providerId,
+          key,
+          engine: createSyntheticEngine({ ttftMs: 150, tokensPerSecond: 40 }),
+          models: DEMO_MODELS,
+          maxConcurrency: 4,
+          hardware: { ram_gb: 16, chip: "synthetic" },
+          log: (event, fields) => demoLog(log, event, { provider_id: providerId, ...fields }),
+        },
+        { keyFile },
+      ),
     );
   }
-  return runtimes;
+  return providers;
+}
+
+/** Demo runtimes log at debug, except what an operator must see: a catalog feed they refused. */
+const DEMO_WARNINGS = new Set(["catalog_refused", "catalog_rollback_refused", "catalog_key_mismatch", "catalog_highest_unreadable", "catalog_highest_write_failed"]);
+function demoLog(log: Log, event: string, fields: Record<string, unknown>): void {
+  const line = fields as LogFields; // the gateway log writes arrays and objects as JSON too
+  if (DEMO_WARNINGS.has(event)) log.warn(`demo_provider.${event}`, line);
+  else log.debug(`demo_provider.${event}`, line);
 }
 
 export async function runServe(argv: string[]): Promise<number> {
@@ -98,7 +113,24 @@ export async function runServe(argv: string[]): Promise<number> {
   }
   // After gateway_listening, the first line: every line of the log is one JSON object of one format.
   if (inspector) log.info("inspector_attached", { url: config.inspect!, relay: "bun run inspect:relay (docs/inspector.md)" });
-  const demo: ProviderRuntime[] = [];
+  const demo: CatalogProvider[] = [];
+  // Signal handlers before anything is printed: a SIGTERM right after the banner must drain, not kill.
+  const done = new Promise<number>((resolve) => {
+    let stopping = false;
+    const shutdown = async (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      log.info("gateway_draining", { signal });
+      await gateway.drain();
+      await Promise.all(demo.map((r) => r.stop()));
+      await gateway.stop();
+      inspector?.stop();
+      log.info("gateway_stopped", {});
+      resolve(0);
+    };
+    process.on("SIGTERM", () => void shutdown("SIGTERM"));
+    process.on("SIGINT", () => void shutdown("SIGINT"));
+  });
   if (config.demo) {
     demo.push(...(await startDemoProviders(config, gateway, log)));
     const apiKey = demoApiKey(gateway.store, config.dataDir);
@@ -120,22 +152,5 @@ export async function runServe(argv: string[]): Promise<number> {
       ].join("\n"),
     );
   }
-
-  const done = new Promise<number>((resolve) => {
-    let stopping = false;
-    const shutdown = async (signal: string) => {
-      if (stopping) return;
-      stopping = true;
-      log.info("gateway_draining", { signal });
-      await gateway.drain();
-      await Promise.all(demo.map((r) => r.stop()));
-      await gateway.stop();
-      inspector?.stop();
-      log.info("gateway_stopped", {});
-      resolve(0);
-    };
-    process.on("SIGTERM", () => void shutdown("SIGTERM"));
-    process.on("SIGINT", () => void shutdown("SIGINT"));
-  });
   return done;
 }
