@@ -537,3 +537,7 @@ export function requestLogic(actions: Partial<RequestActions>, delays: RequestDe
     getPersistedSnapshot: (snapshot) => snapshot,
   };
 }
+
+/** The statechart with the edge's effects and delays, as `requestLogic` takes them (tests and tools run it). */
+export const providedRequestMachine = (actions: Partial<RequestActions>, delays: RequestDelays) =>
+  requestMachine.provide({ actions: actions as never, delays });

@@ -239,3 +239,7 @@ export function settlementLogic(effects: SettlementEffects): ActorLogic<Settleme
     getPersistedSnapshot: (snapshot) => snapshot,
   };
 }
+
+/** The statechart with the edge's effect, as `settlementLogic` takes it (tests and tools run it). */
+export const providedSettlementMachine = (effects: SettlementEffects) =>
+  settlementMachine.provide({ actions: { settle: ({ context }, { label }) => effects.settle(label, context) } });
