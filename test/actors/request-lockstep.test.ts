@@ -97,7 +97,9 @@ function start(kind: "statechart" | "logic", input: RequestInput, delays: Reques
   const clock = new TrackingClock();
   const effects: string[] = [];
   const logic = kind === "statechart" ? providedRequestMachine(recorder(effects), delays) : requestLogic(recorder(effects), delays);
-  const actor = createActor(logic as never, { input, clock, ...(kind === "statechart" ? { inspect: recordTransitions(taken) } : {}) }).start();
+  const options = { input, clock, ...(kind === "statechart" ? { inspect: recordTransitions(taken) } : {}) };
+  // Two logics of one actor type: createActor's overloads take them one at a time.
+  const actor: AnyActorRef = (kind === "statechart" ? createActor(logic as ReturnType<typeof providedRequestMachine>, options) : createActor(logic as ReturnType<typeof requestLogic>, options)).start();
   return { actor, clock, effects };
 }
 

@@ -26,7 +26,9 @@ function start(kind: "statechart" | "logic", input: SettlementInput, taken: Set<
   const effects: string[] = [];
   const settle: SettlementEffects = { settle: (label, context) => void effects.push(JSON.stringify([label, context])) };
   const logic = kind === "statechart" ? providedSettlementMachine(settle) : settlementLogic(settle);
-  const actor = createActor(logic as never, { input, clock, ...(kind === "statechart" ? { inspect: recordTransitions(taken) } : {}) }).start();
+  const options = { input, clock, ...(kind === "statechart" ? { inspect: recordTransitions(taken) } : {}) };
+  // Two logics of one actor type: createActor's overloads take them one at a time.
+  const actor: AnyActorRef = (kind === "statechart" ? createActor(logic as ReturnType<typeof providedSettlementMachine>, options) : createActor(logic as ReturnType<typeof settlementLogic>, options)).start();
   return { actor, clock, effects };
 }
 

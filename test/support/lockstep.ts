@@ -34,7 +34,7 @@ export class TrackingClock extends SimulatedClock {
     return id as number;
   }
 
-  override clearTimeout(id: unknown): void {
+  override clearTimeout(id: number): void {
     this.armed.delete(id);
     super.clearTimeout(id);
   }
