@@ -103,13 +103,19 @@ const FINAL: ReadonlySet<RequestState> = new Set(["succeeded", "failed", "failed
 
 export type RequestTimer = "firstByteTimeout" | "streamIdleCheck" | "requestDeadline";
 
+/** The events of the chart's delayed transitions (`after`), by delay: the step logic's timers send the same. */
+const AFTER = {
+  firstByteTimeout: "xstate.after.firstByteTimeout.request.awaitingFirstByte",
+  streamIdleCheck: "xstate.after.streamIdleCheck.request.receiving",
+  requestDeadline: "xstate.after.requestDeadline.request",
+} as const satisfies Record<RequestTimer, string>;
 /** The buyer's and the edge's events, and the actor's own timers. */
-export type RequestLogicEvent = RequestEvent | { type: "timer.firstByteTimeout" } | { type: "timer.streamIdleCheck" } | { type: "timer.requestDeadline" };
+export type RequestLogicEvent = RequestEvent | { type: (typeof AFTER)[RequestTimer] };
 /** Each timer's event, made once (a timer fires often: the idle check every window of a stream). */
 const TIMER_EVENTS: Record<RequestTimer, RequestLogicEvent> = {
-  firstByteTimeout: { type: "timer.firstByteTimeout" },
-  streamIdleCheck: { type: "timer.streamIdleCheck" },
-  requestDeadline: { type: "timer.requestDeadline" },
+  firstByteTimeout: { type: AFTER.firstByteTimeout },
+  streamIdleCheck: { type: AFTER.streamIdleCheck },
+  requestDeadline: { type: AFTER.requestDeadline },
 };
 
 export type RequestSnapshot = Snapshot<undefined> & { value: RequestState; context: RequestContext };
@@ -404,7 +410,7 @@ export function requestStep(value: RequestState, context: RequestContext, event:
 
   // Root transitions, in every state.
   if (event.type === "buyer.aborted") return go("cancelled", (t) => t.cancel("buyer_cancel"));
-  if (event.type === "timer.requestDeadline") {
+  if (event.type === AFTER.requestDeadline) {
     if (context.committed) return go("failedMidStream", (t) => t.cancel("gateway_timeout"));
     return go("failed", (t) => t.cancel("gateway_timeout").update(exhausted));
   }
@@ -422,7 +428,7 @@ export function requestStep(value: RequestState, context: RequestContext, event:
       }
     case "awaitingFirstByte":
       switch (event.type) {
-        case "timer.firstByteTimeout":
+        case AFTER.firstByteTimeout:
         case "provider.rejected":
           return go("attemptFailed", (t) => t.cancel("gateway_timeout"));
         case "provider.declined":
@@ -445,7 +451,7 @@ export function requestStep(value: RequestState, context: RequestContext, event:
       }
     case "receiving":
       switch (event.type) {
-        case "timer.streamIdleCheck":
+        case AFTER.streamIdleCheck:
           if (stalled(context)) return go("providerFailedAfterOutput", (t) => t.cancel("gateway_timeout"));
           return go("receiving", (t) =>
             t.update((c) => ({ ...c, idleWindows: c.progressInWindow ? 0 : c.idleWindows + 1, progressInWindow: false })).act("openProgressWindow"),

@@ -55,9 +55,12 @@ export type SettlementEvent =
   /** A receipt (in `end` or a late `receipt` frame) was judged against the persisted snapshot. */
   | { type: "receipt.judged"; verdict: ReceiptVerdict }
   /** The gateway itself refused the attempt before relaying a byte (e.g. `accepted.model_hash` ≠ the catalog's). */
-  | { type: "attempt.rejected"; reason: string }
-  /** The pending deadline passed (the actor schedules it for itself on entering `pending`). */
-  | { type: "settlement.deadline" };
+  | { type: "attempt.rejected"; reason: string };
+
+/** The pending deadline passed: the chart's delayed transition's event, which the step logic's timer sends too. */
+const DEADLINE_EVENT = "xstate.after.pendingDeadline.settlement.pending";
+/** The edge's events and the actor's own timer. */
+export type SettlementLogicEvent = SettlementEvent | { type: typeof DEADLINE_EVENT };
 
 const initialContext = (input: SettlementInput): SettlementContext => ({ ...input, verdict: null, verdictDue: false, reason: null });
 
@@ -79,7 +82,7 @@ function enterPending(context: SettlementContext): Step {
 }
 
 /** The transition function: the next state and context for an event (the same step when nothing changes). Pure. */
-export function settlementStep(value: SettlementState, context: SettlementContext, event: SettlementEvent): Step {
+export function settlementStep(value: SettlementState, context: SettlementContext, event: SettlementLogicEvent): Step {
   const same = { value, context };
   switch (value) {
     case "running":
@@ -102,7 +105,7 @@ export function settlementStep(value: SettlementState, context: SettlementContex
           return { value, context: { ...context, verdictDue: true } };
         case "receipt.judged":
           return enterPending({ ...context, verdict: event.verdict });
-        case "settlement.deadline":
+        case DEADLINE_EVENT:
           return context.verdictDue ? same : { value: "quarantined", context: { ...context, reason: "no_receipt" } };
         default:
           return same;
@@ -192,7 +195,7 @@ export type SettlementMachine = typeof settlementMachine;
 // ─────────────────── The chart compiled by hand (the gateway's hot path) ───────────────────
 
 const DEADLINE_ID = "pendingDeadline";
-const DEADLINE: SettlementEvent = { type: "settlement.deadline" };
+const DEADLINE: SettlementLogicEvent = { type: DEADLINE_EVENT };
 
 function snapshotOf(step: Step): SettlementSnapshot {
   return isFinal(step.value)
@@ -200,7 +203,7 @@ function snapshotOf(step: Step): SettlementSnapshot {
     : { status: "active", output: undefined, error: undefined, value: step.value, context: step.context };
 }
 
-type Scope = ActorScope<SettlementSnapshot, SettlementEvent, AnySystem>;
+type Scope = ActorScope<SettlementSnapshot, SettlementLogicEvent, AnySystem>;
 
 const timers = selfTimers();
 
@@ -213,7 +216,7 @@ function scheduleDeadline(scope: Scope, context: SettlementContext): void {
  * run after the step, as a machine's actions would; a final state (or a stop) cancels the deadline. Its
  * `config` is the machine's: the inspector draws `settlementMachine` for these actors.
  */
-export function settlementLogic(effects: SettlementEffects): ActorLogic<SettlementSnapshot, SettlementEvent, SettlementInput, AnySystem> {
+export function settlementLogic(effects: SettlementEffects): ActorLogic<SettlementSnapshot, SettlementLogicEvent, SettlementInput, AnySystem> {
   return {
     config: settlementMachine.config,
     getInitialSnapshot: (_scope, input) =>

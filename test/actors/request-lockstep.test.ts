@@ -16,7 +16,7 @@ import {
   type RequestInput,
 } from "../../actors/request.ts";
 import type { ChunkFrame, DeclineCode, EndFrame, TerminalState } from "../../src/wire/frames.ts";
-import { recordTransitions, seeded, timerEventName, TrackingClock, transitionsOf, type Random } from "../support/lockstep.ts";
+import { recordTransitions, seeded, TrackingClock, transitionsOf, type Random } from "../support/lockstep.ts";
 
 const ACTIONS = [
   "dispatchAttempt",
@@ -31,12 +31,12 @@ const ACTIONS = [
   "releaseAttempt",
 ] as const satisfies readonly (keyof RequestActions)[];
 
-/** Effects as text: the action, its params, the context and the (timer-normalized) event it saw. */
+/** Effects as text: the action, its params, the context and the event it saw. */
 function recorder(log: string[]): RequestActions {
   const actions = {} as Record<string, unknown>;
   for (const name of ACTIONS) {
     actions[name] = ({ context, event }: { context: RequestContext; event: { type: string } }, params?: unknown) =>
-      log.push(JSON.stringify([name, params ?? null, timerEventName(event.type, "timer."), context]));
+      log.push(JSON.stringify([name, params ?? null, event.type, context]));
   }
   return actions as unknown as RequestActions;
 }

@@ -30,6 +30,8 @@ function startSettlement(input: Partial<SettlementInput> = {}) {
   return { actor, clock, settled, send, state: () => actor.getSnapshot().value };
 }
 
+/** The pending deadline, as the chart's delayed transition (and the step logic's timer) sends it. */
+const DEADLINE = { type: "xstate.after.pendingDeadline.settlement.pending" } as const;
 const verified = { type: "receipt.judged", verdict: { label: "verified" } } as const;
 const quarantined = (reason: string) => ({ type: "receipt.judged", verdict: { label: "quarantined", reason } }) as const;
 const ended = (deliveredNothing = false, verdictDue = false) => ({ type: "attempt.ended", deliveredNothing, verdictDue }) as const;
@@ -165,11 +167,11 @@ describe("settlementStep (the pure transition function)", () => {
     ["running", judgedVerified, ended(), "verified", null],
     ["running", judgedBad, ended(), "quarantined", "bad_signature"],
     ["running", context, { type: "attempt.rejected", reason: "measurement_mismatch" }, "quarantined", "measurement_mismatch"],
-    ["running", context, { type: "settlement.deadline" }, "running", null],
+    ["running", context, DEADLINE, "running", null],
     ["pending", context, verified, "verified", null],
     ["pending", context, quarantined("prompt_hash_mismatch"), "quarantined", "prompt_hash_mismatch"],
-    ["pending", context, { type: "settlement.deadline" }, "quarantined", "no_receipt"],
-    ["pending", { ...context, verdictDue: true }, { type: "settlement.deadline" }, "pending", null],
+    ["pending", context, DEADLINE, "quarantined", "no_receipt"],
+    ["pending", { ...context, verdictDue: true }, DEADLINE, "pending", null],
     ["verified", context, quarantined("late"), "verified", null],
     ["quarantined", context, verified, "quarantined", null],
   ] as const)("from %s (case %#)", (value, ctx, event, next, reason) => {

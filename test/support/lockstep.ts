@@ -75,9 +75,3 @@ export function recordTransitions(taken: Set<string>) {
     }
   };
 }
-
-/** A timer event of the statechart (`xstate.after.<delay>.<state>`) under the step logic's name for it. */
-export const timerEventName = (type: string, prefix: string): string => {
-  const m = /^xstate\.after\.([^.]+)\./.exec(type);
-  return m ? `${prefix}${m[1]}` : type;
-};
