@@ -17,8 +17,8 @@ const attempt = { attemptN: 0, sessionId: "s", providerId: "p" };
 
 const DELAYS = { firstByteTimeout: 30_000, streamIdleCheck: 30_000, requestDeadline: 300_000 };
 const request = requestLogic({}, DELAYS);
-const requestChart = providedRequestMachine({}, DELAYS);
-const requestLife = (logic: typeof request | typeof requestChart) => (): void => {
+const requestStatechart = providedRequestMachine({}, DELAYS);
+const requestLife = (logic: typeof request | typeof requestStatechart) => (): void => {
   const a = createActor(logic as typeof request, { input: { requestId: "r", streaming: true, maxTokens: 16, maxAttempts: 3 } }).start();
   a.send({ type: "route.dispatched", attempt });
   a.send({ type: "provider.chunk", frame: chunk });
@@ -27,8 +27,8 @@ const requestLife = (logic: typeof request | typeof requestChart) => (): void =>
 };
 
 const settlement = settlementLogic({ settle: () => {} });
-const settlementChart = providedSettlementMachine({ settle: () => {} });
-const settlementLife = (logic: typeof settlement | typeof settlementChart) => (): void => {
+const settlementStatechart = providedSettlementMachine({ settle: () => {} });
+const settlementLife = (logic: typeof settlement | typeof settlementStatechart) => (): void => {
   const a = createActor(logic as typeof settlement, { input: { requestId: "r", attemptN: 0, resumedPending: false, pendingDeadlineMs: 60_000 } }).start();
   a.send({ type: "attempt.ended", deliveredNothing: false, verdictDue: true });
   a.send({ type: "receipt.judged", verdict: { label: "verified" } });
@@ -58,9 +58,9 @@ function sessionEvents(): void {
 const N = Number(process.argv[2] ?? 20_000);
 const lives = [
   ["request", requestLife(request)],
-  ["request (statechart)", requestLife(requestChart)],
+  ["request (statechart)", requestLife(requestStatechart)],
   ["settlement", settlementLife(settlement)],
-  ["settlement (statechart)", settlementLife(settlementChart)],
+  ["settlement (statechart)", settlementLife(settlementStatechart)],
   ["session", sessionEvents],
   ["supervisor", supervisorEvents],
 ] as const;
