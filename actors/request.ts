@@ -16,14 +16,10 @@
 // and `requestChart` is the same chart as data, what the inspector is sent as the actor's definition.
 import type { ActorLogic, ActorRef, ActorScope, ActorSystem, EventObject, Snapshot } from "xstate";
 import type { ChunkFrame, DeclineCode, EndFrame } from "../src/wire/frames.ts";
+import type { FailureCode } from "../src/chat/contract.ts";
 import { selfTimers } from "./selfTimers.ts";
 
-export type FailureCode =
-  | "internal_error"
-  | "model_not_available"
-  | "coordinator_unavailable"
-  | "context_length_exceeded"
-  | "unsupported_parameter";
+export type { FailureCode } from "../src/chat/contract.ts";
 
 export interface AttemptRef {
   attemptN: number;

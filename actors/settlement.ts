@@ -14,18 +14,17 @@
 // pending deadline (scheduled on the actor system's clock, so SimulatedClock drives it) and `settle`
 // (provided at the edge), run after the step like a machine's actions.
 import type { ActorLogic, ActorScope, ActorSystem, EventObject, Snapshot } from "xstate";
+import type { FinalLabel } from "../src/ledger/charges.ts";
+import type { ReceiptVerdict } from "../src/receipts/verify.ts";
 import { selfTimers } from "./selfTimers.ts";
 
 // The system type every root actor gets (xstate exports no name for it).
 type AnySystem = ActorSystem<any>;
 
-export type SettlementLabel = "pending" | "verified" | "quarantined" | "zero_settled";
-export type FinalLabel = Exclude<SettlementLabel, "pending">;
 
 /** `running`: the attempt is on the wire; the others are the labels of spec §3.2. */
 export type SettlementState = "running" | "pending" | FinalLabel;
 
-export type ReceiptVerdict = { label: "verified" } | { label: "quarantined"; reason: string };
 
 export interface SettlementInput {
   requestId: string;

@@ -5,6 +5,7 @@
 // Metric names, labels and the overhead definition are documented in docs/operator.md.
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { ProviderView } from "./gateway/routing.ts";
+import type { SettlementLabel } from "./ledger/charges.ts";
 
 /** How a buyer request ended. `rejected`: answered before a request actor started (auth, validation, drain). */
 export type RequestOutcome = "succeeded" | "failed" | "failed_mid_stream" | "cancelled" | "rejected";
@@ -19,9 +20,6 @@ export type AttemptOutcome =
   | "timeout"
   | "bad_sequence"
   | "cancelled";
-
-/** Settlement labels (DESIGN §4); counted once settlement exists. */
-export type SettlementLabel = "pending" | "verified" | "quarantined" | "zero_settled";
 
 /** One finished buyer request: what metrics count and what the `request_completed` log line says. */
 export interface RequestSummary {

@@ -1,10 +1,10 @@
 // Routing decision (pure): which admitted provider session gets the next attempt.
-import type { Tier } from "../../actors/providerSession.ts";
+import type { ProviderTier } from "../../actors/providerSession.ts";
 
 export interface ProviderView {
   sessionId: string;
   providerId: string;
-  tier: Tier;
+  tier: ProviderTier;
   /** Sub-state of the admitted session: only "ready" takes new work. */
   state: "ready" | "busy" | "asleep" | "draining";
   warmModels: readonly string[];
@@ -16,7 +16,7 @@ export type RouteChoice =
   | { ok: true; provider: ProviderView }
   | { ok: false; code: "model_not_available" | "coordinator_unavailable" };
 
-const tierRank = (tier: Tier): number => (tier === "pinned" ? 0 : 1);
+const tierRank = (tier: ProviderTier): number => (tier === "pinned" ? 0 : 1);
 
 /**
  * Among admitted, ready sessions with the model warm and a free slot (excluding providers that already

@@ -3,6 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import { createActor, SimulatedClock } from "xstate";
 import { settlementChart, settlementLogic, settlementStep, type SettlementContext, type SettlementEvent, type SettlementInput } from "../../actors/settlement.ts";
+import type { QuarantineReason } from "../../src/receipts/verify.ts";
 
 const DEADLINE_MS = 300_000;
 
@@ -18,7 +19,7 @@ function startSettlement(input: Partial<SettlementInput> = {}) {
 }
 
 const verified = { type: "receipt.judged", verdict: { label: "verified" } } as const;
-const quarantined = (reason: string) => ({ type: "receipt.judged", verdict: { label: "quarantined", reason } }) as const;
+const quarantined = (reason: QuarantineReason) => ({ type: "receipt.judged", verdict: { label: "quarantined", reason } }) as const;
 const ended = (deliveredNothing = false, verdictDue = false) => ({ type: "attempt.ended", deliveredNothing, verdictDue }) as const;
 
 describe("settlement", () => {
@@ -148,7 +149,7 @@ describe("settlementStep (the pure transition function)", () => {
     ["running", context, { type: "attempt.rejected", reason: "measurement_mismatch" }, "quarantined", "measurement_mismatch"],
     ["running", context, { type: "settlement.deadline" }, "running", null],
     ["pending", context, verified, "verified", null],
-    ["pending", context, quarantined("prompt_hash_mismatch"), "quarantined", "prompt_hash_mismatch"],
+    ["pending", context, quarantined("output_mismatch"), "quarantined", "output_mismatch"],
     ["pending", context, { type: "settlement.deadline" }, "quarantined", "no_receipt"],
     ["pending", { ...context, verdictDue: true }, { type: "settlement.deadline" }, "pending", null],
     ["verified", context, quarantined("late"), "verified", null],
@@ -171,7 +172,7 @@ test("every step is a transition of the chart the inspector draws", () => {
     base,
     { ...base, verdictDue: true },
     { ...base, verdict: { label: "verified" } },
-    { ...base, verdict: { label: "quarantined", reason: "x" } },
+    { ...base, verdict: { label: "quarantined", reason: "late" } },
   ] as SettlementContext[];
   const events: SettlementEvent[] = [
     ended(),
@@ -179,7 +180,7 @@ test("every step is a transition of the chart the inspector draws", () => {
     ended(false, true),
     { type: "receipt.arrived" },
     verified,
-    quarantined("x"),
+    quarantined("late"),
     { type: "attempt.rejected", reason: "x" },
     { type: "settlement.deadline" },
   ];
