@@ -12,7 +12,8 @@ import type { RequestRunner } from "../gateway/requests.ts";
 import type { Store } from "../store/index.ts";
 import type { Settlements } from "../gateway/settlements.ts";
 import { reservationCredits, type Rates } from "../ledger/index.ts";
-import { buyerAccount, type Payer } from "../store/index.ts";
+import { buyerAccount } from "../store/index.ts";
+import { payerFor, type Payer } from "../ledger/charges.ts";
 import { balanceRefusal, concurrencyRefusal, dailyQuotaRefusal, limitsFor, utcDay, type QuotaPolicy } from "./quotas.ts";
 import { replayIdentity, type ReplayCache, type RunTracker } from "./idempotency.ts";
 
@@ -203,8 +204,7 @@ function reserveForRequest(
   maxTokens: number,
   rates: Rates,
 ): { ok: true; payer: Payer } | { ok: false; error: GatewayError } {
-  const paid = principal.kind === "api_key" && principal.tier === "paid";
-  const payer: Payer = paid ? "buyer" : "promotion";
+  const payer = payerFor(principal.kind === "api_key" && principal.tier === "paid");
   const price = reservationCredits(promptBound, maxTokens, rates);
   if (!price.ok) return { ok: false, error: gatewayError("invalid_request", "The request is too large to price.") };
   const limit = deps.quotas ? limitsFor(deps.quotas, principal).dailyTokens : undefined;

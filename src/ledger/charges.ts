@@ -56,6 +56,11 @@ export function cancelAbandonsOutput(streaming: boolean, lengthCap: boolean): bo
   return !streaming && !lengthCap;
 }
 
+/** Who pays a request: a paid account its own balance; free-tier and demo traffic the promotion account. */
+export function payerFor(paidAccount: boolean): Payer {
+  return paidAccount ? "buyer" : "promotion";
+}
+
 /** The ledger account that pays for an account's attempts. */
 export function payingAccount(payer: Payer, accountId: string): string {
   return payer === "buyer" ? buyerAccount(accountId) : PROMOTION_ACCOUNT;

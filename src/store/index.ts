@@ -4,7 +4,7 @@ import { randomBytes as cryptoRandomBytes } from "node:crypto";
 import * as accounts from "./accounts.ts";
 import { demoSessionStore } from "./demoSessions.ts";
 import { identityStore } from "./identities.ts";
-import { ledgerStore } from "./ledger.ts";
+import { ledgerStore } from "./ledgerStore.ts";
 import { feedbackStore } from "./feedback.ts";
 import { requestSlotStore } from "./requestSlots.ts";
 import { usageStore } from "./usage.ts";
@@ -41,7 +41,7 @@ export type {
   SettlementRow,
   FinalLabel,
 } from "./ledgerTypes.ts";
-export { buyerAccount, FUNDING_ACCOUNT, PLATFORM_ACCOUNT, PROMOTION_ACCOUNT, providerAccount } from "./ledger.ts";
+export { buyerAccount, FUNDING_ACCOUNT, PLATFORM_ACCOUNT, PROMOTION_ACCOUNT, providerAccount } from "./ledgerStore.ts";
 
 export type {
   AccountRow,

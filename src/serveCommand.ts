@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { configUsage, loadConfig, type GatewayConfig } from "./config/index.ts";
 import { inspectorUrlProblem, startInspector } from "./inspect.ts";
 import { createLog, type Log } from "./log.ts";
-import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "./server.ts";
+import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "./compositionRoot.ts";
 import { loadOrCreateProviderKey } from "./provider/keys.ts";
 import { startProviderRuntime, type ProviderRuntime } from "./provider/runtime.ts";
 import { createSyntheticEngine } from "./provider/synthetic.ts";
