@@ -15,8 +15,8 @@ import { attemptKey, type Registry } from "./registry.ts";
 import type { RequestHandle, RequestSpec } from "./requestHandle.ts";
 import { attemptOutcome, newTiming, requestSummary, stopWaiting } from "./requestReport.ts";
 import type { Settlements } from "./settlements.ts";
-import { requestLogFields, type Log } from "../log.ts";
-import { noopMetrics, type MetricsPort, type RequestOutcome } from "../metrics.ts";
+import type { Log } from "../log.ts";
+import { noopMetrics, requestLogFields, type MetricsPort, type RequestOutcome } from "../metrics.ts";
 
 export type { RequestSpec } from "./requestHandle.ts";
 

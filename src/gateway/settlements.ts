@@ -4,7 +4,7 @@
 // transaction. This file composes the parts under src/gateway/settlement/.
 import { createActor, type InspectionEvent } from "xstate";
 import { settlementLogic } from "../../actors/settlement.ts";
-import type { CatalogState } from "../catalog/index.ts";
+import type { CatalogState } from "../catalog/state.ts";
 import type { NormalizedChat } from "../chat/contract.ts";
 import type { FinalLabel, Payer, SettlementMode } from "../ledger/charges.ts";
 import type { RateCard } from "../ledger/index.ts";

@@ -11,14 +11,16 @@ import { buyerReceiptsBody } from "./receipts.ts";
 import { usageBody } from "./usage.ts";
 import { FEEDBACK_ROUTE, feedbackHandler } from "./feedback.ts";
 import { REPLAYED_HEADER } from "./idempotency.ts";
-import { eligibleModelIds, handleCatalog, handleCatalogPublicKey, handleCatalogSignature, type CatalogLive } from "../catalog/index.ts";
+import { handleCatalog, handleCatalogPublicKey, handleCatalogSignature } from "../catalog/http.ts";
+import type { CatalogLive } from "../catalog/live.ts";
+import { eligibleModelIds } from "../catalog/state.ts";
 import { rateCardHandler, type RateCard } from "../ledger/index.ts";
 import { demoRoutes } from "./demo/routes.ts";
 import { signupRoutes, type DemoOptions, type SignupOptions } from "./signup/index.ts";
 import type { ProviderView } from "../gateway/routing.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
-import { requestLogFields, type Log } from "../log.ts";
-import { noopMetrics, routeLabel, type MetricsPort } from "../metrics.ts";
+import type { Log } from "../log.ts";
+import { noopMetrics, requestLogFields, routeLabel, type MetricsPort } from "../metrics.ts";
 
 export interface HttpDeps extends ChatRouteDeps {
   providerViews: () => ProviderView[];

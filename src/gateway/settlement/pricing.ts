@@ -1,5 +1,5 @@
 // What a model costs and whether it may route, from the catalog and rate card in force.
-import { lookupModel, type CatalogState } from "../../catalog/index.ts";
+import { lookupModel, type CatalogState } from "../../catalog/state.ts";
 import type { SettlementMode } from "../../ledger/charges.ts";
 import { rowFor, type RateCard } from "../../ledger/index.ts";
 

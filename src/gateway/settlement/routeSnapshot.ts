@@ -1,6 +1,6 @@
 // The route snapshot an attempt is settled against (docs/receipts.md): built from the request, the
 // pricing in force and the provider chosen, before the job is sent.
-import { routeCatalogFields, type CatalogState } from "../../catalog/index.ts";
+import { routeCatalogFields, type CatalogState } from "../../catalog/state.ts";
 import type { SettlementMode } from "../../ledger/charges.ts";
 import {
   accountScope,
