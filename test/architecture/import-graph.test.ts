@@ -55,6 +55,7 @@ const LAYERS: readonly Layer[] = [
       "src/compositionRoot.ts",
       "src/serveCommand.ts",
       "src/inspect.ts",
+      "src/inspectRelay.ts",
       "src/build.ts",
       "src/build-macho.ts",
       "src/cli/",
