@@ -2,7 +2,7 @@
 // 0 done, 1 the operation failed (unknown id, store error), 64 usage error (EX_USAGE).
 // JSON goes to stdout where a program reads it; messages and usage go to stderr.
 
-import type { ProviderBinding, Store, Tier } from "../store/index.ts";
+import type { ProviderBinding, Store, AccountTier } from "../store/index.ts";
 import { backupDatabase } from "../store/backup.ts";
 import { parseFlags, type FlagSpec, type ParseResult } from "./flags.ts";
 
@@ -198,7 +198,7 @@ const accountsCreate: Subcommand = (argv, ctx, usage) => {
   if (typeof p === "number") return p;
   const tier = p.flags.tier ?? "free";
   if (tier !== "free" && tier !== "paid") return usageError(ctx, usage, `--tier must be free or paid, got ${tier}`);
-  const { account_id } = ctx.store.createAccount({ tier: tier satisfies Tier, name: p.flags.name });
+  const { account_id } = ctx.store.createAccount({ tier: tier satisfies AccountTier, name: p.flags.name });
   // A new account gets its first key at once, so the operator can hand it over in one step.
   const { api_key } = ctx.store.createApiKey({ account_id });
   if (p.flags.env) {

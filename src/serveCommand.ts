@@ -5,7 +5,7 @@ import { join, resolve } from "node:path";
 import { configUsage, loadConfig, type GatewayConfig } from "./config/index.ts";
 import { inspectorUrlProblem, startInspector } from "./inspect.ts";
 import { createLog, type Log, type LogFields } from "./log.ts";
-import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "./server.ts";
+import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "./compositionRoot.ts";
 import { loadOrCreateProviderKey } from "./provider/keys.ts";
 import { startProviderWithCatalogFeed, type CatalogProvider } from "./provider/withCatalogFeed.ts";
 import { createSyntheticEngine } from "./provider/synthetic.ts";
