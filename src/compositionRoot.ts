@@ -6,6 +6,8 @@ import { gatewayMachine } from "../actors/gateway.ts";
 import type { GatewayConfig } from "./config/index.ts";
 import { admitProvider } from "./gateway/admission.ts";
 import { providerWebSocketHandler, type SocketData } from "./gateway/providerEndpoint.ts";
+import { createRoutingState, routingSettingsFrom, type RoutingState } from "./gateway/routingState.ts";
+import { createMemoryStickyMap } from "./store/sticky.ts";
 import { Registry } from "./gateway/registry.ts";
 import { createRequestRunner } from "./gateway/requests.ts";
 import { createHttpApp } from "./http/app.ts";
@@ -41,6 +43,8 @@ export interface RunningGateway {
   port: number;
   store: Store;
   registry: Registry;
+  /** Routing's live state: cooldowns, what it learned, the admission queue (docs/routing.md). */
+  routing: RoutingState;
   /** The signed catalog in force (reloaded on change). */
   catalog: CatalogLive;
   settlements: Settlements;
@@ -96,6 +100,9 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   const rateCard = builtCard.card;
   const buyerSurface = createBuyerSurface({ config, store, gatewaySecret, now, randomBytes: random, log });
   const registry = new Registry();
+  const routing = createRoutingState(routingSettingsFrom(config), { now, log });
+  registry.capacityChanged = () => routing.queue.wake();
+  const sticky = config.stickyRouting ? createMemoryStickyMap({ idleTtlMs: config.stickyTtlMs }) : undefined;
 
   let stopped: () => void = () => {};
   const stoppedPromise = new Promise<void>((r) => (stopped = r));
@@ -117,6 +124,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     providerViews: () => registry.providerViews(),
     handshakingSessions: () => registry.sessions.size - registry.admittedByProvider.size,
     ignoredFrames: () => registry.ignoredFrames,
+    routing: () => routing.metrics(),
     liveRequests: () => runner.liveRequests(),
     draining: () => supervisor.getSnapshot().matches("draining"),
   });
@@ -132,7 +140,10 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     sendToProvider: (providerId, frame) => registry.admittedByProvider.get(providerId)?.send(frame),
     log,
     inspect: ports.inspect,
-    onSettled: (label) => metrics.settlementLabelled(label),
+    onSettled: (label, providerId) => {
+      metrics.settlementLabelled(label);
+      routing.settled(providerId, label);
+    },
     judge: workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
   });
   const resumed = settlements.resumePending();
@@ -157,6 +168,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     monotonicNow,
     settlements,
     failureStatus: (code) => errorTable[code].status,
+    routing,
+    sticky,
   });
 
   const newRequestId = timeOrderedId("req_", now, random);
@@ -173,6 +186,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     },
     maxBodyBytes: config.maxBodyBytes,
     requestTokenCap: config.requestTokenCap,
+    sticky: sticky ? { map: sticky, secret: gatewaySecret } : undefined,
+    routingStatus: () => ({ queued: routing.queue.depth, cooldowns: routing.cooldownList() }),
     settlementMode: config.settlementMode,
     accepting,
     now,
@@ -258,6 +273,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     port,
     store,
     registry,
+    routing,
     catalog,
     settlements,
     metrics,

@@ -12,12 +12,12 @@ const failure = (f: Extract<AttemptVerdict, { kind: "failure" }>["failure"]): At
  * Timers are matched by name, whether the actor names them `timer.firstByteTimeout` or `xstate.after.firstByteTimeout…`.
  */
 export function attemptVerdict(
-  event: { type: string; code?: string; frame?: { terminal_state?: string } },
+  event: { type: string; code?: string; frame?: object },
   lengthLimited: boolean,
 ): AttemptVerdict {
   switch (event.type) {
     case "provider.ended":
-      if (event.frame?.terminal_state === "normal_done") return SUCCESS;
+      if ((event.frame as { terminal_state?: string } | undefined)?.terminal_state === "normal_done") return SUCCESS;
       return failure("provider_error");
     case "provider.chunk":
     case "stream.lengthLimited":

@@ -8,7 +8,8 @@ import type { ChunkFrame } from "../wire/frames.ts";
 import { ChunkMeter } from "./chunkMeter.ts";
 import { attemptKey, type Registry } from "./registry.ts";
 import type { RequestHandle } from "./requestHandle.ts";
-import { chooseProvider, type ProviderView } from "./routing.ts";
+import { chooseProvider, type ProviderView, type RouteChoice } from "./routing.ts";
+import type { RoutingState } from "./routingState.ts";
 import type { Settlements } from "./settlements.ts";
 
 export interface DispatchDeps {
@@ -21,6 +22,8 @@ export interface DispatchDeps {
   clock: () => number;
   /** The handler of a live attempt's chunks. */
   chunkSink: (handle: RequestHandle, meter: ChunkMeter) => (frame: ChunkFrame) => void;
+  /** What routing learned, the admission queue and its counters (docs/routing.md); absent = plain choice, no waiting. */
+  routing?: RoutingState;
 }
 
 export const unavailableMessages = {
@@ -44,16 +47,50 @@ function routableViews(deps: DispatchDeps, model: string): Iterable<ProviderView
   });
 }
 
-/** Chooses a provider and sends it the job once its snapshot committed; answers the actor by event. */
+/**
+ * Chooses a provider and sends it the job once its snapshot committed; answers the actor by event. A
+ * request that finds no free slot for a known model waits in the admission queue (docs/routing.md)
+ * and is routed when one frees, or answered coordinator_unavailable when its wait runs out.
+ */
 export function dispatchAttempt(deps: DispatchDeps, handle: RequestHandle, input: DispatchInput, dispatch: { stopped: boolean }): void {
+  const sendBack = (event: RequestEvent) => handle.actor.send(event);
+  const model = handle.chat.model;
+  const unavailable = () =>
+    sendBack({ type: "route.unavailable", code: "coordinator_unavailable", message: unavailableMessages.coordinator_unavailable() });
+  const choice = choose(deps, handle, input);
+  if (choice.ok) return dispatchTo(deps, handle, input, dispatch, choice);
+  if (choice.code === "coordinator_unavailable" && deps.routing) {
+    const queue = deps.routing.queue;
+    const queued = queue.enqueue({
+      model,
+      accountId: handle.accountId ?? "",
+      tryDispatch: () => {
+        if (dispatch.stopped) return "gone";
+        const again = choose(deps, handle, input);
+        if (!again.ok) return again.code === "coordinator_unavailable" ? "no_slot" : (sendBack({ type: "route.unavailable", code: again.code, message: unavailableMessages[again.code](model) }), "gone");
+        dispatchTo(deps, handle, input, dispatch, again);
+        return "dispatched";
+      },
+      expire: () => {
+        if (!dispatch.stopped) unavailable();
+      },
+    });
+    if (queued) return;
+    deps.routing.counters.queue.full++;
+  }
+  sendBack({ type: "route.unavailable", code: choice.code, message: unavailableMessages[choice.code](model) });
+}
+
+function choose(deps: DispatchDeps, handle: RequestHandle, input: DispatchInput): RouteChoice {
+  const model = handle.chat.model;
+  if (!deps.routing) return chooseProvider(routableViews(deps, model), model, input.excludedProviders);
+  return deps.routing.choose([...routableViews(deps, model)], model, input.excludedProviders, handle.sticky?.providerId ?? null);
+}
+
+function dispatchTo(deps: DispatchDeps, handle: RequestHandle, input: DispatchInput, dispatch: { stopped: boolean }, choice: Extract<RouteChoice, { ok: true }>): void {
   const { registry, settlements } = deps;
   const sendBack = (event: RequestEvent) => handle.actor.send(event);
   const { chat } = handle;
-  const choice = chooseProvider(routableViews(deps, chat.model), chat.model, input.excludedProviders);
-  if (!choice.ok) {
-    sendBack({ type: "route.unavailable", code: choice.code, message: unavailableMessages[choice.code](chat.model) });
-    return;
-  }
   const session = registry.sessions.get(choice.provider.sessionId)!;
   const key = attemptKey(input.requestId, input.attemptN);
   const remaining = Math.max(1, deps.requestDeadlineMs - (deps.now() - handle.startedAtMs));
@@ -116,6 +153,14 @@ export function dispatchAttempt(deps: DispatchDeps, handle: RequestHandle, input
     const lost = !registry.attempts.has(key);
     if (!lost) session.send(job);
     handle.timing.waitingSince = deps.clock();
+    handle.sent = { key, providerId: choice.provider.providerId, at: deps.clock(), firstByte: false };
+    const routing = deps.routing;
+    if (routing) {
+      routing.dispatched(choice.provider.providerId, chat.model);
+      // Sticky lookups count once a request, at its first dispatch.
+      if (handle.sticky && input.attemptN === 0) routing.counters.sticky[choice.sticky ? "hit" : "miss"]++;
+      if (choice.lastResort) deps.log.info("routed_to_cooling_provider", { request_id: input.requestId, provider_id: choice.provider.providerId, model: chat.model });
+    }
     if (input.attemptN > 0 && handle.timing.lastAttemptOutcome) deps.metrics.failover(handle.timing.lastAttemptOutcome);
     deps.log.debug("attempt_dispatched", { request_id: input.requestId, attempt_n: input.attemptN, provider_id: choice.provider.providerId });
     sendBack({

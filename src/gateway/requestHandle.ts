@@ -35,4 +35,8 @@ export interface RequestHandle extends RequestSpec {
   toPrefix: (frame: ChunkFrame) => void;
   /** The dispatch of the current `routing` visit; `stopped` once the actor left `routing`. */
   dispatch: { stopped: boolean };
+  /** The attempt sent last: its provider and when its job left (routing learns from how it ends). */
+  sent: { key: string; providerId: string; at: number; firstByte: boolean } | null;
+  /** The provider whose first chunk the buyer got (sticky routing pins the conversation to it). */
+  servedBy: string | null;
 }

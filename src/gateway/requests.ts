@@ -15,6 +15,9 @@ import { attemptKey, type Registry } from "./registry.ts";
 import type { RequestHandle, RequestSpec } from "./requestHandle.ts";
 import { attemptOutcome, newTiming, requestSummary, stopWaiting } from "./requestReport.ts";
 import type { Settlements } from "./settlements.ts";
+import { attemptVerdict } from "./attemptVerdict.ts";
+import type { RoutingState } from "./routingState.ts";
+import type { StickyMap } from "../store/sticky.ts";
 import type { Log } from "../log.ts";
 import { noopMetrics, requestLogFields, type MetricsPort, type RequestOutcome } from "../metrics.ts";
 
@@ -37,6 +40,10 @@ export interface RequestRunnerDeps {
   settlements: Settlements;
   /** The HTTP status a failure code answers with (src/http/errors.ts), for the request's log line and metrics. */
   failureStatus: (code: FailureCode) => number;
+  /** What routing learns from each attempt, and the admission queue (docs/routing.md); absent = off. */
+  routing?: RoutingState;
+  /** Sticky routing's map: a tagged conversation is pinned to the provider that served it. */
+  sticky?: StickyMap;
 }
 
 const noPrefix = (_frame: ChunkFrame): void => {};
@@ -114,6 +121,13 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       // output, and this window's progress is already known to the machine.
       handle.meter.accept(frame);
       handle.meter.markProgress();
+      const sent = handle.sent;
+      if (sent && !sent.firstByte && context.current) {
+        sent.firstByte = true;
+        registry.firstChunk(sent.key);
+        deps.routing?.firstByte(context.current.providerId, handle.chat.model, clock() - sent.at);
+        handle.servedBy = context.current.providerId;
+      }
       relay(clock, handle, frame);
       // A stream commits at this chunk and never dispatches again (no failover after the first byte,
       // docs/protocol.md): its prompt, up to the whole body limit, need not live as long as it does.
@@ -139,6 +153,12 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       const promptTokens = Math.min(end?.usage.input_tokens ?? 0, handle.promptBound);
       handle.timing.inputTokens = promptTokens;
       handle.responder.succeed({ finishReason, usage: { prompt_tokens: promptTokens, completion_tokens: handle.meter.deliveredTokens } });
+      // Sticky routing: the conversation goes on with the provider that answered it.
+      if (handle.sticky && handle.servedBy && deps.sticky) {
+        deps.sticky.set(handle.sticky.key, handle.accountId ?? "", handle.servedBy, deps.now()).catch((error: unknown) => {
+          log.warn("sticky_write_failed", { request_id: handle.requestId, error: String(error) });
+        });
+      }
     },
     finishFailure: ({ context }) => {
       const failure: RequestFailure = context.failure ?? { code: "coordinator_unavailable", message: unavailableMessages.coordinator_unavailable() };
@@ -186,6 +206,12 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       if (handle) {
         stopWaiting(handle.timing, clock());
         handle.timing.lastAttemptOutcome = outcome;
+        // What this attempt's end says about its provider: cooldowns and first-token times.
+        const sent = handle.sent;
+        if (deps.routing && context.current && sent?.key === key) {
+          const waited = sent.firstByte ? null : clock() - sent.at;
+          deps.routing.attemptEnded(context.current.providerId, handle.chat.model, attemptVerdict(event, context.lengthLimited), waited);
+        }
       }
       metrics.attemptFinished(outcome);
     },
@@ -243,7 +269,7 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
       inspect: deps.inspect,
     });
     const timing = newTiming(spec.arrivedAt ?? clock());
-    const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing, meter: new ChunkMeter(spec.chat.params.max_tokens), toPrefix: noPrefix, dispatch: { stopped: true } };
+    const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing, meter: new ChunkMeter(spec.chat.params.max_tokens), toPrefix: noPrefix, dispatch: { stopped: true }, sent: null, servedBy: null };
     handles.set(spec.requestId, handle);
     // The closures below name `handle`, never `spec`: the request's prompt must be able to go with
     // handle.chat's (see relayChunk).

@@ -38,7 +38,7 @@ export interface SettlementDeps {
   log: Log;
   inspect?: (event: InspectionEvent) => void;
   /** Called once per attempt with its final label (metrics). */
-  onSettled?: (label: FinalLabel) => void;
+  onSettled?: (label: FinalLabel, providerId: string) => void;
   /** Where receipts are judged (default: on this thread, src/receipts/judge.ts). Stopped with the settlements. */
   judge?: ReceiptJudge;
 }
