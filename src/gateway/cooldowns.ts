@@ -95,7 +95,7 @@ const FORGET_AFTER_MS = 3_600_000;
  */
 export class Cooldowns {
   private readonly entries = new Map<string, CooldownEntry & { providerId: string; model: string }>();
-  /** Failures per provider over the last `failureWindowMs`, any model (reliability in routing). */
+  /** Failures per (provider, model) over the last `failureWindowMs` (reliability in routing). */
   private readonly recent = new Map<string, number[]>();
 
   constructor(
@@ -113,13 +113,14 @@ export class Cooldowns {
     return this.entries.get(pairKey(providerId, model));
   }
 
-  /** Failures of the provider (any model) within the failure window. */
-  recentFailures(providerId: string): number {
-    const times = this.recent.get(providerId);
+  /** Failures of the (provider, model) pair within the failure window, even after a success reset its cooldown. */
+  recentFailures(providerId: string, model: string): number {
+    const key = pairKey(providerId, model);
+    const times = this.recent.get(key);
     if (!times) return 0;
     const since = this.now() - this.failureWindowMs;
     while (times.length > 0 && times[0]! < since) times.shift();
-    if (times.length === 0) this.recent.delete(providerId);
+    if (times.length === 0) this.recent.delete(key);
     return times.length;
   }
 
@@ -138,9 +139,9 @@ export class Cooldowns {
     const now = this.now();
     const next = afterFailure(this.entries.get(key), now, this.rules, kind);
     this.entries.set(key, { ...next, providerId, model });
-    const times = this.recent.get(providerId) ?? [];
+    const times = this.recent.get(key) ?? [];
     times.push(now);
-    this.recent.set(providerId, times);
+    this.recent.set(key, times);
     this.onChange({ providerId, model, event: "cooled", level: next.level, cooldownMs: next.until - now, failure: kind });
   }
 

@@ -96,7 +96,7 @@ export class RouteMemory {
         recentShare: this.share(id, model),
         verified: h?.verified ?? 0,
         quarantined: h?.quarantined ?? 0,
-        recentFailures: this.cooldowns.recentFailures(id),
+        recentFailures: this.cooldowns.recentFailures(id, model),
       });
     }
     return out;

@@ -41,7 +41,7 @@ export interface RouteSignals {
   /** Settlement history of the provider: attempts labelled verified, and quarantined. */
   verified: number;
   quarantined: number;
-  /** Failures of the provider (any model) in the recent window. */
+  /** Failures of the provider on this model in the recent window. */
   recentFailures: number;
 }
 
@@ -84,11 +84,12 @@ const tierRank = (tier: ProviderTier): number => (tier === "pinned" ? 0 : 1);
 const capacityOf = (p: ProviderView): number => Math.max(1, p.maxConcurrency ?? p.freeSlots + p.inFlight);
 
 /**
- * How much routing trusts a provider (0–1): (verified + 1) / (verified + quarantined + 1) of its
- * settlement history — a newcomer starts at 1, each quarantine costs — halved per recent failure.
+ * How much routing trusts a provider (0–1): (verified + 4) / (verified + quarantined + 4) of its
+ * settlement history — a newcomer starts at 1, one quarantine alone does not demote it, repeated ones
+ * do — halved per recent failure on the model.
  */
 export function reliability(s: RouteSignals): number {
-  const history = (s.verified + 1) / (s.verified + s.quarantined + 1);
+  const history = (s.verified + 4) / (s.verified + s.quarantined + 4);
   return Math.min(1, history) * 0.5 ** Math.min(s.recentFailures, 10);
 }
 

@@ -169,7 +169,7 @@ test("consolidation puts a provider with quarantined settlements or recent failu
   const f = chooseProvider(providers, "m1", [], withSignals({ shady: { recentFailures: 1 } }));
   expect(f.ok && f.provider.providerId).toBe("clean");
   expect(reliability(sig())).toBe(1);
-  expect(reliability(sig({ verified: 9, quarantined: 1 }))).toBeCloseTo(10 / 11);
+  expect(reliability(sig({ verified: 9, quarantined: 1 }))).toBeCloseTo(13 / 14);
 });
 
 test("shortest expected wait: the documented formula, and the policy picks its minimum", () => {
