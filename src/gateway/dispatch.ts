@@ -59,7 +59,7 @@ export function dispatchAttempt(deps: DispatchDeps, handle: RequestHandle, input
     sendBack({ type: "route.unavailable", code: "coordinator_unavailable", message: unavailableMessages.coordinator_unavailable() });
   const choice = choose(deps, handle, input);
   if (choice.ok) return dispatchTo(deps, handle, input, dispatch, choice);
-  if (choice.code === "coordinator_unavailable" && deps.routing) {
+  if (choice.code === "coordinator_unavailable" && deps.routing && worthWaiting(deps, model, input.excludedProviders)) {
     const queue = deps.routing.queue;
     const queued = queue.enqueue({
       model,
@@ -79,6 +79,14 @@ export function dispatchAttempt(deps: DispatchDeps, handle: RequestHandle, input
     deps.routing.counters.queue.full++;
   }
   sendBack({ type: "route.unavailable", code: choice.code, message: unavailableMessages[choice.code](model) });
+}
+
+/** Whether a slot may free for this request: a provider it has not tried serves the model and is awake. */
+function worthWaiting(deps: DispatchDeps, model: string, excluded: readonly string[]): boolean {
+  for (const v of routableViews(deps, model)) {
+    if (v.warmModels.includes(model) && !excluded.includes(v.providerId) && (v.state === "ready" || v.state === "busy")) return true;
+  }
+  return false;
 }
 
 function choose(deps: DispatchDeps, handle: RequestHandle, input: DispatchInput): RouteChoice {
