@@ -11,6 +11,7 @@ import type { RequestHandle } from "./requestHandle.ts";
 import { chooseProvider, type ProviderView, type RouteChoice } from "./routing.ts";
 import type { RoutingState } from "./routingState.ts";
 import type { Settlements } from "./settlements.ts";
+import { adoptHedge, armHedge } from "./hedgedAttempt.ts";
 
 export interface DispatchDeps {
   registry: Registry;
@@ -35,7 +36,7 @@ export const unavailableMessages = {
  * Sessions that may serve `model`: when the catalog knows the model, only those advertising its
  * hash and not caught measuring another one on this session (docs/catalog.md).
  */
-function routableViews(deps: DispatchDeps, model: string): Iterable<ProviderView> {
+export function routableViews(deps: DispatchDeps, model: string): Iterable<ProviderView> {
   const { registry } = deps;
   const views = registry.providerViews();
   const expected = deps.settlements.expectedHash(model);
@@ -55,6 +56,12 @@ function routableViews(deps: DispatchDeps, model: string): Iterable<ProviderView
 export function dispatchAttempt(deps: DispatchDeps, handle: RequestHandle, input: DispatchInput, dispatch: { stopped: boolean }): void {
   const sendBack = (event: RequestEvent) => handle.actor.send(event);
   const model = handle.chat.model;
+  // The attempt failed while its hedge runs: the hedge becomes the attempt (docs/routing.md, Hedging).
+  const adopted = deps.routing ? adoptHedge(deps, handle) : null;
+  if (adopted) {
+    sendBack({ type: "route.dispatched", attempt: { attemptN: adopted.attemptN, sessionId: adopted.sessionId, providerId: adopted.providerId } });
+    return;
+  }
   const unavailable = () =>
     sendBack({ type: "route.unavailable", code: "coordinator_unavailable", message: unavailableMessages.coordinator_unavailable() });
   const choice = choose(deps, handle, input);
@@ -161,9 +168,10 @@ function dispatchTo(deps: DispatchDeps, handle: RequestHandle, input: DispatchIn
     const lost = !registry.attempts.has(key);
     if (!lost) session.send(job);
     handle.timing.waitingSince = deps.clock();
-    handle.sent = { key, providerId: choice.provider.providerId, at: deps.clock(), firstByte: false };
+    handle.sent = { key, attemptN: input.attemptN, providerId: choice.provider.providerId, sessionId: session.sessionId, at: deps.clock(), firstByte: false, meter };
     const routing = deps.routing;
     if (routing) {
+      if (!lost) armHedge(deps, handle, handle.sent);
       routing.dispatched(choice.provider.providerId, chat.model);
       // Sticky lookups count once a request, at its first dispatch.
       if (handle.sticky && input.attemptN === 0) routing.counters.sticky[choice.sticky ? "hit" : "miss"]++;

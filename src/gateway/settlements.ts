@@ -68,7 +68,7 @@ export function createSettlements(deps: SettlementDeps) {
       const att = open.get(key);
       if (!att) return;
       open.delete(key);
-      writeOutcome(parts, att, label, context.reason);
+      writeOutcome(parts, att, label, label === "zero_settled" && att.hedgeLost ? "hedge_lost" : context.reason);
     },
   });
 
@@ -158,6 +158,11 @@ export function createSettlements(deps: SettlementDeps) {
     relayerFor: (requestId: string, attemptN: number) => relayerFor(open, requestId, attemptN),
     discarded: (requestId: string, attemptN: number) => discarded(open, requestId, attemptN),
     cancelSent: (requestId: string, attemptN: number, reason: "buyer_cancel" | "gateway_timeout") => cancelSent(open, requestId, attemptN, reason),
+    /** The attempt lost a hedge race: it delivered nothing, and its provider is told why. */
+    hedgeLost: (requestId: string, attemptN: number) => {
+      const att = open.get(attemptKey(requestId, attemptN));
+      if (att) att.hedgeLost = true;
+    },
     endReceived: (providerId: string, frame: Parameters<typeof endReceived>[2]) => endReceived(parts, providerId, frame),
     released: (requestId: string, attemptN: number) => released(parts, requestId, attemptN),
     receiptArrived: (providerId: string, requestId: string, attemptN: number, envelope: string) =>
