@@ -49,7 +49,7 @@ test("a silent first attempt is hedged; the hedge wins, the first is cancelled a
   expect(b.lastJob()).toMatchObject({ request_id: requestId, attempt_n: 128 });
   const cancel = await a.attempt(requestId, 0).cancelled();
   expect(cancel).toMatchObject({ reason: "gateway_timeout", delivered_output_bytes: 0 });
-  a.attempt(requestId, 0).end({ terminal_state: "gateway_timeout", boundBytes: 0 });
+  a.attempt(requestId, 0).end({ terminal_state: "gateway_timeout", receipt: { terminal_state: "gateway_timeout", boundBytes: 0 } });
   expect(await a.waitForSettled(requestId, 0)).toMatchObject({ label: "zero_settled", reason: "hedge_lost", provider_credits: 0 });
   const settlements = gw.gateway.store.listSettlements({ request_id: requestId });
   expect(settlements.find((s) => s.attempt_n === 0)).toMatchObject({ label: "zero_settled", reason: "hedge_lost", debit_credits: 0 });
@@ -75,7 +75,7 @@ test("when the first attempt delivers first, the hedge is cancelled and loses", 
   const requestId = a.lastJob().request_id;
   expect(b.lastJob()).toMatchObject({ request_id: requestId, attempt_n: 128 });
   expect(await b.attempt(requestId, 128).cancelled()).toMatchObject({ reason: "gateway_timeout" });
-  b.attempt(requestId, 128).end({ terminal_state: "gateway_timeout", boundBytes: 0 });
+  b.attempt(requestId, 128).end({ terminal_state: "gateway_timeout", receipt: { terminal_state: "gateway_timeout", boundBytes: 0 } });
   expect(await b.waitForSettled(requestId, 128)).toMatchObject({ label: "zero_settled", reason: "hedge_lost" });
   expect(await (await fetch(`${gw.url}/metrics`)).text()).toContain('gateway_hedges_total{result="lost"} 1');
 });
