@@ -1,0 +1,230 @@
+// The four actor machines as diagrams: each statechart's definition (actors/*.ts) turned into a graph of
+// states and transitions, laid out by ELK (elkjs, layered) — nothing placed by hand. Computed once per
+// process on first use and served to the console as JSON with absolute coordinates.
+import ELK from "elkjs/lib/elk.bundled.js";
+import type { AnyStateMachine } from "xstate";
+import { gatewayMachine } from "../../actors/gateway.ts";
+import { providerSessionMachine } from "../../actors/providerSession.ts";
+import { requestMachine } from "../../actors/request.ts";
+import { settlementMachine } from "../../actors/settlement.ts";
+
+export const MACHINES = {
+  gateway: gatewayMachine,
+  providerSession: providerSessionMachine,
+  request: requestMachine,
+  settlement: settlementMachine,
+} as const satisfies Record<string, AnyStateMachine>;
+export type MachineName = keyof typeof MACHINES;
+
+type StateNode = AnyStateMachine["root"];
+
+export interface ChartNode {
+  /** The state's id (`request.awaitingFirstByte`); the pseudo-nodes end in `#initial` / `#any`. */
+  id: string;
+  label: string;
+  kind: "atomic" | "compound" | "final" | "transient" | "initial" | "any";
+  /** Lines shown inside the node: entry actions, invoked children, delays, targetless transitions. */
+  notes: string[];
+  x: number;
+  y: number;
+  width: number;
+  height: number;
+}
+
+export interface ChartEdge {
+  id: string;
+  source: string;
+  target: string;
+  label: string;
+  /** The polyline, absolute. */
+  points: { x: number; y: number }[];
+  labelAt: { x: number; y: number } | null;
+}
+
+export interface Chart {
+  name: MachineName;
+  width: number;
+  height: number;
+  nodes: ChartNode[];
+  edges: ChartEdge[];
+}
+
+const CHAR_W = 7;
+const LINE_H = 14;
+const NOTE_H = 12;
+
+/** `xstate.after.firstByteTimeout.request.awaitingFirstByte` → `after firstByteTimeout`. */
+function eventLabel(eventType: string): string {
+  const after = /^xstate\.after\.([^.]+)\./.exec(eventType);
+  if (after) return `after ${after[1]}`;
+  const done = /^xstate\.done\.actor\.(.+)$/.exec(eventType);
+  if (done) return `done ${done[1]}`;
+  const error = /^xstate\.error\.actor\.(.+)$/.exec(eventType);
+  if (error) return `error ${error[1]}`;
+  return eventType === "" ? "always" : eventType;
+}
+
+function guardName(guard: unknown): string | null {
+  if (!guard) return null;
+  if (typeof guard === "string") return guard;
+  if (typeof guard === "object" && "type" in (guard as object)) return String((guard as { type: unknown }).type);
+  return "guard";
+}
+
+function actionNames(actions: readonly unknown[] | undefined): string[] {
+  return (actions ?? [])
+    .map((a) => (typeof a === "string" ? a : typeof a === "object" && a && "type" in a ? String((a as { type: unknown }).type) : null))
+    .filter((a): a is string => a !== null && !a.startsWith("xstate."));
+}
+
+interface Graph {
+  nodes: Map<string, Omit<ChartNode, "x" | "y" | "width" | "height"> & { parent: string | null }>;
+  edges: { id: string; source: string; target: string; label: string }[];
+}
+
+/** The machine's states and transitions as a graph (pure). */
+export function graphOf(machine: AnyStateMachine): Graph {
+  const nodes: Graph["nodes"] = new Map();
+  const edges: Graph["edges"] = [];
+  const root = machine.root;
+  const ANY = `${root.id}#any`;
+  const addEdges = (node: StateNode, source: string) => {
+    const all: [string, { target?: readonly StateNode[]; guard?: unknown; reenter?: boolean }[]][] = [...node.transitions.entries()];
+    if (node.always?.length) all.push(["", node.always]);
+    for (const [eventType, list] of all) {
+      list.forEach((t, i) => {
+        const guard = guardName(t.guard);
+        const label = eventLabel(eventType) + (guard ? ` [${guard}]` : "");
+        if (!t.target?.length) {
+          // Targetless: the state handles the event without leaving (listed inside the node).
+          nodes.get(source)?.notes.push(`↺ ${label}`);
+          return;
+        }
+        for (const target of t.target) edges.push({ id: `${source}|${eventType}|${i}|${target.id}`, source, target: target.id, label });
+      });
+    }
+  };
+  const visit = (node: StateNode, parent: string | null) => {
+    const kind: ChartNode["kind"] =
+      node.type === "final" ? "final" : node.type === "compound" || node.type === "parallel" ? "compound" : node.always?.length ? "transient" : "atomic";
+    const notes = [
+      ...actionNames(node.entry as unknown[]).map((a) => `entry / ${a}`),
+      ...node.invoke.map((inv) => `invoke ${typeof inv.src === "string" ? inv.src : inv.id}`),
+      ...actionNames(node.exit as unknown[]).map((a) => `exit / ${a}`),
+    ];
+    nodes.set(node.id, { id: node.id, label: node.key, kind, notes, parent });
+    if (node.type === "compound" && node.initial?.target?.length) {
+      const init = `${node.id}#initial`;
+      nodes.set(init, { id: init, label: "", kind: "initial", notes: [], parent: node.id });
+      edges.push({ id: `${init}|${node.initial.target[0]!.id}`, source: init, target: node.initial.target[0]!.id, label: "" });
+    }
+    for (const child of Object.values(node.states)) visit(child, node.id);
+  };
+  // The root itself is the canvas: its initial state gets a start dot, its own transitions start at "any state".
+  for (const child of Object.values(root.states)) visit(child, null);
+  const init = `${root.id}#initial`;
+  nodes.set(init, { id: init, label: "", kind: "initial", notes: [], parent: null });
+  if (root.initial?.target?.length) edges.push({ id: `${init}|start`, source: init, target: root.initial.target[0]!.id, label: "" });
+  for (const child of nodes.values()) {
+    const state = child.kind === "initial" ? null : machine.getStateNodeById(child.id);
+    if (state) addEdges(state, child.id);
+  }
+  const rootNotes = actionNames(root.entry as unknown[]).map((a) => `entry / ${a}`);
+  const hasRootTransitions = root.transitions.size > 0;
+  if (hasRootTransitions) {
+    nodes.set(ANY, { id: ANY, label: "any state", kind: "any", notes: rootNotes, parent: null });
+    addEdges(root, ANY);
+  }
+  return { nodes, edges };
+}
+
+function sizeOf(node: { label: string; notes: string[]; kind: ChartNode["kind"] }): { width: number; height: number } {
+  if (node.kind === "initial") return { width: 12, height: 12 };
+  const longest = Math.max(node.label.length * (CHAR_W + 1), ...node.notes.map((n) => n.length * (CHAR_W - 1)));
+  // Room for the live count badge on the right.
+  return { width: Math.max(90, longest + 56), height: 30 + node.notes.length * NOTE_H };
+}
+
+interface ElkOut {
+  id: string;
+  x?: number;
+  y?: number;
+  width?: number;
+  height?: number;
+  children?: ElkOut[];
+  edges?: { id: string; container?: string; sections?: { startPoint: { x: number; y: number }; endPoint: { x: number; y: number }; bendPoints?: { x: number; y: number }[] }[]; labels?: { x?: number; y?: number; width?: number; height?: number }[] }[];
+}
+
+/** Lays the machine out with ELK's layered algorithm; coordinates are absolute in the returned chart. */
+export async function layoutChart(name: MachineName): Promise<Chart> {
+  const { nodes, edges } = graphOf(MACHINES[name]);
+  const elkNode = (id: string): ElkOut & { layoutOptions?: Record<string, string>; labels?: unknown[] } => {
+    const n = nodes.get(id)!;
+    const children = [...nodes.values()].filter((c) => c.parent === id).map((c) => elkNode(c.id));
+    if (children.length === 0) return { id, ...sizeOf(n) };
+    return {
+      id,
+      children,
+      layoutOptions: { "elk.padding": `[top=${34 + n.notes.length * NOTE_H},left=14,bottom=14,right=14]` },
+    };
+  };
+  const graph = {
+    id: "root",
+    layoutOptions: {
+      "elk.algorithm": "layered",
+      "elk.direction": "RIGHT",
+      "elk.hierarchyHandling": "INCLUDE_CHILDREN",
+      "elk.edgeRouting": "ORTHOGONAL",
+      "elk.layered.spacing.nodeNodeBetweenLayers": "56",
+      "elk.spacing.nodeNode": "26",
+      "elk.spacing.edgeLabel": "4",
+      "elk.edgeLabels.placement": "CENTER",
+    },
+    children: [...nodes.values()].filter((n) => n.parent === null).map((n) => elkNode(n.id)),
+    edges: edges.map((e) => ({
+      id: e.id,
+      sources: [e.source],
+      targets: [e.target],
+      labels: e.label ? [{ text: e.label, width: e.label.length * 6 + 6, height: 13 }] : [],
+    })),
+  };
+  const elk = new ELK();
+  const out = (await elk.layout(graph as never)) as unknown as ElkOut;
+  // ELK gives each node's position relative to its parent, and each edge's relative to its container.
+  const offset = new Map<string, { x: number; y: number }>([["root", { x: 0, y: 0 }]]);
+  const placed: ChartNode[] = [];
+  const walk = (n: ElkOut, at: { x: number; y: number }) => {
+    for (const c of n.children ?? []) {
+      const abs = { x: at.x + (c.x ?? 0), y: at.y + (c.y ?? 0) };
+      offset.set(c.id, abs);
+      const meta = nodes.get(c.id)!;
+      placed.push({ id: c.id, label: meta.label, kind: meta.kind, notes: meta.notes, x: abs.x, y: abs.y, width: c.width ?? 0, height: c.height ?? 0 });
+      walk(c, abs);
+    }
+  };
+  walk(out, { x: 0, y: 0 });
+  const byId = new Map(edges.map((e) => [e.id, e]));
+  const laidEdges: ChartEdge[] = [];
+  const collect = (n: ElkOut) => {
+    for (const e of n.edges ?? []) {
+      const meta = byId.get(e.id)!;
+      const o = offset.get(e.container ?? n.id) ?? { x: 0, y: 0 };
+      const s = e.sections?.[0];
+      if (!s) continue;
+      const points = [s.startPoint, ...(s.bendPoints ?? []), s.endPoint].map((p) => ({ x: p.x + o.x, y: p.y + o.y }));
+      const l = e.labels?.[0];
+      const labelAt = l && l.x !== undefined ? { x: l.x + o.x, y: (l.y ?? 0) + o.y } : null;
+      laidEdges.push({ id: e.id, source: meta.source, target: meta.target, label: meta.label, points, labelAt });
+    }
+    for (const c of n.children ?? []) collect(c);
+  };
+  collect(out);
+  return { name, width: out.width ?? 0, height: out.height ?? 0, nodes: placed, edges: laidEdges };
+}
+
+let charts: Promise<Chart[]> | null = null;
+/** The four charts, laid out once. */
+export function machineCharts(): Promise<Chart[]> {
+  charts ??= Promise.all((Object.keys(MACHINES) as MachineName[]).map(layoutChart));
+  return charts;
+}
