@@ -49,7 +49,8 @@ export interface RequestSummary {
 export interface MetricsPort {
   httpResponse(route: string, status: number): void;
   requestCompleted(summary: RequestSummary): void;
-  attemptFinished(outcome: AttemptOutcome): void;
+  /** `providerId`: whose attempt it was (the console counts recent failures per provider). */
+  attemptFinished(outcome: AttemptOutcome, providerId?: string): void;
   /** A new attempt was dispatched after `after` ended the previous one before the first byte. */
   failover(after: AttemptOutcome): void;
   settlementLabelled(label: SettlementLabel): void;

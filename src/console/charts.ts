@@ -1,7 +1,6 @@
 // The four actor machines as diagrams: each statechart's definition (actors/*.ts) turned into a graph of
-// states and transitions, laid out by ELK (elkjs, layered) — nothing placed by hand. Computed once per
-// process on first use and served to the console as JSON with absolute coordinates.
-import ELK from "elkjs/lib/elk.bundled.js";
+// states and transitions for ELK (elkjs, layered), which lays it out in the console's page — nothing is
+// placed by hand.
 import type { AnyStateMachine } from "xstate";
 import { gatewayMachine } from "../../actors/gateway.ts";
 import { providerSessionMachine } from "../../actors/providerSession.ts";
@@ -23,30 +22,8 @@ export interface ChartNode {
   id: string;
   label: string;
   kind: "atomic" | "compound" | "final" | "transient" | "initial" | "any";
-  /** Lines shown inside the node: entry actions, invoked children, delays, targetless transitions. */
+  /** Lines shown inside the node: entry actions, invoked children, exit actions, targetless transitions. */
   notes: string[];
-  x: number;
-  y: number;
-  width: number;
-  height: number;
-}
-
-export interface ChartEdge {
-  id: string;
-  source: string;
-  target: string;
-  label: string;
-  /** The polyline, absolute. */
-  points: { x: number; y: number }[];
-  labelAt: { x: number; y: number } | null;
-}
-
-export interface Chart {
-  name: MachineName;
-  width: number;
-  height: number;
-  nodes: ChartNode[];
-  edges: ChartEdge[];
 }
 
 const CHAR_W = 7;
@@ -78,7 +55,7 @@ function actionNames(actions: readonly unknown[] | undefined): string[] {
 }
 
 interface Graph {
-  nodes: Map<string, Omit<ChartNode, "x" | "y" | "width" | "height"> & { parent: string | null }>;
+  nodes: Map<string, ChartNode & { parent: string | null }>;
   edges: { id: string; source: string; target: string; label: string }[];
 }
 
@@ -145,86 +122,55 @@ function sizeOf(node: { label: string; notes: string[]; kind: ChartNode["kind"] 
   return { width: Math.max(90, longest + 56), height: 30 + node.notes.length * NOTE_H };
 }
 
-interface ElkOut {
-  id: string;
-  x?: number;
-  y?: number;
-  width?: number;
-  height?: number;
-  children?: ElkOut[];
-  edges?: { id: string; container?: string; sections?: { startPoint: { x: number; y: number }; endPoint: { x: number; y: number }; bendPoints?: { x: number; y: number }[] }[]; labels?: { x?: number; y?: number; width?: number; height?: number }[] }[];
+/** One machine as ELK's input graph (sizes and layout options set, no positions) and what each node is. */
+export interface ChartInput {
+  name: MachineName;
+  graph: { id: string; layoutOptions: Record<string, string>; children: unknown[]; edges: unknown[] };
+  nodes: Record<string, { label: string; kind: ChartNode["kind"]; notes: string[] }>;
+  edges: Record<string, { source: string; target: string; label: string }>;
 }
 
-/** Lays the machine out with ELK's layered algorithm; coordinates are absolute in the returned chart. */
-export async function layoutChart(name: MachineName): Promise<Chart> {
+/** ELK's layered algorithm, left to right, compound states as nested graphs. */
+const LAYOUT = {
+  "elk.algorithm": "layered",
+  "elk.direction": "RIGHT",
+  "elk.hierarchyHandling": "INCLUDE_CHILDREN",
+  "elk.edgeRouting": "ORTHOGONAL",
+  "elk.layered.spacing.nodeNodeBetweenLayers": "48",
+  "elk.spacing.nodeNode": "22",
+  "elk.spacing.edgeLabel": "3",
+  "elk.edgeLabels.placement": "CENTER",
+};
+
+/**
+ * The machine as ELK's input. The browser runs the layout (elkjs, served with the console): ELK's
+ * runtime keeps a process awake once loaded, which the gateway itself must not be.
+ */
+export function chartInput(name: MachineName): ChartInput {
   const { nodes, edges } = graphOf(MACHINES[name]);
-  const elkNode = (id: string): ElkOut & { layoutOptions?: Record<string, string>; labels?: unknown[] } => {
+  const elkNode = (id: string): Record<string, unknown> => {
     const n = nodes.get(id)!;
     const children = [...nodes.values()].filter((c) => c.parent === id).map((c) => elkNode(c.id));
     if (children.length === 0) return { id, ...sizeOf(n) };
-    return {
-      id,
-      children,
-      layoutOptions: { "elk.padding": `[top=${34 + n.notes.length * NOTE_H},left=14,bottom=14,right=14]` },
-    };
+    return { id, children, layoutOptions: { "elk.padding": `[top=${34 + n.notes.length * NOTE_H},left=14,bottom=14,right=14]` } };
   };
-  const graph = {
-    id: "root",
-    layoutOptions: {
-      "elk.algorithm": "layered",
-      "elk.direction": "RIGHT",
-      "elk.hierarchyHandling": "INCLUDE_CHILDREN",
-      "elk.edgeRouting": "ORTHOGONAL",
-      "elk.layered.spacing.nodeNodeBetweenLayers": "56",
-      "elk.spacing.nodeNode": "26",
-      "elk.spacing.edgeLabel": "4",
-      "elk.edgeLabels.placement": "CENTER",
+  return {
+    name,
+    graph: {
+      id: "root",
+      layoutOptions: LAYOUT,
+      children: [...nodes.values()].filter((n) => n.parent === null).map((n) => elkNode(n.id)),
+      edges: edges.map((e) => ({
+        id: e.id,
+        sources: [e.source],
+        targets: [e.target],
+        labels: e.label ? [{ text: e.label, width: e.label.length * 6 + 6, height: 13 }] : [],
+      })),
     },
-    children: [...nodes.values()].filter((n) => n.parent === null).map((n) => elkNode(n.id)),
-    edges: edges.map((e) => ({
-      id: e.id,
-      sources: [e.source],
-      targets: [e.target],
-      labels: e.label ? [{ text: e.label, width: e.label.length * 6 + 6, height: 13 }] : [],
-    })),
+    nodes: Object.fromEntries([...nodes.values()].map((n) => [n.id, { label: n.label, kind: n.kind, notes: n.notes }])),
+    edges: Object.fromEntries(edges.map((e) => [e.id, { source: e.source, target: e.target, label: e.label }])),
   };
-  const elk = new ELK();
-  const out = (await elk.layout(graph as never)) as unknown as ElkOut;
-  // ELK gives each node's position relative to its parent, and each edge's relative to its container.
-  const offset = new Map<string, { x: number; y: number }>([["root", { x: 0, y: 0 }]]);
-  const placed: ChartNode[] = [];
-  const walk = (n: ElkOut, at: { x: number; y: number }) => {
-    for (const c of n.children ?? []) {
-      const abs = { x: at.x + (c.x ?? 0), y: at.y + (c.y ?? 0) };
-      offset.set(c.id, abs);
-      const meta = nodes.get(c.id)!;
-      placed.push({ id: c.id, label: meta.label, kind: meta.kind, notes: meta.notes, x: abs.x, y: abs.y, width: c.width ?? 0, height: c.height ?? 0 });
-      walk(c, abs);
-    }
-  };
-  walk(out, { x: 0, y: 0 });
-  const byId = new Map(edges.map((e) => [e.id, e]));
-  const laidEdges: ChartEdge[] = [];
-  const collect = (n: ElkOut) => {
-    for (const e of n.edges ?? []) {
-      const meta = byId.get(e.id)!;
-      const o = offset.get(e.container ?? n.id) ?? { x: 0, y: 0 };
-      const s = e.sections?.[0];
-      if (!s) continue;
-      const points = [s.startPoint, ...(s.bendPoints ?? []), s.endPoint].map((p) => ({ x: p.x + o.x, y: p.y + o.y }));
-      const l = e.labels?.[0];
-      const labelAt = l && l.x !== undefined ? { x: l.x + o.x, y: (l.y ?? 0) + o.y } : null;
-      laidEdges.push({ id: e.id, source: meta.source, target: meta.target, label: meta.label, points, labelAt });
-    }
-    for (const c of n.children ?? []) collect(c);
-  };
-  collect(out);
-  return { name, width: out.width ?? 0, height: out.height ?? 0, nodes: placed, edges: laidEdges };
 }
 
-let charts: Promise<Chart[]> | null = null;
-/** The four charts, laid out once. */
-export function machineCharts(): Promise<Chart[]> {
-  charts ??= Promise.all((Object.keys(MACHINES) as MachineName[]).map(layoutChart));
-  return charts;
-}
+/** The four machines' layout inputs. */
+export const machineCharts = (): ChartInput[] => (Object.keys(MACHINES) as MachineName[]).map(chartInput);

@@ -378,7 +378,7 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
           stopWaiting(handle.timing, clock());
           handle.timing.lastAttemptOutcome = outcome;
         }
-        metrics.attemptFinished(outcome);
+        metrics.attemptFinished(outcome, context.current!.providerId);
       },
     },
     {
@@ -470,7 +470,12 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
     log.info("request_completed", requestLogFields(summary));
   }
 
-  return { start, liveRequests: () => handles.size };
+  /** The live request actors by request id (the operator console counts and follows them). */
+  function* actors(): Generator<[string, RequestHandle["actor"]]> {
+    for (const [id, handle] of handles) yield [id, handle.actor];
+  }
+
+  return { start, liveRequests: () => handles.size, actors };
 }
 
 export type RequestRunner = ReturnType<typeof createRequestRunner>;
