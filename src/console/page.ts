@@ -5,8 +5,8 @@
 import uplotJs from "../../node_modules/uplot/dist/uPlot.iife.min.js" with { type: "file" };
 // @ts-expect-error -- a stylesheet imported as a file path
 import uplotCss from "../../node_modules/uplot/dist/uPlot.min.css" with { type: "file" };
-// @ts-expect-error -- a plain JavaScript asset imported as a file path, not as a module
-import elkJs from "../../node_modules/elkjs/lib/elk.bundled.js" with { type: "file" };
+// (typed by elkjs as the module; with `type: "file"` the import is the file's path)
+import elkBundle from "../../node_modules/elkjs/lib/elk.bundled.js" with { type: "file" };
 // @ts-expect-error -- a plain JavaScript asset imported as a file path, not as a module
 import elkWorkerJs from "../../node_modules/elkjs/lib/elk-worker.min.js" with { type: "file" };
 // @ts-expect-error -- a plain JavaScript asset imported as a file path, not as a module
@@ -17,7 +17,7 @@ import consoleCss from "./assets/console.css" with { type: "file" };
 export const ASSETS: Record<string, { file: string; type: string }> = {
   "uPlot.js": { file: uplotJs, type: "text/javascript; charset=utf-8" },
   "uPlot.css": { file: uplotCss, type: "text/css; charset=utf-8" },
-  "elk.js": { file: elkJs, type: "text/javascript; charset=utf-8" },
+  "elk.js": { file: elkBundle as unknown as string, type: "text/javascript; charset=utf-8" },
   "elk-worker.js": { file: elkWorkerJs, type: "text/javascript; charset=utf-8" },
   "console.js": { file: consoleJs, type: "text/javascript; charset=utf-8" },
   "console.css": { file: consoleCss, type: "text/css; charset=utf-8" },
