@@ -136,9 +136,12 @@ const LAYOUT = {
   "elk.direction": "RIGHT",
   "elk.hierarchyHandling": "INCLUDE_CHILDREN",
   "elk.edgeRouting": "ORTHOGONAL",
-  "elk.layered.spacing.nodeNodeBetweenLayers": "48",
-  "elk.spacing.nodeNode": "22",
-  "elk.spacing.edgeLabel": "3",
+  "elk.layered.spacing.nodeNodeBetweenLayers": "24",
+  "elk.layered.spacing.edgeNodeBetweenLayers": "8",
+  "elk.layered.spacing.edgeEdgeBetweenLayers": "6",
+  "elk.spacing.edgeEdge": "6",
+  "elk.spacing.nodeNode": "20",
+  "elk.spacing.edgeLabel": "1",
   "elk.edgeLabels.placement": "CENTER",
 };
 

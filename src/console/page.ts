@@ -27,7 +27,7 @@ const escape = (text: string) => text.replace(/[&<>"']/g, (c) => `&#${c.charCode
 
 const head = (title: string) => `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${title}</title><link rel="stylesheet" href="/console/assets/uPlot.css"><link rel="stylesheet" href="/console/assets/console.css"></head>`;
+<title>${title}</title><link rel="icon" href="data:,"><link rel="stylesheet" href="/console/assets/uPlot.css"><link rel="stylesheet" href="/console/assets/console.css"></head>`;
 
 /** The console itself; the page's data arrives over /console/api/stream. `csrf`: the session's token ("" for Bearer). */
 export function pageHtml(csrf: string): string {

@@ -33,7 +33,8 @@ export interface ConsoleDeps {
 const SECURITY_HEADERS = {
   "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
   "x-content-type-options": "nosniff",
-  "referrer-policy": "no-referrer",
+  // same-origin, not no-referrer: with no-referrer, Chromium sends `Origin: null` on the login form's POST.
+  "referrer-policy": "same-origin",
   "cache-control": "no-store",
 };
 

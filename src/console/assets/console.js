@@ -74,6 +74,8 @@
   function drawMachine(chart) {
     const pad = 8;
     const root = svg("svg", { viewBox: `${-pad} ${-pad} ${chart.width + 2 * pad} ${chart.height + 2 * pad}`, class: "chart", role: "img", "aria-label": `${chart.name} statechart` });
+    // Fit to the card, but never below 80 % (text stays readable): wider charts scroll sideways.
+    root.style.minWidth = `${Math.round((chart.width + 2 * pad) * 0.8)}px`;
     const defs = svg("defs");
     const marker = svg("marker", { id: `arrow-${chart.name}`, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
     marker.append(svg("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrowhead" }));
@@ -111,7 +113,9 @@
           e.stopPropagation();
           openActor(chart.name, n.id);
         });
-        g.append(svg("title")).textContent = `${n.id} — click to follow one actor in this state`;
+        const title = svg("title");
+        title.textContent = `${n.id} — click to follow one actor in this state`;
+        g.append(title);
       }
       nodesByState.set(n.id, g);
       root.append(g);
@@ -344,7 +348,8 @@
     const res = await fetch("/console/api/machines", { credentials: "same-origin" });
     if (res.status === 401) return location.reload();
     const inputs = await res.json();
-    const elk = new ELK({ workerUrl: "/console/assets/elk-worker.js" });
+    // The layout runs in a Web Worker (the page's own origin), so a big chart never blocks the page.
+    const elk = new ELK({ workerFactory: () => new Worker("/console/assets/elk-worker.js") });
     for (const input of inputs) drawMachine(await layout(input, elk));
     elk.terminateWorker();
     makePlots();
