@@ -21,7 +21,7 @@ describe.skipIf(!hasChromium)(`operator console in headless Chromium (needs ${CH
   let browser: Browser;
 
   beforeAll(async () => {
-    gw = await startTestGateway({ consoleToken: TOKEN });
+    gw = await startTestGateway({ consoleToken: TOKEN, freeConcurrentRequests: 16 });
     providers.push(spawnProvider(gw, { id: "alpha-gpu", models: ["test-model", "llama-3-8b"], tokensPerSecond: 40, maxConcurrency: 4 }));
     providers.push(spawnProvider(gw, { id: "beta-gpu", models: ["test-model"], tokensPerSecond: 40, maxConcurrency: 4 }));
     await waitForReadyProviders(gw, 2);
@@ -69,7 +69,7 @@ describe.skipIf(!hasChromium)(`operator console in headless Chromium (needs ${CH
       let i = 0;
       while (running) {
         await Promise.all(
-          Array.from({ length: 4 }, () =>
+          Array.from({ length: 3 }, () =>
             fetch(`${gw.baseURL}/chat/completions`, {
               method: "POST",
               headers: { authorization: `Bearer ${gw.apiKey}`, "content-type": "application/json" },
@@ -95,9 +95,12 @@ describe.skipIf(!hasChromium)(`operator console in headless Chromium (needs ${CH
     expect(await page.textContent("#actor h2")).toContain("providerSession");
 
     mkdirSync(OUTPUT, { recursive: true });
+    const actorShot = join(OUTPUT, "console-actor.png");
+    await page.screenshot({ path: actorShot });
+    await page.click("#actor .close");
     const shot = join(OUTPUT, "console.png");
     await page.screenshot({ path: shot, fullPage: true });
-    console.log(`console screenshot: ${shot}`);
+    console.log(`console screenshots: ${shot}, ${actorShot}`);
     running = false;
     await traffic;
 

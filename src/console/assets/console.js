@@ -76,6 +76,7 @@
     const root = svg("svg", { viewBox: `${-pad} ${-pad} ${chart.width + 2 * pad} ${chart.height + 2 * pad}`, class: "chart", role: "img", "aria-label": `${chart.name} statechart` });
     // Fit to the card, but never below 80 % (text stays readable): wider charts scroll sideways.
     root.style.minWidth = `${Math.round((chart.width + 2 * pad) * 0.8)}px`;
+    root.style.maxWidth = `${Math.round((chart.width + 2 * pad) * 1.1)}px`;
     const defs = svg("defs");
     const marker = svg("marker", { id: `arrow-${chart.name}`, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
     marker.append(svg("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrowhead" }));
