@@ -5,7 +5,8 @@
 // a console is open.
 import type { AnyActorRef, InspectionEvent } from "xstate";
 import { redactForInspector } from "../inspect.ts";
-import type { AttemptOutcome, MetricsPort, RequestSummary, SettlementLabel } from "../metrics.ts";
+import type { SettlementLabel } from "../ledger/charges.ts";
+import type { AttemptOutcome, MetricsPort, RequestSummary } from "../metrics.ts";
 import type { LedgerBalance, ProviderBinding } from "../store/index.ts";
 import type { MachineName } from "./charts.ts";
 

@@ -119,8 +119,14 @@ describe("operator console access", () => {
     expect((await act({ action: "unban", providerId })).status).toBe(200);
     expect((await act({ action: "nonsense", providerId })).status).toBe(400);
 
-    const keys = Bun.spawnSync(["bun", MAIN, "keys", "list", "--json", "--data-dir", dataDir], { stdout: "pipe" });
-    const keyId = (JSON.parse(keys.stdout.toString().trim().split("\n")[0]!) as { key_id: string }).key_id;
+    // The demo's key, listed by the CLI (which may wait out the serving process's write lock: retried).
+    let listed = "";
+    for (let i = 0; i < 5 && !listed; i++) {
+      const keys = Bun.spawn(["bun", MAIN, "keys", "list", "--json", "--data-dir", dataDir], { stdout: "pipe", stderr: "pipe" });
+      listed = (await new Response(keys.stdout).text()).trim();
+      await keys.exited;
+    }
+    const keyId = (JSON.parse(listed.split("\n")[0]!) as { key_id: string }).key_id;
     expect((await act({ action: "revokeKey", keyId })).status).toBe(200);
 
     await Bun.sleep(200); // the log writer flushes once per event-loop turn
