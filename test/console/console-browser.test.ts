@@ -24,7 +24,7 @@ describe.skipIf(!hasChromium)(`operator console in headless Chromium (needs ${CH
     gw = await startTestGateway({ consoleToken: TOKEN, freeConcurrentRequests: 16 });
     providers.push(spawnProvider(gw, { id: "alpha-gpu", models: ["test-model", "llama-3-8b"], tokensPerSecond: 40, maxConcurrency: 4 }));
     providers.push(spawnProvider(gw, { id: "beta-gpu", models: ["test-model"], tokensPerSecond: 40, maxConcurrency: 4 }));
-    await waitForReadyProviders(gw, 2);
+    await waitForReadyProviders(gw, 2, 20_000);
     browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] });
   }, 30_000);
 
@@ -54,7 +54,10 @@ describe.skipIf(!hasChromium)(`operator console in headless Chromium (needs ${CH
     await page.fill('input[name="token"]', TOKEN);
     signedIn = true;
     await Promise.all([page.waitForURL(`${gw.url}/console`), page.click('button[type="submit"]')]);
-    await page.waitForSelector('body[data-ready="true"]', { timeout: 15_000 });
+    // The four layouts run in a Web Worker: seconds on a loaded machine.
+    await page.waitForSelector('body[data-ready="true"]', { timeout: 45_000 }).catch((error) => {
+      throw new Error(`the console never got ready: ${String(error).slice(0, 200)}; page errors: ${JSON.stringify(failures)}`);
+    });
 
     // The four statecharts, each laid out by ELK in the page, with a count badge on every state.
     for (const machine of ["gateway", "providerSession", "request", "settlement"]) {
@@ -87,7 +90,6 @@ describe.skipIf(!hasChromium)(`operator console in headless Chromium (needs ${CH
     }
     expect([...seen].some((v) => Number(v) > 0)).toBe(true);
     expect(seen.size).toBeGreaterThan(1);
-    await page.waitForFunction('Number(document.querySelector(".kpi:nth-child(3) b").textContent) > 0', undefined, { timeout: 10_000 }).catch(() => {});
 
     // Follow one provider session: its state, redacted context and events.
     await page.click('[data-state="providerSession.admitted.ready"], [data-state="providerSession.admitted.busy"]');
@@ -108,5 +110,5 @@ describe.skipIf(!hasChromium)(`operator console in headless Chromium (needs ${CH
     expect(requested.length).toBeGreaterThan(5);
     expect(requested.filter((url) => !url.startsWith(origin) && !url.startsWith("data:") && !url.startsWith("blob:"))).toEqual([]);
     expect(failures).toEqual([]);
-  }, 60_000);
+  }, 120_000);
 });
