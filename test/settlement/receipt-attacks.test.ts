@@ -214,6 +214,8 @@ describe("time and finality", () => {
     attempt.sendReceipt(attempt.receipt({ values: { issued_at_unix_ms: Date.now() + 1 } }));
     attempt.sendReceipt(attempt.receipt({ values: { billable_output_tokens: TOKENS + 5 } }));
     await waitForReceiptLogged(requestId, 2);
+    // The first settled frame follows the WAL sync of its posting (docs/decisions.md, durability tiers).
+    await waitForCount(() => provider.settled.filter((s) => s.request_id === requestId).length, 1);
     expect(gw.gateway.store.getSettlement(requestId, 0)).toEqual(first);
     expect(gw.gateway.store.ledgerBalances()).toEqual(balances);
     expect(provider.settled.filter((s) => s.request_id === requestId)).toHaveLength(1);
