@@ -111,6 +111,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     providerViews: () => registry.providerViews(),
     handshakingSessions: () => registry.sessions.size - registry.admittedByProvider.size,
     ignoredFrames: () => registry.ignoredFrames,
+    ignoredReceipts: () => registry.ignoredReceipts,
     liveRequests: () => runner.liveRequests(),
     draining: () => supervisor.getSnapshot().matches("draining"),
   });
@@ -165,6 +166,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
       },
     },
     maxBodyBytes: config.maxBodyBytes,
+    requestBodyTimeoutMs: config.requestBodyTimeoutMs,
+    stream: { maxBufferedBytes: config.streamBufferBytes, stallMs: config.streamStallMs },
     requestTokenCap: config.requestTokenCap,
     settlementMode: config.settlementMode,
     accepting,
@@ -211,6 +214,9 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     handshakeTimeoutMs: config.handshakeTimeoutMs,
     catalogId: () => catalog.current()?.catalog_id ?? "",
     settlements,
+    now,
+    receiptFrames: { perSecond: config.receiptFramesPerSecond, burst: config.receiptFrameBurst },
+    maxChunkBytesPerToken: config.maxChunkBytesPerToken,
     onAdmitted: () => supervisor.send({ type: "session.admitted" }),
     onClosed: (_session, wasAdmitted) => {
       if (wasAdmitted) supervisor.send({ type: "session.closed" });

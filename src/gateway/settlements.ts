@@ -60,6 +60,9 @@ export interface OpenAttemptInput {
   promptBound: number;
 }
 
+/** What became of a receipt: stored (and judged), or only counted and why. */
+export type ReceiptArrival = "stored" | "duplicate" | "after_final" | "unknown_attempt";
+
 /** What the pipeline needs at admission to price and route a model. */
 export type ModelAdmission =
   | { ok: true; rates: { prompt_credits_per_million: number; completion_credits_per_million: number; provider_share_bps: number } }
@@ -342,24 +345,33 @@ export function createSettlements(deps: SettlementDeps) {
     store.recordAttemptEnd(att.requestId, att.attemptN, end.delivered, end.pending_deadline_at_ms, end.ended_at_ms);
   }
 
-  /** A receipt (in `end` or a late `receipt` frame) for any still-pending attempt of this provider id. */
-  function receiptArrived(providerId: string, requestId: string, attemptN: number, envelope: string): void {
+  /**
+   * A receipt (in `end` or a late `receipt` frame) for any still-pending attempt of this provider id.
+   * Only the first receipt of an open attempt is stored and judged; any other is counted by the caller
+   * (the disposition says why), never stored, so a provider cannot grow the database with them. One for
+   * an attempt that already has its final outcome is answered with that outcome's `settled` frame, so
+   * the provider's runtime can drop it instead of re-sending it on every reconnect.
+   */
+  function receiptArrived(providerId: string, requestId: string, attemptN: number, envelope: string): ReceiptArrival {
     const att = open.get(attemptKey(requestId, attemptN));
     if (!att || att.providerId !== providerId) {
       const known = store.getSettlement(requestId, attemptN);
-      const disposition = known && known.provider_id === providerId ? "after_final" : "unknown_attempt";
-      store.recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition }, deps.now());
-      return;
+      if (!known || known.provider_id !== providerId || known.label === "pending") return "unknown_attempt";
+      const final = known;
+      // Announced only once durable, like the first `settled` frame (the row may be this turn's).
+      store.afterLazyCommit((committed) => {
+        if (committed) sendSettled(providerId, final.request_id, final.attempt_n, final.label as FinalLabel, final.reason, final.provider_credits);
+      });
+      return "after_final";
     }
-    if (att.judged) {
-      store.recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition: "after_final" }, deps.now());
-      return;
-    }
+    // The first receipt decides; the attempt's `settled` frame answers the duplicates too once it settles.
+    if (att.judged || att.earlyReceipt !== null) return "duplicate";
     if (!att.delivered) {
-      att.earlyReceipt ??= envelope;
-      return;
+      att.earlyReceipt = envelope;
+      return "stored";
     }
     if (judge(att, envelope)) att.actor.send({ type: "receipt.arrived" });
+    return "stored";
   }
 
   /**
@@ -476,16 +488,13 @@ export function createSettlements(deps: SettlementDeps) {
       debit_credits: settlement.debit_credits,
       provider_credits: settlement.provider_credits,
     });
+    sendSettled(att.providerId, att.requestId, att.attemptN, label, reason, settlement.provider_credits);
+  }
+
+  function sendSettled(providerId: string, requestId: string, attemptN: number, label: FinalLabel, reason: string | null, providerCredits: number): void {
     deps.sendToProvider(
-      att.providerId,
-      encodeFrame({
-        type: "settled",
-        request_id: att.requestId,
-        attempt_n: att.attemptN,
-        label,
-        reason,
-        provider_credits: settlement.provider_credits,
-      }),
+      providerId,
+      encodeFrame({ type: "settled", request_id: requestId, attempt_n: attemptN, label, reason, provider_credits: providerCredits }),
     );
   }
 

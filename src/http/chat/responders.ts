@@ -3,7 +3,7 @@
 // that point is invisible (DESIGN §7).
 import { errorResponse, inBandErrorFrame, type GatewayError } from "../errors.ts";
 import type { ChunkFrame, ToolCallDelta } from "../../wire/frames.ts";
-import { bufferedJsonResponder, lazyEventStream, type BodyTemplate, type LazyEventStream } from "../output.ts";
+import { bufferedJsonResponder, lazyEventStream, type BodyTemplate, type LazyEventStream, type StreamFlow } from "../output.ts";
 
 export interface ChatUsage {
   prompt_tokens: number;
@@ -38,6 +38,8 @@ export interface ResponderOptions {
   record: (text: string) => void;
   /** The same for the templated content deltas. */
   recordFilled?: (template: BodyTemplate, hole: string) => void;
+  /** Backpressure bounds for the stream. */
+  flow?: StreamFlow;
   requestId: string;
 }
 
