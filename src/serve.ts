@@ -84,6 +84,8 @@ export async function runServe(argv: string[]): Promise<number> {
     inspector?.stop();
     return 1;
   }
+  // After gateway_listening, the first line: every line of the log is one JSON object of one format.
+  if (inspector) log.info("inspector_attached", { url: config.inspect!, relay: "bun run inspect:relay (docs/inspector.md)" });
   const demo: ProviderRuntime[] = [];
   if (config.demo) {
     demo.push(...(await startDemoProviders(config, gateway, log)));

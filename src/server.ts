@@ -16,6 +16,7 @@ import { errorResponse, gatewayError } from "./http/errors.ts";
 import { createLog, type Log } from "./log.ts";
 import { createPrometheusMetrics, type PrometheusMetrics } from "./metrics.ts";
 import { openStore, type Store } from "./store/index.ts";
+import { looseModes } from "./store/dataDir.ts";
 import { pollCatalog, startCatalog, type CatalogLive, type CatalogModel } from "./catalog/index.ts";
 import { buildRateCard, RateRowConfig } from "./ledger/index.ts";
 import { createSettlements, type Settlements } from "./gateway/settlements.ts";
@@ -45,6 +46,8 @@ export interface RunningGateway {
   settlements: Settlements;
   /** This gateway's own metrics (its own prom-client Registry). */
   metrics: PrometheusMetrics;
+  /** The HTTP routes mounted (method, path, hidden from the API reference or not). */
+  httpRoutes: () => { method: string; path: string; hidden: boolean }[];
   /** Stops taking requests, tells providers to drain, resolves when idle or the grace period ends. */
   drain(): Promise<void>;
   stop(): Promise<void>;
@@ -72,6 +75,9 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   const now = ports.now ?? Date.now;
   const random = ports.randomBytes ?? ((n: number) => new Uint8Array(randomBytes(n)));
   const log = ports.log ?? createLog(config.logLevel);
+  for (const loose of looseModes(config.dataDir)) {
+    log.warn("data_dir_mode_loose", { ...loose, hint: `chmod ${loose.expected.slice(1)} ${loose.path}` });
+  }
   // Group commit: the request path's ledger writes share one durable commit per event-loop turn.
   const store = openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, groupCommit: true });
   const gatewaySecret = store.getOrCreateSecret("gateway_hmac", 32);
@@ -260,6 +266,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     catalog,
     settlements,
     metrics,
+    httpRoutes: handleHttp.routes,
     async drain() {
       supervisor.send({ type: "gateway.drain", liveRequests: runner.liveRequests() });
       await stoppedPromise;

@@ -13,6 +13,8 @@ export const errorTable = {
   // metrics and logs count the request as the client's doing, not as a gateway failure.
   client_closed_request: { status: 499, type: "invalid_request_error", retryable: false },
   not_found: { status: 404, type: "not_found_error", retryable: false },
+  // A facade the operator has not enabled: the path exists in this build, but not on this gateway.
+  endpoint_disabled: { status: 404, type: "not_found_error", retryable: false },
   method_not_allowed: { status: 405, type: "invalid_request_error", retryable: false },
   model_not_available: { status: 404, type: "not_found_error", retryable: false },
   duplicate_request_id: { status: 409, type: "invalid_request_error", retryable: false },

@@ -16,6 +16,8 @@ import { createSyntheticEngine, parseSyntheticFault } from "./synthetic.ts";
 import { chatCompletionsUrl, createOpenAIEngine, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS } from "./openai/index.ts";
 import pkg from "../../package.json";
 import { stdoutAtEndOfTurn } from "../log.ts";
+import { providerLogLevel } from "./logLevels.ts";
+import { resolveUpstreamKey } from "./upstreamKey.ts";
 
 export const PROVIDER_USAGE = `usage:
   gateway provider --gateway ws(s)://HOST:PORT/v1/provider/connect --id ID --key-file F
@@ -24,7 +26,8 @@ export const PROVIDER_USAGE = `usage:
                    [--synthetic-ttft-ms N] [--synthetic-tokens-per-second N]
                    [--synthetic-fault none|decline|exit-before-first-chunk|stall|exit-after:N|error-after:N]
                    [--backoff-min-ms N] [--backoff-max-ms N] [--ping-interval-ms N] [--ping-timeout-ms N]
-                   [--upstream URL] [--upstream-key KEY] [--upstream-model SERVE_ID=NAME]...
+                   [--upstream URL] [--upstream-key-file F | env GATEWAY_UPSTREAM_KEY | --upstream-key KEY]
+                   [--upstream-model SERVE_ID=NAME]...
                    [--upstream-first-token-timeout-ms N] [--upstream-idle-timeout-ms N]
                    [--catalog-url URL] [--catalog-pubkey B64] [--catalog-refresh-ms N] [--advertise-uncatalogued]
   gateway provider keygen --key-file F
@@ -35,6 +38,8 @@ export interface CommandIo {
   stderr(line: string): void;
   /** Resolves when the runtime should stop; default: the first SIGINT or SIGTERM. */
   until?: Promise<unknown>;
+  /** Environment (GATEWAY_UPSTREAM_KEY); default process.env. */
+  env?: Record<string, string | undefined>;
 }
 
 const processIo: CommandIo = {
@@ -44,6 +49,8 @@ const processIo: CommandIo = {
 };
 
 class UsageError extends Error {}
+/** A start-up failure that is not a usage error (exit 1), e.g. an unreadable upstream key file. */
+class StartupError extends Error {}
 
 const PROVIDER_OPTIONS = {
   gateway: { type: "string" },
@@ -63,6 +70,7 @@ const PROVIDER_OPTIONS = {
   "ping-timeout-ms": { type: "string" },
   upstream: { type: "string" },
   "upstream-key": { type: "string" },
+  "upstream-key-file": { type: "string" },
   "upstream-model": { type: "string", multiple: true },
   "upstream-first-token-timeout-ms": { type: "string" },
   "upstream-idle-timeout-ms": { type: "string" },
@@ -160,7 +168,7 @@ async function resolveModels(specs: readonly ModelSpec[], maxContextTokens: numb
 }
 
 function jsonLogger(io: CommandIo): LogFn {
-  return (event, fields) => io.stdout(JSON.stringify({ ts: new Date().toISOString(), event, ...fields }));
+  return (event, fields) => io.stdout(JSON.stringify({ ts: new Date().toISOString(), level: providerLogLevel(event), event, ...fields }));
 }
 
 async function keygen(args: string[], io: CommandIo): Promise<number> {
@@ -202,6 +210,7 @@ type ProviderValues = ReturnType<typeof parse<typeof PROVIDER_OPTIONS>>["values"
 const UPSTREAM_FLAGS = [
   "upstream",
   "upstream-key",
+  "upstream-key-file",
   "upstream-model",
   "upstream-first-token-timeout-ms",
   "upstream-idle-timeout-ms",
@@ -223,7 +232,7 @@ function parseUpstreamModels(values: string[] | undefined, models: readonly Mode
   return names;
 }
 
-function buildOpenAIEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn): Engine {
+function buildOpenAIEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn, io: CommandIo): Engine {
   for (const flag of SYNTHETIC_FLAGS) {
     if (values[flag] !== undefined) throw new UsageError(`--${flag} applies to --engine synthetic only`);
   }
@@ -231,9 +240,21 @@ function buildOpenAIEngine(values: ProviderValues, models: readonly ModelEntry[]
   if (chatCompletionsUrl(upstream) === null) {
     throw new UsageError("--upstream must be an http:// or https:// URL (the server root, e.g. http://127.0.0.1:8080)");
   }
+  const upstreamKey = resolveUpstreamKey(values["upstream-key"], values["upstream-key-file"], io.env ?? process.env);
+  if (!upstreamKey.ok) {
+    if (upstreamKey.usage) throw new UsageError(upstreamKey.message);
+    throw new StartupError(upstreamKey.message);
+  }
+  if (upstreamKey.insecureFile) {
+    const file = values["upstream-key-file"]!;
+    log("upstream_key_file_insecure_mode", { key_file: file, fix: `chmod 600 ${file}` });
+  }
+  if (upstreamKey.source === "flag") {
+    log("upstream_key_on_command_line", { hint: "other local users can read --upstream-key in ps; use --upstream-key-file or GATEWAY_UPSTREAM_KEY" });
+  }
   return createOpenAIEngine({
     upstream,
-    apiKey: values["upstream-key"],
+    apiKey: upstreamKey.key,
     modelNames: parseUpstreamModels(values["upstream-model"], models),
     firstTokenTimeoutMs: numberFlag(
       values["upstream-first-token-timeout-ms"],
@@ -247,9 +268,9 @@ function buildOpenAIEngine(values: ProviderValues, models: readonly ModelEntry[]
   });
 }
 
-function buildEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn): Engine {
+function buildEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn, io: CommandIo): Engine {
   const engine = required(values.engine, "engine");
-  if (engine === "openai") return buildOpenAIEngine(values, models, log);
+  if (engine === "openai") return buildOpenAIEngine(values, models, log, io);
   if (engine !== "synthetic") {
     throw new UsageError(`--engine must be synthetic or openai, not ${JSON.stringify(engine)}`);
   }
@@ -291,7 +312,7 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
   // Engines only look at serve ids here (e.g. --upstream-model names); hashes are resolved below.
   const provisional: ModelEntry[] = specs.map((s) => ({ model_id: s.model_id, model_hash: "0".repeat(64), max_context_tokens: maxContextTokens }));
   const log = jsonLogger(io);
-  const engine = buildEngine(values, provisional, log);
+  const engine = buildEngine(values, provisional, log, io);
   const maxConcurrency = numberFlag(values["max-concurrency"], "max-concurrency", 1, 1, 1024);
   const defaultRamGb = Math.round((totalmem() / 2 ** 30) * 10) / 10;
   const ramGb = numberFlag(values["ram-gb"], "ram-gb", defaultRamGb, 0, 1e6, false);
@@ -393,6 +414,10 @@ export async function runProviderCommand(argv: string[], io: CommandIo = process
     if (argv[0] === "earnings") return await earnings(argv.slice(1), io);
     return await serve(argv, io);
   } catch (error) {
+    if (error instanceof StartupError) {
+      io.stderr(`gateway provider: ${error.message}`);
+      return 1;
+    }
     if (!(error instanceof UsageError)) throw error;
     io.stderr(`gateway provider: ${error.message}`);
     io.stderr(PROVIDER_USAGE);

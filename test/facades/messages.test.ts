@@ -283,3 +283,42 @@ describe("a provider failing after the first event", () => {
     expect(error).toBeInstanceOf(Anthropic.APIError);
   });
 });
+
+describe("request ids and count_tokens", () => {
+  test("a message carries `request-id` (what the Anthropic SDK reads) equal to x-request-id", async () => {
+    const { data: message, response } = await client.messages
+      .create({ model: "test-model", max_tokens: 5, messages: [{ role: "user", content: "hi" }] })
+      .withResponse();
+    expect(response.headers.get("request-id")).toMatch(/^req_/);
+    expect(response.headers.get("request-id")).toBe(response.headers.get("x-request-id"));
+    expect((message as unknown as { _request_id?: string })._request_id).toBe(response.headers.get("request-id")!);
+  });
+
+  test("an error carries it too: the SDK's error.requestID is set", async () => {
+    const error = await client.messages.create({ model: "test-model", max_tokens: 5, messages: [] }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Anthropic.BadRequestError);
+    expect((error as InstanceType<typeof Anthropic.BadRequestError>).requestID).toMatch(/^req_/);
+    expect((error as Error).message).toContain("'messages' must be a non-empty array");
+  });
+
+  test("messages.countTokens() answers the gateway's prompt-token bound, which the real count never exceeds", async () => {
+    const params = { model: "test-model", system: "Be brief.", messages: [{ role: "user" as const, content: prompt }] };
+    const counted = await client.messages.countTokens(params);
+    // 16 + (8 + bytes) per message, system included (docs/facades.md).
+    expect(counted.input_tokens).toBe(16 + 8 + "Be brief.".length + 8 + prompt.length);
+    const message = await client.messages.create({ ...params, max_tokens: 5 });
+    expect(message.usage.input_tokens).toBeLessThanOrEqual(counted.input_tokens);
+    const withTools = await client.messages.countTokens({ ...params, tools: [weatherTool] });
+    expect(withTools.input_tokens).toBeGreaterThan(counted.input_tokens);
+  });
+
+  test("count_tokens errors use the messages envelope", async () => {
+    const error = await client.messages.countTokens({ model: "test-model", messages: "nope" as never }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Anthropic.BadRequestError);
+    expect((error as InstanceType<typeof Anthropic.BadRequestError>).error).toMatchObject({ type: "error", error: { type: "invalid_request_error" } });
+    const unauthenticated = new Anthropic({ apiKey: "gw_wrong", baseURL: gw.url, maxRetries: 0 });
+    expect(await unauthenticated.messages.countTokens({ model: "test-model", messages: [{ role: "user", content: "x" }] }).catch((e: unknown) => e)).toBeInstanceOf(
+      Anthropic.AuthenticationError,
+    );
+  });
+});
