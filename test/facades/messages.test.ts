@@ -166,6 +166,32 @@ describe("tool use", () => {
     ]);
   });
 
+  test("tool_result.is_error reaches the provider as the tool message's content prefix", async () => {
+    const call = { type: "tool_use" as const, id: "toolu_1", name: "get_weather", input: { city: "Oslo" } };
+    const send = (is_error: boolean | undefined, content: Anthropic.ToolResultBlockParam["content"]) =>
+      client.messages
+        .create({
+          model: "test-model",
+          max_tokens: 20,
+          tools: [weatherTool],
+          messages: [
+            { role: "user", content: "Oslo?" },
+            { role: "assistant", content: [call] },
+            { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content, ...(is_error === undefined ? {} : { is_error }) }] },
+          ],
+        })
+        .withResponse();
+    const toolMessage = async (is_error: boolean | undefined, content: Anthropic.ToolResultBlockParam["content"]) => {
+      const { response } = await send(is_error, content);
+      return provider.jobOf(response.headers.get("x-request-id")!)!.messages.find((m) => m.role === "tool");
+    };
+    expect(await toolMessage(true, "city not found")).toEqual({ role: "tool", content: "Error: city not found", tool_call_id: "toolu_1" });
+    expect(await toolMessage(true, [{ type: "text", text: "time" }, { type: "text", text: "out" }])).toMatchObject({ content: "Error: timeout" });
+    expect(await toolMessage(true, undefined)).toMatchObject({ content: "Error: " });
+    expect(await toolMessage(false, "Sunny")).toMatchObject({ content: "Sunny" });
+    expect(await toolMessage(undefined, "Sunny")).toMatchObject({ content: "Sunny" });
+  });
+
   test("streamed tool use: input_json_delta events assemble the input in finalMessage()", async () => {
     const stream = client.messages.stream({ model: "test-model", max_tokens: 100, tools: [weatherTool], tool_choice: { type: "any" }, messages: [{ role: "user", content: "Oslo?" }] });
     const partials: string[] = [];

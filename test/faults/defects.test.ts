@@ -9,7 +9,7 @@ import { Database } from "bun:sqlite";
 import { connect } from "node:net";
 import { loadConfig, type GatewayConfig } from "../../src/config/index.ts";
 import { createLog } from "../../src/log.ts";
-import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "../../src/server.ts";
+import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "../../src/compositionRoot.ts";
 import { ScriptedProvider, type ScriptedAttempt } from "../support/scriptedProvider.ts";
 import { waitFor } from "../support/harness.ts";
 

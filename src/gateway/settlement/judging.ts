@@ -1,0 +1,103 @@
+// Receipts reaching an open attempt: kept until the attempt is released, judged by the pure verifier
+// (src/receipts/verify.ts) on the judging thread, and the verdict handed to the attempt's actor.
+import type { JudgedReceipt, ReceiptJudge } from "../../receipts/judge.ts";
+import type { Log } from "../../log.ts";
+import type { Store } from "../../store/index.ts";
+import type { FinalLabel } from "../../ledger/charges.ts";
+import { attemptKey } from "../registry.ts";
+import { sendSettled } from "./outcome.ts";
+import type { JudgedEnvelope, OpenAttempt, OpenAttempts } from "./attempt.ts";
+
+export interface JudgingDeps {
+  store: Store;
+  now: () => number;
+  log: Log;
+  judge: ReceiptJudge;
+  open: OpenAttempts;
+  /** Sends a frame to the provider id's live session, when it has one. */
+  sendToProvider: (providerId: string, frame: Uint8Array) => void;
+}
+
+/** What became of a receipt: stored (and judged), or only counted and why. */
+export type ReceiptArrival = "stored" | "duplicate" | "after_final" | "unknown_attempt";
+
+/**
+ * A receipt (in `end` or a late `receipt` frame) for an attempt of this provider id (from any of its
+ * sessions). Only the first receipt of an open attempt is stored: kept until release when the attempt
+ * is still live, judged otherwise. Any other is counted by the caller (the disposition says why) and
+ * never stored, so a provider cannot grow the database with them. One for an attempt that already has
+ * its final outcome is answered with that outcome's `settled` frame, so the provider's runtime drops
+ * it instead of re-sending it on every reconnect.
+ */
+export function receiptArrived(deps: JudgingDeps, providerId: string, requestId: string, attemptN: number, envelope: string): ReceiptArrival {
+  const att = deps.open.get(attemptKey(requestId, attemptN));
+  if (!att || att.providerId !== providerId) {
+    const known = deps.store.getSettlement(requestId, attemptN);
+    if (!known || known.provider_id !== providerId || known.label === "pending") return "unknown_attempt";
+    const final = known;
+    // Announced only once durable, like the first `settled` frame (the row may be this turn's).
+    deps.store.afterLazyCommit((committed) => {
+      if (committed) sendSettled(deps, providerId, final.request_id, final.attempt_n, final.label as FinalLabel, final.reason, final.provider_credits);
+    });
+    return "after_final";
+  }
+  // The first receipt decides; the attempt's `settled` frame answers the duplicates too once it settles.
+  if (att.judged || att.earlyReceipt !== null) return "duplicate";
+  if (!att.delivered) {
+    att.earlyReceipt = envelope;
+    return "stored";
+  }
+  if (judgeReceipt(deps, att, envelope)) att.actor.send({ type: "receipt.arrived" });
+  return "stored";
+}
+
+/**
+ * Judges a receipt on the judging thread (or where `deps.judge` says). Everything a duplicate receipt
+ * reads (`judged`) is fixed now; the verdict and the billable usage come with the judgement. Returns
+ * whether that is later: the caller then tells the actor (`attempt.ended` or `receipt.arrived`),
+ * which holds the pending deadline for it.
+ */
+export function judgeReceipt(deps: JudgingDeps, att: OpenAttempt, envelope: string): boolean {
+  const arrival = deps.now();
+  const arrivalId = deps.store.recordReceiptArrival(
+    { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, envelope, disposition: "judged" },
+    arrival,
+  );
+  const record: JudgedEnvelope = { envelope, arrivalId, receivedAtMs: arrival, billable: null };
+  att.judged = record;
+  return deps.judge.judge(
+    {
+      envelope,
+      sessionPublicKey: att.providerPublicKey,
+      snapshot: att.snapshot,
+      snapshotDigest: att.digest,
+      acceptedModelHash: att.acceptedHash,
+      delivered: att.delivered!,
+      promptTokenBound: att.snapshot.prompt_token_bound,
+      requestStartMs: att.snapshot.request_started_at_unix_ms,
+      arrivalMs: arrival,
+      expected: {
+        request_id: att.requestId,
+        attempt_n: att.attemptN,
+        provider_id: att.providerId,
+        account_scope: att.snapshot.account_scope,
+      },
+      pendingDeadlineMs: att.deadlineAtMs ?? undefined,
+    },
+    (result) => {
+      record.billable = result.billable;
+      verdictReached(deps, att, result.verdict);
+    },
+  );
+}
+
+/**
+ * A receipt's verdict reaches the attempt's actor — unless the attempt is no longer open: it settled
+ * meanwhile (zero_settled), or the settlements stopped, and then nothing is sent or written.
+ */
+function verdictReached(deps: JudgingDeps, att: OpenAttempt, verdict: JudgedReceipt["verdict"]): void {
+  if (verdict.label === "quarantined") {
+    deps.log.warn("receipt_quarantined", { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, reason: verdict.reason });
+  }
+  if (deps.open.get(attemptKey(att.requestId, att.attemptN)) === att) att.actor.send({ type: "receipt.judged", verdict });
+}
