@@ -76,7 +76,7 @@ describe("buyer body validation (fuzzed, real HTTP)", () => {
       }),
       runs(100),
     );
-  }, 600_000);
+  }, 3_600_000);
 
   test("random JSON and random bytes", async () => {
     await fc.assert(
@@ -85,5 +85,5 @@ describe("buyer body validation (fuzzed, real HTTP)", () => {
       }),
       runs(100),
     );
-  }, 600_000);
+  }, 3_600_000);
 });

@@ -95,7 +95,7 @@ describe("frame decoding (fuzzed)", () => {
 
   test("random bytes", () => {
     fc.assert(fc.property(fc.uint8Array({ maxLength: 300 }), (bytes) => expectContract(bytes)), runs(400));
-  }, 600_000);
+  }, 3_600_000);
 
   test("every frame type with mutated fields", () => {
     const frames = [...providerFrames, ...gatewayFrames] as unknown as Record<string, unknown>[];
@@ -112,7 +112,7 @@ describe("frame decoding (fuzzed)", () => {
       }),
       runs(400),
     );
-  }, 600_000);
+  }, 3_600_000);
 
   test("encoded frames with flipped, cut and inserted bytes", () => {
     const encoded = [...providerFrames, ...gatewayFrames].map((f) => encodeFrame(f));
@@ -134,5 +134,5 @@ describe("frame decoding (fuzzed)", () => {
       }),
       runs(400),
     );
-  }, 600_000);
+  }, 3_600_000);
 });

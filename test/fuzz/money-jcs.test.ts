@@ -35,7 +35,7 @@ describe("money rules (fuzzed)", () => {
       }),
       runs(2000),
     );
-  }, 600_000);
+  }, 3_600_000);
 
   test("more tokens never cost less; the reservation covers every reachable charge", () => {
     fc.assert(
@@ -54,7 +54,7 @@ describe("money rules (fuzzed)", () => {
       }),
       runs(2000),
     );
-  }, 600_000);
+  }, 3_600_000);
 
   test("invalid amounts are values, never exceptions", () => {
     const bad = fc.oneof(fc.double(), fc.integer({ min: -1e9, max: -1 }), fc.constantFrom(Number.NaN, Infinity, 2 ** 60, -0.5, 1.5));
@@ -68,7 +68,7 @@ describe("money rules (fuzzed)", () => {
       }),
       runs(2000),
     );
-  }, 600_000);
+  }, 3_600_000);
 });
 
 /** JSON values JCS accepts: I-JSON (no lone surrogates; numbers are doubles). */
@@ -96,7 +96,7 @@ describe("JCS (fuzzed)", () => {
       }),
       runs(2000),
     );
-  }, 600_000);
+  }, 3_600_000);
 
   test("anything else is a JcsError, never another exception", () => {
     fc.assert(
@@ -109,7 +109,7 @@ describe("JCS (fuzzed)", () => {
       }),
       runs(2000),
     );
-  }, 600_000);
+  }, 3_600_000);
 
   test("strings with any code points (lone surrogates refused)", () => {
     fc.assert(
@@ -126,5 +126,5 @@ describe("JCS (fuzzed)", () => {
       }),
       runs(2000),
     );
-  }, 600_000);
+  }, 3_600_000);
 });
