@@ -125,7 +125,11 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     providerViews: () => registry.providerViews(),
     handshakingSessions: () => registry.sessions.size - registry.admittedByProvider.size,
     ignoredFrames: () => registry.ignoredFrames,
+<<<<<<< HEAD
     routing: () => routing.metrics(),
+=======
+    ignoredReceipts: () => registry.ignoredReceipts,
+>>>>>>> main
     liveRequests: () => runner.liveRequests(),
     draining: () => supervisor.getSnapshot().matches("draining"),
   });
@@ -198,6 +202,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
       },
     },
     maxBodyBytes: config.maxBodyBytes,
+    requestBodyTimeoutMs: config.requestBodyTimeoutMs,
+    stream: { maxBufferedBytes: config.streamBufferBytes, stallMs: config.streamStallMs },
     requestTokenCap: config.requestTokenCap,
     sticky: sticky ? { map: sticky, secret: gatewaySecret } : undefined,
     routingStatus: () => ({ queued: routing.queue.depth, cooldowns: routing.cooldownList() }),
@@ -246,6 +252,9 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     handshakeTimeoutMs: config.handshakeTimeoutMs,
     catalogId: () => catalog.current()?.catalog_id ?? "",
     settlements,
+    now,
+    receiptFrames: { perSecond: config.receiptFramesPerSecond, burst: config.receiptFrameBurst },
+    maxChunkBytesPerToken: config.maxChunkBytesPerToken,
     onAdmitted: () => supervisor.send({ type: "session.admitted" }),
     onClosed: (_session, wasAdmitted) => {
       if (wasAdmitted) supervisor.send({ type: "session.closed" });

@@ -94,6 +94,8 @@ export interface MetricsSources {
   /** Provider sockets still in the handshake. */
   handshakingSessions(): number;
   ignoredFrames(): number;
+  /** Receipt frames counted and not stored, by reason; absent = none counted. */
+  ignoredReceipts?(): Readonly<Record<string, number>>;
   liveRequests(): number;
   draining(): boolean;
   /** Routing's cooldowns, admission queue, sticky lookups and hedges (docs/routing.md); absent in bare tests. */
@@ -322,6 +324,16 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
     mirrored("gateway_sticky_lookups_total", "Requests with a conversation tag (sticky routing on): hit = routed to the pinned provider, miss = routed otherwise.", "result", (r) => r.sticky);
     mirrored("gateway_hedges_total", "Hedged dispatch: sent, won (the hedge delivered first), lost (the first attempt delivered first).", "result", (r) => r.hedges);
   }
+  new Counter({
+    name: "gateway_receipts_not_stored_total",
+    help: "Receipt frames not stored: a duplicate for an open attempt, one after the attempt's final outcome (answered with its settled frame), or one for no attempt of that provider.",
+    labelNames: ["reason"] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const [reason, n] of Object.entries(sources.ignoredReceipts?.() ?? {})) this.inc({ reason }, n);
+    },
+  });
 
   // Known label values start at 0 so rate() works from the first scrape and dashboards see every series.
   for (const outcome of ATTEMPT_OUTCOMES) attempts.inc({ outcome }, 0);
