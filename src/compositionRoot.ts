@@ -125,11 +125,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     providerViews: () => registry.providerViews(),
     handshakingSessions: () => registry.sessions.size - registry.admittedByProvider.size,
     ignoredFrames: () => registry.ignoredFrames,
-<<<<<<< HEAD
     routing: () => routing.metrics(),
-=======
     ignoredReceipts: () => registry.ignoredReceipts,
->>>>>>> main
     liveRequests: () => runner.liveRequests(),
     draining: () => supervisor.getSnapshot().matches("draining"),
   });
