@@ -71,7 +71,6 @@ export const settingSpecs = [
   s("demoRequestTokenCap", "integer", 512, "Largest max_tokens one demo request may ask for (an absent max_tokens reserves up to it).", { min: 1 }),
   s("demoConcurrentRequests", "integer", 2, "Requests one demo client IP (/32 or /64) may have running at once.", { min: 1 }),
   s("feedbackPerHour", "integer", 60, "POST /v1/feedback submissions accepted per client IP (/32 or /64) per hour.", { min: 0 }),
-<<<<<<< HEAD
   s("routingPolicy", "enum", "consolidate", "How a provider is chosen among those that can serve: consolidate (the busiest one keeping up, so idle machines can sleep) or shortest_wait (the lowest expected time to first token); docs/routing.md.", { values: ["consolidate", "shortest_wait"] }),
   s("routingSpreadFactor", "integer", 2, "A provider may take at most this multiple of its capacity share of a model's recent dispatches while others can serve (docs/routing.md).", { min: 1 }),
   s("cooldownBaseMs", "integer", 5_000, "Cooldown of a (provider, model) pair after its first failure; doubles with each further failure in a row.", { min: 1 }),
@@ -83,14 +82,12 @@ export const settingSpecs = [
   s("hedgeAfterMs", "integer", 0, "Send a hedge (a second attempt to another provider) when an attempt has no first byte after this many ms; 0 = off. With hedgeAdaptive: the earliest a hedge may go.", { min: 0 }),
   s("hedgeAdaptive", "boolean", false, "Hedge at the model's observed p95 time to first byte (once it has 20 samples)."),
   s("hedgeMaxPercent", "integer", 5, "Hedges may be at most this percentage of requests.", { min: 0 }),
-=======
   s("requestBodyTimeoutMs", "integer", 30_000, "Longest a buyer may take to send a request body (after valid credentials) before 408 request_timeout.", { min: 1 }),
   s("streamBufferBytes", "integer", 1024 * 1024, "Bytes of a stream's output that may wait unsent for a buyer that does not read; past it the attempt is cancelled (see docs/reliability.md).", { min: 1024 }),
   s("streamStallMs", "integer", 30_000, "How long a stream's output may wait unsent for a buyer that does not read before the attempt is cancelled.", { min: 1 }),
   s("maxChunkBytesPerToken", "integer", 1024, "Largest content and tool-call bytes a provider chunk may carry per token it claims (a chunk of 0 tokens counts as 1); a bigger chunk closes the session (1008).", { min: 16 }),
   s("receiptFramesPerSecond", "integer", 200, "Receipt frames that settle nothing (duplicates, after the final outcome, unknown attempts) a provider session may send per second on average; past the burst the session is closed (1008).", { min: 1 }),
   s("receiptFrameBurst", "integer", 2000, "Receipt frames that settle nothing a provider session may send at once (an outbox re-sent after a reconnect) before the per-second rate applies.", { min: 1 }),
->>>>>>> main
 ] as const satisfies readonly SettingSpec[];
 
 export interface GatewayConfig {
@@ -134,7 +131,6 @@ export interface GatewayConfig {
   demoRequestTokenCap: number;
   demoConcurrentRequests: number;
   feedbackPerHour: number;
-<<<<<<< HEAD
   routingPolicy: "consolidate" | "shortest_wait";
   routingSpreadFactor: number;
   cooldownBaseMs: number;
@@ -146,14 +142,12 @@ export interface GatewayConfig {
   hedgeAfterMs: number;
   hedgeAdaptive: boolean;
   hedgeMaxPercent: number;
-=======
   requestBodyTimeoutMs: number;
   streamBufferBytes: number;
   streamStallMs: number;
   maxChunkBytesPerToken: number;
   receiptFramesPerSecond: number;
   receiptFrameBurst: number;
->>>>>>> main
 }
 
 export const DEFAULT_INSPECT_URL = "ws://127.0.0.1:8090";

@@ -41,17 +41,14 @@ export class Registry {
   readonly attempts = new Map<string, AttemptHandle>();
   /** Frames about jobs a session does not hold: ignored, and counted (DESIGN §3). */
   ignoredFrames = 0;
-<<<<<<< HEAD
   /** Called when a slot may have freed or a provider became routable (the admission queue listens). */
   capacityChanged: () => void = () => {};
   /** Attempts per session that have not delivered a first chunk (routing's saturation rule). */
   private readonly awaiting = new WeakMap<SessionHandle, number>();
   /** Keys of attempts whose first chunk arrived. */
   private readonly started = new Set<string>();
-=======
   /** Receipt frames counted and not stored, by why (src/gateway/settlements.ts receiptArrived). */
   readonly ignoredReceipts = { duplicate: 0, after_final: 0, unknown_attempt: 0 };
->>>>>>> main
   /** Sessions whose attempts changed this event-loop turn; their actors hear the count at its end. */
   private readonly uncounted = new Set<SessionHandle>();
 

@@ -7,14 +7,9 @@ import { failureError, gatewayError, type GatewayError } from "./errors.ts";
 import { promptTokenBound } from "./chat/normalize.ts";
 import type { ChatOutcome, ChatResponder, NormalizedChat, RequestFailure } from "../chat/contract.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
-<<<<<<< HEAD
-import type { BodyTemplate, FacadeResponder } from "./output.ts";
 import type { RequestRunner, RequestSpec } from "../gateway/requests.ts";
-=======
 import type { BodyTemplate, FacadeResponder, StreamFlow } from "./output.ts";
 import type { Log } from "../log.ts";
-import type { RequestRunner } from "../gateway/requests.ts";
->>>>>>> main
 import type { Store } from "../store/index.ts";
 import type { Settlements } from "../gateway/settlements.ts";
 import { reservationCredits, type Rates } from "../ledger/index.ts";
@@ -46,16 +41,13 @@ export interface PipelineDeps {
   quotas?: QuotaPolicy;
   /** Retries replayed instead of re-run (DESIGN §7); absent = every request runs. */
   replays?: ReplayCache;
-<<<<<<< HEAD
   /** Sticky routing; absent = off (X-Conversation-ID is ignored). */
   sticky?: StickyRouting;
-=======
   /** Deadline for the whole request body (default 30 s). */
   requestBodyTimeoutMs?: number;
   /** Bounds on a stream's output waiting for a buyer that does not read (absent = unbounded). */
   stream?: { maxBufferedBytes: number; stallMs: number };
   log?: Log;
->>>>>>> main
 }
 
 /** Raw body bytes of admitted requests: what retries are matched on (same body bytes, DESIGN §7). */
