@@ -30,7 +30,21 @@ export interface PipelineDeps {
   quotas?: QuotaPolicy;
   /** Retries replayed instead of re-run (DESIGN §7); absent = every request runs. */
   replays?: ReplayCache;
+  /** Concurrency slots shared by every node (a cluster, src/cluster/slots.ts); absent = the store's own. */
+  sharedSlots?: SharedSlotPort;
 }
+
+/** Slots held in a shared engine: taking one is asynchronous, and may fail when the engine is unreachable. */
+export interface SharedSlotPort {
+  acquire(account_id: string, request_id: string, limit: number): Promise<{ ok: true } | { ok: false; code: "concurrency_exhausted" | "engine_unavailable" }>;
+  release(request_id: string): void;
+}
+
+/** The refusal when the shared slots cannot be reached: nothing was taken or written. */
+const slotsUnavailable = () =>
+  gatewayError("coordinator_unavailable", "The gateway cannot reach its shared state (Redis) right now. Nothing was charged; retry shortly.", {
+    retryAfterSeconds: 1,
+  });
 
 /** Raw body bytes of admitted requests: what retries are matched on (same body bytes, DESIGN §7). */
 const rawBodies = new WeakMap<Request, Uint8Array>();
@@ -122,20 +136,35 @@ const ignoreFilled = (_template: BodyTemplate, _hole: string) => {};
 
 /** Runs the request as a new one: admission, concurrency slot, reservation, then the request actor. */
 function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null): Promise<Response> {
+  const { ids, principal } = input;
+  const slotLimit = deps.quotas ? limitsFor(deps.quotas, principal).concurrentRequests : null;
+  if (slotLimit === null) return runHoldingSlot(deps, input, tracker, null);
+  const shared = deps.sharedSlots;
+  if (shared) {
+    return shared.acquire(principal.account_id, ids.requestId, slotLimit).then((slot) => {
+      if (slot.ok) return runHoldingSlot(deps, input, tracker, () => shared.release(ids.requestId));
+      tracker?.outcome(false);
+      return input.refuse(slot.code === "engine_unavailable" ? slotsUnavailable() : concurrencyRefusal(slotLimit, deps.now()));
+    });
+  }
+  if (!deps.store.acquireRequestSlot(principal.account_id, ids.requestId, slotLimit).ok) {
+    return Promise.resolve(input.refuse(concurrencyRefusal(slotLimit, deps.now())));
+  }
+  return runHoldingSlot(deps, input, tracker, () => deps.store.releaseRequestSlot(ids.requestId));
+}
+
+/** The rest of a new run, once its concurrency slot (if any) is held; `releaseSlot` frees it. */
+function runHoldingSlot(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null, releaseSlot: (() => void) | null): Promise<Response> {
   const { request, ids, principal, chat } = input;
   const rid = ids.responseRequestId;
   const promptBound = promptTokenBound(chat.messages, chat.params.tools);
-  const slotLimit = deps.quotas ? limitsFor(deps.quotas, principal).concurrentRequests : null;
-  if (slotLimit !== null && !deps.store.acquireRequestSlot(principal.account_id, ids.requestId, slotLimit).ok) {
-    return Promise.resolve(input.refuse(concurrencyRefusal(slotLimit, deps.now())));
-  }
   // Once, when the buyer's response ended (or never started): frees the concurrency slot (DESIGN §7)
   // and tells the replay cache whether this is a result a retry may get.
   let ended = false;
   const end = (ok: boolean) => {
     if (ended) return;
     ended = true;
-    if (slotLimit !== null) deps.store.releaseRequestSlot(ids.requestId);
+    releaseSlot?.();
     tracker?.outcome(ok);
   };
   const admission = deps.settlements.admitModel(chat.model);
