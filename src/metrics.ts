@@ -71,6 +71,8 @@ export interface MetricsSources {
   ignoredFrames(): number;
   liveRequests(): number;
   draining(): boolean;
+  /** Engines the node depends on (Redis in a cluster), and whether each is reachable now. */
+  engines?(): Record<string, boolean>;
 }
 
 export interface PrometheusMetrics extends MetricsPort {
@@ -188,6 +190,16 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
       for (const tier of TIERS) for (const state of STATES) this.set({ tier, state }, 0);
       for (const v of sources.providerViews()) this.inc({ tier: v.tier, state: v.state });
       this.set({ tier: "none", state: "handshaking" }, sources.handshakingSessions());
+    },
+  });
+  new Gauge({
+    name: "gateway_engine_up",
+    help: "Whether an engine this node depends on (redis in a cluster) answered its last command: 1 up, 0 down.",
+    labelNames: ["engine"] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const [engine, up] of Object.entries(sources.engines?.() ?? {})) this.set({ engine }, up ? 1 : 0);
     },
   });
   new Gauge({

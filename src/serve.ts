@@ -10,6 +10,7 @@ import { startProviderRuntime, type ProviderRuntime } from "./provider/runtime.t
 import { createSyntheticEngine } from "./provider/synthetic.ts";
 import type { Store } from "./store/index.ts";
 import type { CatalogModel } from "./catalog/index.ts";
+import { connectRedis, type ClusterRedis } from "./cluster/redis.ts";
 
 /** The demo's models: synthetic engines, with stand-in hashes derived from their names. */
 export const DEMO_MODELS = ["demo-chat", "demo-chat-fast"].map((model_id) => ({
@@ -76,14 +77,18 @@ export async function runServe(argv: string[]): Promise<number> {
     return 64;
   }
   const inspector = config.inspect === undefined ? null : startInspector(config.inspect, { log });
+  // A cluster node starts even while Redis is unreachable: it answers 503 until Redis is back.
+  const redis: ClusterRedis | undefined = config.redisUrl ? await connectRedis({ url: config.redisUrl, log }) : undefined;
   let gateway: RunningGateway;
   try {
-    gateway = startGateway(config, { log, inspect: inspector?.inspect, catalogModels: config.demo ? DEMO_CATALOG_MODELS : undefined });
+    gateway = startGateway(config, { log, inspect: inspector?.inspect, catalogModels: config.demo ? DEMO_CATALOG_MODELS : undefined, redis });
   } catch (error) {
     console.error(`gateway serve: ${(error as Error).message}`);
     inspector?.stop();
+    redis?.close();
     return 1;
   }
+  await gateway.cluster?.ready.catch((error) => log.warn("cluster_join_failed", { error: String(error) }));
   const demo: ProviderRuntime[] = [];
   if (config.demo) {
     demo.push(...(await startDemoProviders(config, gateway, log)));

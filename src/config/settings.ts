@@ -70,6 +70,9 @@ export const settingSpecs = [
   s("demoRequestTokenCap", "integer", 512, "Largest max_tokens one demo request may ask for (an absent max_tokens reserves up to it).", { min: 1 }),
   s("demoConcurrentRequests", "integer", 2, "Requests one demo client IP (/32 or /64) may have running at once.", { min: 1 }),
   s("feedbackPerHour", "integer", 60, "POST /v1/feedback submissions accepted per client IP (/32 or /64) per hour.", { min: 0 }),
+  s("redisUrl", "string", undefined, "Redis URL (redis://HOST:PORT) of a cluster: concurrency slots, retry results, the provider registry and node-to-node forwarding live there (docs/scale-out.md)."),
+  s("nodeId", "string", undefined, "This node's name in a cluster (default: a random one per process start)."),
+  s("clusterLeaseMs", "integer", 10_000, "How long a dead cluster node's slots, registry entries and membership outlive it; its buyers' and providers' work is let go within it.", { min: 100 }),
 ] as const satisfies readonly SettingSpec[];
 
 export interface GatewayConfig {
@@ -112,6 +115,9 @@ export interface GatewayConfig {
   demoRequestTokenCap: number;
   demoConcurrentRequests: number;
   feedbackPerHour: number;
+  redisUrl: string | undefined;
+  nodeId: string | undefined;
+  clusterLeaseMs: number;
 }
 
 export const DEFAULT_INSPECT_URL = "ws://127.0.0.1:8090";

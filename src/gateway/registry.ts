@@ -19,6 +19,37 @@ export interface SessionHandle {
   refusedModels: Set<string>;
 }
 
+/**
+ * A provider session held by another node of the cluster (docs/scale-out.md): the job, cancel and
+ * settled frames go there over the cluster transport, and its frames come back the same way.
+ */
+export interface RemoteSession {
+  remote: true;
+  sessionId: string;
+  nodeId: string;
+  providerId: string;
+  /** The receipt key its session authenticated with. */
+  publicKey: Uint8Array;
+  /** Keys of this node's attempts in flight on it. */
+  attempts: Set<string>;
+  /** Sends a frame to the session; a job names its attempt (`jobKey`), so that its frames come back. */
+  send(frame: Uint8Array, jobKey?: string): void;
+  /** This node let attempt `key` go: the slot it held there frees. */
+  release(key: string): void;
+}
+
+/** An attempt another node owns, running on one of this node's sessions: its frames go back there. */
+export interface ForwardedAttempt {
+  key: string;
+  ownerNode: string;
+  session: SessionHandle;
+  /** The owner let it go (or it ended): its slot is free, but its `end` and receipt still go back. */
+  released: boolean;
+  at: number;
+}
+
+export const isRemote = (session: SessionHandle | RemoteSession): session is RemoteSession => "remote" in session;
+
 export interface AttemptHandle {
   key: string;
   requestId: string;
@@ -26,7 +57,7 @@ export interface AttemptHandle {
   /** The model the job asked for. */
   model: string;
   request: ActorRefFrom<RequestLogic>;
-  session: SessionHandle;
+  session: SessionHandle | RemoteSession;
   /** The attempt's delivered counts (seq, tokens, bytes), kept at the edge of the request actor. */
   meter: ChunkMeter;
   /** Takes one of the attempt's `chunk` frames (only the first one becomes an actor event). */
@@ -39,6 +70,12 @@ export class Registry {
   readonly sessions = new Map<string, SessionHandle>();
   readonly admittedByProvider = new Map<string, SessionHandle>();
   readonly attempts = new Map<string, AttemptHandle>();
+  /** Other nodes' attempts on this node's sessions, by attempt key (a cluster node only). */
+  readonly forwarded = new Map<string, ForwardedAttempt>();
+  /** Other nodes' sessions as this node routes to them, by session id (a cluster node only). */
+  readonly remoteSessions = new Map<string, RemoteSession>();
+  /** Told when a local session's slots change (the cluster shares them with the other nodes). */
+  sessionChanged: ((sessionId: string) => void) | null = null;
   /** Frames about jobs a session does not hold: ignored, and counted (DESIGN §3). */
   ignoredFrames = 0;
   /** Sessions whose attempts changed this event-loop turn; their actors hear the count at its end. */
@@ -79,7 +116,7 @@ export class Registry {
   addAttempt(handle: AttemptHandle): void {
     this.attempts.set(handle.key, handle);
     handle.session.attempts.add(handle.key);
-    this.countLater(handle.session);
+    if (!isRemote(handle.session)) this.countLater(handle.session);
   }
 
   /** Forgets an attempt and frees its slot; a no-op when already released. */
@@ -88,7 +125,26 @@ export class Registry {
     if (!handle) return;
     this.attempts.delete(key);
     handle.session.attempts.delete(key);
-    this.countLater(handle.session);
+    if (isRemote(handle.session)) handle.session.release(key);
+    else this.countLater(handle.session);
+  }
+
+  /** Another node's attempt starts on a local session: it takes a slot there. */
+  addForwarded(attempt: ForwardedAttempt): void {
+    this.forwarded.set(attempt.key, attempt);
+    attempt.session.attempts.add(attempt.key);
+    this.countLater(attempt.session);
+  }
+
+  /** Frees a forwarded attempt's slot; its entry stays so that its late frames still find the owner. */
+  releaseForwarded(key: string, forget = false): void {
+    const attempt = this.forwarded.get(key);
+    if (!attempt) return;
+    if (forget) this.forwarded.delete(key);
+    if (attempt.released) return;
+    attempt.released = true;
+    attempt.session.attempts.delete(key);
+    this.countLater(attempt.session);
   }
 
   /**
@@ -105,6 +161,7 @@ export class Registry {
         for (const s of sessions) {
           const inFlight = s.attempts.size;
           if (movesSubState(s.actor.getSnapshot(), inFlight)) s.actor.send({ type: "attempts.counted", inFlight });
+          this.sessionChanged?.(s.sessionId);
         }
       });
     }

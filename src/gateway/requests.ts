@@ -10,7 +10,7 @@ import type { NormalizedChat } from "../http/chat/normalize.ts";
 import { encodeFrame } from "../wire/codec.ts";
 import type { ChunkFrame, EndFrame } from "../wire/frames.ts";
 import { ChunkMeter } from "./chunkMeter.ts";
-import { attemptKey, type Registry } from "./registry.ts";
+import { attemptKey, isRemote, type Registry, type RemoteSession, type SessionHandle } from "./registry.ts";
 import { chooseProvider, type ProviderView } from "./routing.ts";
 import type { Settlements } from "./settlements.ts";
 import type { Payer } from "../store/index.ts";
@@ -75,6 +75,18 @@ export interface RequestRunnerDeps {
   monotonicNow?: () => number;
   /** Route snapshots, delivered prefixes and receipts of every attempt. */
   settlements: Settlements;
+  /** A cluster node's view of the other nodes' providers (src/gateway/clusterBridge.ts). */
+  remote?: RemoteProviders;
+}
+
+/** Other nodes' provider sessions, routed to like local ones (docs/scale-out.md). */
+export interface RemoteProviders {
+  /** Views of remote sessions that may serve `model` (advertising `expectedHash` when not null). */
+  views(model: string, expectedHash: string | null): Iterable<ProviderView>;
+  /** Every remote session's view (status, models list, metrics). */
+  all(): Iterable<ProviderView>;
+  /** The link to a remote session by id, while its node is alive. */
+  session(sessionId: string): RemoteSession | undefined;
 }
 
 /** How the attempt being released ended, from the event that ended it (see actors/request.ts). */
@@ -127,13 +139,19 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
   const routableViews = (model: string): Iterable<ProviderView> => {
     const views = registry.providerViews();
     const expected = settlements.expectedHash(model);
-    if (expected === null) return views;
-    return [...views].filter((view) => {
-      const session = registry.sessions.get(view.sessionId);
-      if (!session || session.refusedModels.has(model)) return false;
-      return session.actor.getSnapshot().context.models.some((m) => m.model_id === model && m.model_hash === expected);
-    });
+    const local =
+      expected === null
+        ? views
+        : [...views].filter((view) => {
+            const session = registry.sessions.get(view.sessionId);
+            if (!session || session.refusedModels.has(model)) return false;
+            return session.actor.getSnapshot().context.models.some((m) => m.model_id === model && m.model_hash === expected);
+          });
+    return deps.remote ? [...local, ...deps.remote.views(model, expected)] : local;
   };
+  const sessionOf = (sessionId: string): SessionHandle | RemoteSession | undefined => registry.sessions.get(sessionId) ?? deps.remote?.session(sessionId);
+  const publicKeyOf = (session: SessionHandle | RemoteSession): Uint8Array =>
+    isRemote(session) ? session.publicKey : session.actor.getSnapshot().context.hello!.receipt_public_key;
   const metrics = deps.metrics ?? noopMetrics;
   const clock = deps.monotonicNow ?? (() => performance.now());
   const handles = new Map<string, RequestHandle>();
@@ -198,14 +216,18 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       sendBack({ type: "route.unavailable", code: choice.code, message: unavailableMessages[choice.code](chat.model) });
       return;
     }
-    const session = registry.sessions.get(choice.provider.sessionId)!;
+    const session = sessionOf(choice.provider.sessionId);
+    if (!session) {
+      sendBack({ type: "route.unavailable", code: "coordinator_unavailable", message: unavailableMessages.coordinator_unavailable() });
+      return;
+    }
     const key = attemptKey(input.requestId, input.attemptN);
     const remaining = Math.max(1, deps.requestDeadlineMs - (deps.now() - handle.startedAtMs));
     const route = settlements.openAttempt({
       requestId: input.requestId,
       attemptN: input.attemptN,
       providerId: choice.provider.providerId,
-      providerPublicKey: session.actor.getSnapshot().context.hello!.receipt_public_key,
+      providerPublicKey: publicKeyOf(session),
       chat,
       accountId: handle.accountId ?? "",
       payer: handle.payer ?? "promotion",
@@ -258,7 +280,10 @@ export function createRequestRunner(deps: RequestRunnerDeps) {
       }
       // The session closed while the snapshot was committing: its attempts were already lost.
       const lost = !registry.attempts.has(key);
-      if (!lost) session.send(job);
+      if (!lost) {
+        if (isRemote(session)) session.send(job, key);
+        else session.send(job);
+      }
       handle.timing.waitingSince = clock();
       if (input.attemptN > 0 && handle.timing.lastAttemptOutcome) metrics.failover(handle.timing.lastAttemptOutcome);
       log.debug("attempt_dispatched", { request_id: input.requestId, attempt_n: input.attemptN, provider_id: choice.provider.providerId });

@@ -45,6 +45,8 @@ export interface SettlementDeps {
   onSettled?: (label: FinalLabel) => void;
   /** Where receipts are judged (default: on this thread, src/receipts/judge.ts). Stopped with the settlements. */
   judge?: ReceiptJudge;
+  /** A cluster node records which attempts it owns until they settle, so a survivor can resolve them. */
+  ownership?: { opened(key: string, ttlMs: number): void; settled(key: string): void };
 }
 
 export interface OpenAttemptInput {
@@ -163,6 +165,7 @@ export function createSettlements(deps: SettlementDeps) {
     );
     const full: OpenAttempt = { ...att, actor };
     open.set(key, full);
+    deps.ownership?.opened(key, (resumedPendingMs ?? deps.pendingDeadlineMs) + 3_600_000);
     actor.start();
     return full;
   }
@@ -418,6 +421,7 @@ export function createSettlements(deps: SettlementDeps) {
     const att = open.get(key);
     if (!att) return;
     open.delete(key);
+    deps.ownership?.settled(key);
     const observed = (): { prompt_tokens: number; completion_tokens: number } =>
       observedBilling({
         delivered_tokens: att.delivered?.tokens ?? 0,
@@ -522,6 +526,24 @@ export function createSettlements(deps: SettlementDeps) {
     return { resumed, interrupted };
   }
 
+  /**
+   * Takes over one attempt another node owned and can no longer settle (it died): resumed from the
+   * store like after a restart — waiting for its receipt when its delivered record was written, else
+   * quarantined as interrupted (nothing was charged). False when it is not pending (any more).
+   */
+  function adopt(requestId: string, attemptN: number): boolean {
+    if (open.has(attemptKey(requestId, attemptN))) return true;
+    const row = store.getSettlement(requestId, attemptN);
+    if (!row || row.label !== "pending") return false;
+    const stored = store.getRouteSnapshot(requestId, attemptN);
+    if (!row.delivered || !stored) {
+      store.settleAttempt({ request_id: requestId, attempt_n: attemptN, label: "quarantined", reason: "interrupted", billed: null }, deps.now());
+      return false;
+    }
+    resumeRow(row, JSON.parse(stored.snapshot_json) as RouteSnapshot, stored.digest);
+    return true;
+  }
+
   function resumeRow(row: SettlementRow, snapshot: RouteSnapshot, digest: string): void {
     const delivered = row.delivered!;
     const deadlineAtMs = row.pending_deadline_at_ms ?? deps.now();
@@ -576,6 +598,9 @@ export function createSettlements(deps: SettlementDeps) {
     receiptArrived,
     requestEnded,
     resumePending,
+    adopt,
+    /** Whether this node has the attempt open (not settled yet). */
+    isOpen: (requestId: string, attemptN: number) => open.has(attemptKey(requestId, attemptN)),
     /** Runs `effect` once the writes made so far are durable (group commit; see src/store/groupCommit.ts). */
     afterCommit: (effect: (committed: boolean) => void) => store.afterCommit(effect),
     /** Attempts not settled yet (metrics, tests). */

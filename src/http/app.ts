@@ -22,6 +22,8 @@ import { noopMetrics, routeLabel, type MetricsPort } from "../metrics.ts";
 
 export interface HttpDeps extends ChatRouteDeps {
   providerViews: () => ProviderView[];
+  /** Engines the node depends on (Redis in a cluster) and whether each is reachable now: /healthz shows them. */
+  engines?: () => Record<string, boolean>;
   newRequestId: () => string;
   log: Log;
   metrics?: MetricsPort;
@@ -229,14 +231,18 @@ export function createHttpApp(deps: HttpDeps) {
     .get("/v1/rate-card", ({ request }) => (rateCard ? rateCard() : notFound(request)))
     .get("/healthz", ({ request }) => {
       // 503 while draining, so a load balancer stops sending new requests before the process exits.
+      // 503 while an engine it needs (Redis, in a cluster) is unreachable: the node cannot serve.
       const running = deps.accepting();
+      const engines = deps.engines?.() ?? {};
+      const degraded = Object.values(engines).some((up) => !up);
       const body = {
-        ok: running,
-        status: running ? "running" : "draining",
+        ok: running && !degraded,
+        status: !running ? "draining" : degraded ? "degraded" : "running",
         live_requests: deps.runner.liveRequests(),
         providers_admitted: deps.providerViews().length,
+        ...(deps.engines ? { engines: Object.fromEntries(Object.entries(engines).map(([name, up]) => [name, up ? "up" : "down"])) } : {}),
       };
-      return json(body, idsOf(request).responseRequestId, running ? 200 : 503);
+      return json(body, idsOf(request).responseRequestId, running && !degraded ? 200 : 503);
     })
     .get("/metrics", async ({ request }) => {
       const rid = idsOf(request).responseRequestId;

@@ -45,7 +45,7 @@ const GROUPED = new Set([
   "markRequestEnded",
 ]);
 /** Methods that touch no SQL (process-memory counters): neither flush nor clear anything. */
-const MEMORY = new Set(["acquireRequestSlot", "releaseRequestSlot", "requestSlotsInUse", "afterCommit", "afterLazyCommit", "flushCommits"]);
+const MEMORY = new Set(["acquireRequestSlot", "releaseRequestSlot", "requestSlotsInUse", "afterCommit", "afterLazyCommit", "flushCommits", "forgetCachedKeys"]);
 const CACHE_LIMIT = 10_000;
 /** The longest a group that no effect waits for stays open before it commits anyway. */
 export const LAZY_COMMIT_MS = 10;
@@ -63,6 +63,8 @@ export interface GroupCommitPort {
   afterLazyCommit(effect: (committed: boolean) => void): void;
   /** Commits the open group now (tests, shutdown); runs the waiting effects. */
   flushCommits(): void;
+  /** Drops every cached key lookup (another node announced a key or tier change). */
+  forgetCachedKeys(): void;
 }
 
 /** The port for a store without grouping: every write is already committed when it returns. */
@@ -70,6 +72,7 @@ export const immediateCommits: GroupCommitPort = {
   afterCommit: (effect) => effect(true),
   afterLazyCommit: (effect) => effect(true),
   flushCommits: () => {},
+  forgetCachedKeys: () => {},
 };
 
 interface CachedKey {
@@ -186,5 +189,6 @@ export function withGroupCommit<S extends object>(
   wrapped.afterCommit = afterCommit;
   wrapped.afterLazyCommit = afterLazyCommit;
   wrapped.flushCommits = flushCommits;
+  wrapped.forgetCachedKeys = () => cache.clear();
   return wrapped as S & GroupCommitPort;
 }
