@@ -15,6 +15,8 @@ import { runProviderCommand } from "./provider/cli.ts";
 import { catalogLookupFrom } from "./ledger/audit.ts";
 import { runLedgerCommand, runReceiptsCommand } from "./ledger/cli.ts";
 import { processIo, runVerifyReceipt } from "./receipts/verifyCli.ts";
+import { announceChanges } from "./cluster/announce.ts";
+import type { ChangeMessage } from "./cluster/messages.ts";
 import { databasePath } from "./server.ts";
 import { openStore } from "./store/index.ts";
 import { runServe } from "./serve.ts";
@@ -50,11 +52,29 @@ function takeDataDir(argv: string[]): { dataDir: string; rest: string[] } {
   return { dataDir, rest };
 }
 
+/** Pulls `--redis-url X` / `--redis-url=X` out of an operator command's argv (env GATEWAY_REDIS_URL). */
+function takeRedisUrl(argv: string[]): { redisUrl: string | undefined; rest: string[] } {
+  let redisUrl = process.env.GATEWAY_REDIS_URL || undefined;
+  const rest: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "--redis-url" && argv[i + 1] !== undefined) redisUrl = argv[++i]!;
+    else if (arg.startsWith("--redis-url=")) redisUrl = arg.slice("--redis-url=".length);
+    else rest.push(arg);
+  }
+  return { redisUrl, rest };
+}
+
 async function runOperator(run: (argv: readonly string[], ctx: OperatorContext) => Promise<number>, argv: string[]): Promise<number> {
-  const { dataDir, rest } = takeDataDir(argv);
+  const { redisUrl, rest: withoutRedis } = takeRedisUrl(argv);
+  const { dataDir, rest } = takeDataDir(withoutRedis);
   const store = openStore(databasePath(dataDir), { keyPrefix: process.env.GATEWAY_KEY_PREFIX || undefined });
+  const changes: ChangeMessage[] = [];
   try {
-    return await run(rest, { store, stdout: (l) => console.log(l), stderr: (l) => console.error(l) });
+    const code = await run(rest, { store, stdout: (l) => console.log(l), stderr: (l) => console.error(l), changed: (c) => void changes.push(c) });
+    // A cluster's nodes hear of the change at once; without Redis they see it at their next lookup.
+    if (redisUrl && !(await announceChanges(redisUrl, changes))) console.error("warning: the change is stored, but Redis could not be reached to announce it");
+    return code;
   } finally {
     store.close();
   }

@@ -5,11 +5,14 @@
 import type { ProviderBinding, Store, Tier } from "../store/index.ts";
 import { backupDatabase } from "../store/backup.ts";
 import { parseFlags, type FlagSpec, type ParseResult } from "./flags.ts";
+import type { ChangeMessage } from "../cluster/messages.ts";
 
 export interface OperatorContext {
   store: Store;
   stdout: (line: string) => void;
   stderr: (line: string) => void;
+  /** A change every running gateway node must apply at once (announced to a cluster, docs/scale-out.md). */
+  changed?: (change: ChangeMessage) => void;
 }
 
 export const EXIT_OK = 0;
@@ -232,6 +235,7 @@ const keysRevoke: Subcommand = (argv, ctx, usage) => {
   if (typeof p === "number") return p;
   const key_id = p.positionals[0]!;
   if (!ctx.store.revokeApiKey(key_id)) return failure(ctx, `unknown key ${key_id}`);
+  ctx.changed?.({ kind: "key_revoked" });
   ctx.stdout(json({ key_id, revoked: true }));
   return EXIT_OK;
 };
@@ -317,6 +321,7 @@ const providersBan: Subcommand = (argv, ctx, usage) => {
   const p = providerIdArg(argv, ctx, usage);
   if (typeof p === "number") return p;
   ctx.stdout(json(providerJson(ctx.store.banProvider(p.id))));
+  ctx.changed?.({ kind: "provider_banned", provider_id: p.id });
   return EXIT_OK;
 };
 

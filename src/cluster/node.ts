@@ -5,6 +5,7 @@
 import type { Log } from "../log.ts";
 import { decodeMessage, encodeMessage, type ChangeMessage, type NodeMessage, type RegistryMessage, type SharedProviderView } from "./messages.ts";
 import type { ClusterRedis } from "./redis.ts";
+import { CHANGES_CHANNEL } from "./announce.ts";
 
 export interface ClusterNodeOptions {
   nodeId: string;
@@ -31,7 +32,6 @@ const memberKey = (nodeId: string) => `gw:node:${nodeId}`;
 const registryKey = (nodeId: string) => `gw:registry:${nodeId}`;
 const NODES = "gw:nodes";
 const REGISTRY_CHANNEL = "gw:registry";
-const CHANGES_CHANNEL = "gw:changes";
 
 // Returns the members of gw:nodes whose membership key is gone.
 const DEAD_NODES = `

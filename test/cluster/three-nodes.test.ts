@@ -69,4 +69,65 @@ describe.skipIf(redisMissing !== null)("three nodes, one store, one Redis", () =
     expect(audit.exitCode).toBe(0);
     expect(JSON.parse(audit.stdout).clean).toBe(true);
   }, 60_000);
+
+  test("eight simultaneous requests on a free-tier key, spread over the three nodes: exactly 2 run, 6 get 429", async () => {
+    const created = cluster.cli(["accounts", "create", "--tier", "free", "--name", "free-buyer"]);
+    const { api_key } = JSON.parse(created.stdout) as { api_key: string };
+    const results = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => {
+        const node = cluster.nodes[i % 3]!;
+        const client = new OpenAI({ apiKey: api_key, baseURL: node.baseURL, maxRetries: 0 });
+        return client.chat.completions
+          .create({ model: MODEL, max_tokens: 200, messages: [{ role: "user", content: `at once ${i}` }] })
+          .then(() => 200)
+          .catch((e: { status?: number }) => e.status ?? 0);
+      }),
+    );
+    expect(results.filter((s) => s === 200).length).toBe(2);
+    expect(results.filter((s) => s === 429).length).toBe(6);
+    // The slots were given back on every node: the next two run.
+    const again = await Promise.all(
+      [0, 1].map((i) =>
+        new OpenAI({ apiKey: api_key, baseURL: cluster.nodes[i]!.baseURL, maxRetries: 0 }).chat.completions.create({ model: MODEL, max_tokens: 5, messages: [{ role: "user", content: `after ${i}` }] }),
+      ),
+    );
+    expect(again.length).toBe(2);
+  }, 60_000);
+
+  test("an Idempotency-Key retry sent to a different node is replayed and billed once", async () => {
+    const [n1, n2] = cluster.nodes;
+    const before = cluster.cli(["receipts", "list", "--json"]).stdout.trim().split("\n").filter(Boolean).length;
+    const body = JSON.stringify({ model: MODEL, max_tokens: 8, messages: [{ role: "user", content: "exactly once, anywhere" }] });
+    const headers = { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "idempotency-key": "cross-node-1" };
+    const first = await fetch(`${n1!.baseURL}/chat/completions`, { method: "POST", headers, body });
+    expect(first.status).toBe(200);
+    const firstBody = await first.text();
+    const retry = await fetch(`${n2!.baseURL}/chat/completions`, { method: "POST", headers, body });
+    expect(retry.status).toBe(200);
+    expect(retry.headers.get("idempotent-replayed")).toBe("true");
+    expect(await retry.text()).toBe(firstBody);
+    // The same key with another body is refused on a third node.
+    const reused = await fetch(`${cluster.nodes[2]!.baseURL}/chat/completions`, { method: "POST", headers, body: body.replace("anywhere", "elsewhere") });
+    expect(reused.status).toBe(422);
+    const after = cluster.cli(["receipts", "list", "--json"]).stdout.trim().split("\n").filter(Boolean).length;
+    expect(after - before).toBe(1);
+  }, 30_000);
+
+  test("a key revoked through node 1's operator is refused by node 2 within 1 s", async () => {
+    const made = cluster.cli(["keys", "create", "--account", accountId]);
+    const { api_key, key_id } = JSON.parse(made.stdout) as { api_key: string; key_id: string };
+    const n2 = cluster.nodes[1]!;
+    const client = new OpenAI({ apiKey: api_key, baseURL: n2.baseURL, maxRetries: 0 });
+    await client.chat.completions.create({ model: MODEL, max_tokens: 3, messages: [{ role: "user", content: "before" }] });
+    expect(cluster.cli(["keys", "revoke", key_id, "--redis-url", cluster.redis.url]).exitCode).toBe(0);
+    const revokedAt = performance.now();
+    let status = 200;
+    while (performance.now() - revokedAt < 1000) {
+      status = await client.models.list().then(() => 200, (e: { status?: number }) => e.status ?? 0);
+      if (status === 401) break;
+      await Bun.sleep(20);
+    }
+    expect(status).toBe(401);
+    await n2.waitForEvent("cluster_change", (e) => e.kind === "key_revoked", 2000);
+  }, 30_000);
 });
