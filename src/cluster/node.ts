@@ -233,7 +233,9 @@ export class ClusterNode {
       const reaper = won.ok && won.value === "OK";
       this.log.warn("cluster_node_died", { node_id: nodeId, reaper });
       this.safely("node_death_failed", () => this.handlers!.nodeDied(nodeId, reaper));
-      if (reaper) this.redis.fire("SREM", [NODES, nodeId]);
+      // Every node must see it dead first (they look every tenth of a lease), so it leaves the member
+      // set only a few leases later.
+      if (reaper) setTimeout(() => this.redis.fire("SREM", [NODES, nodeId]), this.leaseMs * 3).unref?.();
     }
   }
 
