@@ -181,7 +181,6 @@ export function startInspector(url: string, options: InspectorOptions = {}): Gat
   };
   const inspector = createInspector(adapter);
   connect();
-  log?.info("inspector_attached", { url });
 
   return {
     inspect: (event) => {

@@ -17,9 +17,9 @@ import { runLedgerCommand, runReceiptsCommand } from "./ledger/cli.ts";
 import { processIo, runVerifyReceipt } from "./receipts/verifyCli.ts";
 import { announceChanges } from "./cluster/announce.ts";
 import type { ChangeMessage } from "./cluster/messages.ts";
-import { databasePath } from "./server.ts";
+import { databasePath } from "./compositionRoot.ts";
 import { openStore } from "./store/index.ts";
-import { runServe } from "./serve.ts";
+import { runServe } from "./serveCommand.ts";
 
 const USAGE = `usage: gateway <command> [options]
 

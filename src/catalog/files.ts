@@ -27,7 +27,7 @@ function readOrNull(path: string): Buffer | null {
 function writeAtomic(path: string, data: Uint8Array | string): void {
   const temp = `${path}.${process.pid}.tmp`;
   try {
-    writeFileSync(temp, data, { mode: 0o644 });
+    writeFileSync(temp, data, { mode: 0o600 }); // the data folder is private; buyers read it over HTTP
     renameSync(temp, path);
   } finally {
     rmSync(temp, { force: true });

@@ -5,17 +5,21 @@ import { basename, dirname, extname, join } from "node:path";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { hashWeights } from "../catalog/weights.ts";
 import type { ModelEntry } from "../wire/frames.ts";
-import { catalogPinPathFor, catalogUrlsFor, createCatalogWatcher, DEFAULT_CATALOG_REFRESH_MS, parsePublicKey } from "./catalogFeed.ts";
+import { DEFAULT_CATALOG_REFRESH_MS, parsePublicKey } from "./catalogFeed.ts";
+import { startProviderWithCatalogFeed } from "./withCatalogFeed.ts";
 import { createEarningsLog, earningsPathFor, formatEarnings, readEarnings, summarizeEarnings } from "./earnings.ts";
 import type { Engine } from "./engine.ts";
 import type { LogFn } from "./events.ts";
 import { loadOrCreateProviderKey } from "./keys.ts";
 import { ReceiptOutbox } from "./outbox.ts";
-import { DEFAULT_WATCHDOG, startProviderRuntime } from "./runtime.ts";
+import { DEFAULT_WATCHDOG } from "./runtime.ts";
 import { createSyntheticEngine, parseSyntheticFault } from "./synthetic.ts";
 import { chatCompletionsUrl, createOpenAIEngine, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS } from "./openai/index.ts";
 import pkg from "../../package.json";
 import { stdoutAtEndOfTurn } from "../log.ts";
+import { providerLogLevel } from "./logLevels.ts";
+import { resolveUpstreamKey } from "./upstreamKey.ts";
+import { checkUpstream, type UpstreamCheck } from "./openai/upstreamCheck.ts";
 
 export const PROVIDER_USAGE = `usage:
   gateway provider --gateway ws(s)://HOST:PORT/v1/provider/connect [--gateway URL2 …] --id ID --key-file F
@@ -24,7 +28,8 @@ export const PROVIDER_USAGE = `usage:
                    [--synthetic-ttft-ms N] [--synthetic-tokens-per-second N]
                    [--synthetic-fault none|decline|exit-before-first-chunk|stall|exit-after:N|error-after:N]
                    [--backoff-min-ms N] [--backoff-max-ms N] [--ping-interval-ms N] [--ping-timeout-ms N]
-                   [--upstream URL] [--upstream-key KEY] [--upstream-model SERVE_ID=NAME]...
+                   [--upstream URL] [--upstream-key-file F | env GATEWAY_UPSTREAM_KEY | --upstream-key KEY]
+                   [--upstream-model SERVE_ID=NAME]...
                    [--upstream-first-token-timeout-ms N] [--upstream-idle-timeout-ms N]
                    [--catalog-url URL] [--catalog-pubkey B64] [--catalog-refresh-ms N] [--advertise-uncatalogued]
   gateway provider keygen --key-file F
@@ -35,6 +40,8 @@ export interface CommandIo {
   stderr(line: string): void;
   /** Resolves when the runtime should stop; default: the first SIGINT or SIGTERM. */
   until?: Promise<unknown>;
+  /** Environment (GATEWAY_UPSTREAM_KEY); default process.env. */
+  env?: Record<string, string | undefined>;
 }
 
 const processIo: CommandIo = {
@@ -44,6 +51,8 @@ const processIo: CommandIo = {
 };
 
 class UsageError extends Error {}
+/** A start-up failure that is not a usage error (exit 1), e.g. an unreadable upstream key file. */
+class StartupError extends Error {}
 
 const PROVIDER_OPTIONS = {
   gateway: { type: "string", multiple: true },
@@ -63,6 +72,7 @@ const PROVIDER_OPTIONS = {
   "ping-timeout-ms": { type: "string" },
   upstream: { type: "string" },
   "upstream-key": { type: "string" },
+  "upstream-key-file": { type: "string" },
   "upstream-model": { type: "string", multiple: true },
   "upstream-first-token-timeout-ms": { type: "string" },
   "upstream-idle-timeout-ms": { type: "string" },
@@ -160,7 +170,7 @@ async function resolveModels(specs: readonly ModelSpec[], maxContextTokens: numb
 }
 
 function jsonLogger(io: CommandIo): LogFn {
-  return (event, fields) => io.stdout(JSON.stringify({ ts: new Date().toISOString(), event, ...fields }));
+  return (event, fields) => io.stdout(JSON.stringify({ ts: new Date().toISOString(), level: providerLogLevel(event), event, ...fields }));
 }
 
 async function keygen(args: string[], io: CommandIo): Promise<number> {
@@ -202,6 +212,7 @@ type ProviderValues = ReturnType<typeof parse<typeof PROVIDER_OPTIONS>>["values"
 const UPSTREAM_FLAGS = [
   "upstream",
   "upstream-key",
+  "upstream-key-file",
   "upstream-model",
   "upstream-first-token-timeout-ms",
   "upstream-idle-timeout-ms",
@@ -223,7 +234,13 @@ function parseUpstreamModels(values: string[] | undefined, models: readonly Mode
   return names;
 }
 
-function buildOpenAIEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn): Engine {
+/** An engine, and for engines in front of a server, the start-up check of that server. */
+interface BuiltEngine {
+  engine: Engine;
+  checkUpstream?: () => Promise<UpstreamCheck>;
+}
+
+function buildOpenAIEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn, io: CommandIo): BuiltEngine {
   for (const flag of SYNTHETIC_FLAGS) {
     if (values[flag] !== undefined) throw new UsageError(`--${flag} applies to --engine synthetic only`);
   }
@@ -231,10 +248,23 @@ function buildOpenAIEngine(values: ProviderValues, models: readonly ModelEntry[]
   if (chatCompletionsUrl(upstream) === null) {
     throw new UsageError("--upstream must be an http:// or https:// URL (the server root, e.g. http://127.0.0.1:8080)");
   }
-  return createOpenAIEngine({
+  const upstreamKey = resolveUpstreamKey(values["upstream-key"], values["upstream-key-file"], io.env ?? process.env);
+  if (!upstreamKey.ok) {
+    if (upstreamKey.usage) throw new UsageError(upstreamKey.message);
+    throw new StartupError(upstreamKey.message);
+  }
+  if (upstreamKey.insecureFile) {
+    const file = values["upstream-key-file"]!;
+    log("upstream_key_file_insecure_mode", { key_file: file, fix: `chmod 600 ${file}` });
+  }
+  if (upstreamKey.source === "flag") {
+    log("upstream_key_on_command_line", { hint: "other local users can read --upstream-key in ps; use --upstream-key-file or GATEWAY_UPSTREAM_KEY" });
+  }
+  const modelNames = parseUpstreamModels(values["upstream-model"], models);
+  const engine = createOpenAIEngine({
     upstream,
-    apiKey: values["upstream-key"],
-    modelNames: parseUpstreamModels(values["upstream-model"], models),
+    apiKey: upstreamKey.key,
+    modelNames,
     firstTokenTimeoutMs: numberFlag(
       values["upstream-first-token-timeout-ms"],
       "upstream-first-token-timeout-ms",
@@ -245,13 +275,15 @@ function buildOpenAIEngine(values: ProviderValues, models: readonly ModelEntry[]
     idleTimeoutMs: numberFlag(values["upstream-idle-timeout-ms"], "upstream-idle-timeout-ms", DEFAULT_IDLE_TIMEOUT_MS, 1, 3_600_000),
     log,
   });
+  const names = models.map((m) => modelNames[m.model_id] ?? m.model_id);
+  return { engine, checkUpstream: () => checkUpstream({ upstream, apiKey: upstreamKey.key, modelNames: names }) };
 }
 
-function buildEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn): Engine {
-  const engine = required(values.engine, "engine");
-  if (engine === "openai") return buildOpenAIEngine(values, models, log);
-  if (engine !== "synthetic") {
-    throw new UsageError(`--engine must be synthetic or openai, not ${JSON.stringify(engine)}`);
+function buildEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn, io: CommandIo): BuiltEngine {
+  const kind = required(values.engine, "engine");
+  if (kind === "openai") return buildOpenAIEngine(values, models, log, io);
+  if (kind !== "synthetic") {
+    throw new UsageError(`--engine must be synthetic or openai, not ${JSON.stringify(kind)}`);
   }
   for (const flag of UPSTREAM_FLAGS) {
     if (values[flag] !== undefined) throw new UsageError(`--${flag} applies to --engine openai only`);
@@ -259,7 +291,7 @@ function buildEngine(values: ProviderValues, models: readonly ModelEntry[], log:
   const faultSpec = values["synthetic-fault"] ?? "none";
   const fault = parseSyntheticFault(faultSpec);
   if (!fault) throw new UsageError(`--synthetic-fault ${JSON.stringify(faultSpec)} is not a known fault`);
-  return createSyntheticEngine({
+  const engine = createSyntheticEngine({
     ttftMs: numberFlag(values["synthetic-ttft-ms"], "synthetic-ttft-ms", 0, 0, 3_600_000),
     tokensPerSecond: numberFlag(
       values["synthetic-tokens-per-second"],
@@ -271,6 +303,7 @@ function buildEngine(values: ProviderValues, models: readonly ModelEntry[], log:
     ),
     fault,
   });
+  return { engine };
 }
 
 async function serve(args: string[], io: CommandIo): Promise<number> {
@@ -293,7 +326,7 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
   // Engines only look at serve ids here (e.g. --upstream-model names); hashes are resolved below.
   const provisional: ModelEntry[] = specs.map((s) => ({ model_id: s.model_id, model_hash: "0".repeat(64), max_context_tokens: maxContextTokens }));
   const log = jsonLogger(io);
-  const engine = buildEngine(values, provisional, log);
+  const { engine, checkUpstream: upstreamCheck } = buildEngine(values, provisional, log, io);
   const maxConcurrency = numberFlag(values["max-concurrency"], "max-concurrency", 1, 1, 1024);
   const defaultRamGb = Math.round((totalmem() / 2 ** 30) * 10) / 10;
   const ramGb = numberFlag(values["ram-gb"], "ram-gb", defaultRamGb, 0, 1e6, false);
@@ -337,44 +370,76 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
   const outboxFile = join(dirname(keyFile), `${basename(keyFile, extname(keyFile))}.receipts-outbox.json`);
   const outbox = await ReceiptOutbox.load({ file: outboxFile, log });
   const earningsLog = createEarningsLog({ file: earningsPathFor(keyFile), providerId, log });
-  const catalog = createCatalogWatcher({
-    urls: catalogUrlsFor(gatewayUrl, catalogUrl),
-    models,
-    ...(catalogPubkey !== undefined ? { publicKey: catalogPubkey } : { pinFile: catalogPinPathFor(keyFile) }),
-    allowUncatalogued: values["advertise-uncatalogued"] === true,
-    log,
-  });
-  await catalog.refresh(); // before hello: advertise from the start only what the catalog allows
-
   const until = io.until ?? firstSignal();
-  const runtime = startProviderRuntime({
-    gatewayUrl,
-    moreGatewayUrls: gatewayUrls.slice(1),
-    providerId,
-    key,
-    engine,
-    models,
-    advertisedModels: () => catalog.advertised(),
-    outbox,
-    maxConcurrency,
-    hardware: { ram_gb: ramGb },
-    runtime: { name: "gateway-provider", version: pkg.version },
-    backoff: { minMs, maxMs },
-    watchdog: { pingIntervalMs, timeoutMs: pingTimeoutMs },
-    log,
-    die: () => process.exit(1), // exit faults: the whole provider process dies, as a crash would
-  });
-  runtime.on("settled", (frame) => void earningsLog.append(frame));
-  catalog.onChange(() => runtime.modelsChanged());
-  catalog.start(catalogRefreshMs);
+  // The gateway hears of this provider only once its upstream server answers as configured
+  // (docs/openai-engine.md, "Start-up check"): until then nothing is advertised.
+  if (upstreamCheck) {
+    const stopChecking = new AbortController();
+    void until.then(() => stopChecking.abort());
+    const ready = await untilUpstreamReady(upstreamCheck, { minMs, maxMs }, log, stopChecking.signal);
+    if (!ready) {
+      log("stopping", { signal: null, before: "upstream_ready" });
+      await earningsLog.flushed();
+      return 0;
+    }
+  }
+  const provider = await startProviderWithCatalogFeed(
+    {
+      gatewayUrl,
+      moreGatewayUrls: gatewayUrls.slice(1),
+      providerId,
+      key,
+      engine,
+      models,
+      outbox,
+      maxConcurrency,
+      hardware: { ram_gb: ramGb },
+      runtime: { name: "gateway-provider", version: pkg.version },
+      backoff: { minMs, maxMs },
+      watchdog: { pingIntervalMs, timeoutMs: pingTimeoutMs },
+      log,
+      die: () => process.exit(1), // exit faults: the whole provider process dies, as a crash would
+    },
+    {
+      keyFile,
+      ...(catalogUrl !== undefined ? { catalogUrl } : {}),
+      ...(catalogPubkey !== undefined ? { publicKey: catalogPubkey } : {}),
+      allowUncatalogued: values["advertise-uncatalogued"] === true,
+      refreshMs: catalogRefreshMs,
+    },
+  );
+  provider.runtime.on("settled", (frame) => void earningsLog.append(frame));
   const modelIds = models.map((m) => m.model_id);
   log("started", { provider_id: providerId, engine: engine.name, models: modelIds, max_concurrency: maxConcurrency });
   const signal = await until;
   log("stopping", { signal: typeof signal === "string" ? signal : null });
-  catalog.stop();
-  await runtime.stop();
+  await provider.stop();
   await earningsLog.flushed();
   return 0;
+}
+
+/**
+ * Checks the upstream until it passes (true) or `stop` fires (false): each failure is logged with what
+ * is wrong, and retried after a backoff that doubles from minMs to maxMs. The runtime never exits over it.
+ */
+async function untilUpstreamReady(check: () => Promise<UpstreamCheck>, backoff: { minMs: number; maxMs: number }, log: LogFn, stop: AbortSignal): Promise<boolean> {
+  let delay = backoff.minMs;
+  for (let attempt = 1; !stop.aborted; attempt++) {
+    const result = await check();
+    if (stop.aborted) return false;
+    if (result.ok) {
+      if (result.lenient.length > 0) log("upstream_model_name_differs", { listed: result.listed.join(", "), sent_as: result.lenient.join(", ") });
+      log("upstream_ready", { models_listed: result.listed.length, attempts: attempt });
+      return true;
+    }
+    log("upstream_check_failed", { problem: result.problem, message: result.message, attempt, retry_ms: delay, advertising: "nothing until this passes" });
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, delay);
+      stop.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
+    });
+    delay = Math.min(delay * 2, backoff.maxMs);
+  }
+  return false;
 }
 
 function firstSignal(): Promise<string> {
@@ -396,6 +461,10 @@ export async function runProviderCommand(argv: string[], io: CommandIo = process
     if (argv[0] === "earnings") return await earnings(argv.slice(1), io);
     return await serve(argv, io);
   } catch (error) {
+    if (error instanceof StartupError) {
+      io.stderr(`gateway provider: ${error.message}`);
+      return 1;
+    }
     if (!(error instanceof UsageError)) throw error;
     io.stderr(`gateway provider: ${error.message}`);
     io.stderr(PROVIDER_USAGE);

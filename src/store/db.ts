@@ -1,8 +1,8 @@
 // Opening the embedded SQLite database: durability pragmas and versioned migrations.
 
 import { Database } from "bun:sqlite";
-import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
+import { ensureDataDir, ensurePrivateFile } from "./dataDir.ts";
 import { migrations as defaultMigrations } from "./migrations.ts";
 
 // bun:sqlite keeps the statement of `db.query(sql)` only for the first MAX_QUERY_CACHE_SIZE (20)
@@ -14,13 +14,17 @@ import { migrations as defaultMigrations } from "./migrations.ts";
 Database.MAX_QUERY_CACHE_SIZE = Math.max(Database.MAX_QUERY_CACHE_SIZE, 256);
 
 /**
- * Opens (creating when missing) the SQLite file at `path`, creating its parent directory, sets the
- * connection pragmas and applies every migration not yet recorded in `schema_migrations`.
+ * Opens (creating when missing, mode 0600) the SQLite file at `path`, creating its parent directory
+ * (0700), sets the connection pragmas and applies every migration not yet recorded in `schema_migrations`.
  * Throws when the file was migrated by a newer build (it holds versions this build does not know):
  * running old code against a newer schema could corrupt data.
  */
 export function openDatabase(path: string, migrations: readonly string[] = defaultMigrations): Database {
-  if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
+  if (path !== ":memory:") {
+    // 0700 folder, 0600 file: the WAL and shm files SQLite creates next to it take the file's mode.
+    ensureDataDir(dirname(path));
+    ensurePrivateFile(path);
+  }
   const db = new Database(path, { create: true, strict: true });
   try {
     // busy_timeout first: switching to WAL takes a lock another process may hold.

@@ -1,7 +1,7 @@
 // `gateway provider --engine openai`: flag handling, and one job through the real wiring
 // (fake gateway session → runtime → openai engine → mock upstream).
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtemp, rm } from "node:fs/promises";
+import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PROVIDER_USAGE, runProviderCommand, type CommandIo } from "../../src/provider/cli.ts";
@@ -75,4 +75,78 @@ test("a job runs through the runtime and the openai engine to the upstream and b
     await gateway.stop();
     await upstream.close();
   }
+});
+
+describe("the upstream key: --upstream-key-file, GATEWAY_UPSTREAM_KEY, --upstream-key", () => {
+  /** Runs one job with `extra` flags and `env`; what the upstream saw and what was logged. */
+  async function oneJob(extra: string[], env: Record<string, string | undefined> = {}) {
+    const upstream = startMockUpstream({ requireKey: "sk-secret" });
+    const gateway = startFakeGateway({ heartbeatIntervalMs: 1000 });
+    let finish!: () => void;
+    const { io, out, err } = capture(new Promise<void>((resolve) => (finish = resolve)));
+    io.env = env;
+    const argv = ["--gateway", gateway.url, "--id", "p1", "--key-file", join(dir, "key-src.pem"), "--engine", "openai", "--model", `m=${HASH}`, "--upstream", upstream.url, ...extra];
+    const exit = runProviderCommand(argv, io);
+    try {
+      const session = await gateway.session(0);
+      await session.welcomed;
+      session.send(makeJob({ request_id: "r-key", model_id: "m" }));
+      const end = await session.take((f) => f.type === "end");
+      finish();
+      expect(await exit).toBe(0);
+      return { end, out, err, logs: out.map((l) => JSON.parse(l) as Record<string, unknown>) };
+    } finally {
+      finish();
+      await gateway.stop();
+      await upstream.close();
+    }
+  }
+
+  test("a key file (trailing newline trimmed) authenticates, and nothing logs the key", async () => {
+    const file = join(dir, "upstream.key");
+    await Bun.write(file, "sk-secret\n");
+    await chmod(file, 0o600);
+    const { end, out } = await oneJob(["--upstream-key-file", file]);
+    expect(end).toMatchObject({ terminal_state: "normal_done" });
+    expect(out.join("\n")).not.toContain("sk-secret");
+    expect(out.join("\n")).not.toContain("upstream_key_file_insecure_mode");
+  });
+
+  test("GATEWAY_UPSTREAM_KEY authenticates when no flag names a key", async () => {
+    const { end } = await oneJob([], { GATEWAY_UPSTREAM_KEY: "sk-secret" });
+    expect(end).toMatchObject({ terminal_state: "normal_done" });
+  });
+
+  test("--upstream-key still works, with a warning that ps shows it", async () => {
+    const { end, logs } = await oneJob(["--upstream-key", "sk-secret"], { GATEWAY_UPSTREAM_KEY: "sk-other" });
+    expect(end).toMatchObject({ terminal_state: "normal_done" });
+    expect(logs.find((l) => l.event === "upstream_key_on_command_line")).toMatchObject({ level: "warn" });
+  });
+
+  test("a key file readable by others is used and warned about", async () => {
+    const file = join(dir, "open.key");
+    await Bun.write(file, "sk-secret");
+    await chmod(file, 0o644);
+    const { logs } = await oneJob(["--upstream-key-file", file]);
+    expect(logs.find((l) => l.event === "upstream_key_file_insecure_mode")).toMatchObject({ level: "warn", fix: `chmod 600 ${file}` });
+  });
+
+  test("both flags → 64; a missing or empty key file → 1, never a run without the key", async () => {
+    const empty = join(dir, "empty.key");
+    await Bun.write(empty, "\n");
+    const run = async (extra: string[]) => {
+      const { io, err } = capture();
+      return { code: await runProviderCommand([...base, ...openai, "--upstream", "http://127.0.0.1:1", ...extra], io), err: err.join("\n") };
+    };
+    expect(await run(["--upstream-key", "a", "--upstream-key-file", empty])).toMatchObject({ code: 64, err: expect.stringContaining("not both") });
+    expect(await run(["--upstream-key-file", join(dir, "absent.key")])).toMatchObject({ code: 1, err: expect.stringContaining("ENOENT") });
+    expect(await run(["--upstream-key-file", empty])).toMatchObject({ code: 1, err: expect.stringContaining("is empty") });
+  });
+
+  test("every provider log line carries a level, as the gateway's do", async () => {
+    const { logs } = await oneJob([], { GATEWAY_UPSTREAM_KEY: "sk-secret" });
+    expect(logs.length).toBeGreaterThan(3);
+    for (const line of logs) expect(["debug", "info", "warn", "error"]).toContain(line.level as string);
+    expect(Object.keys(logs[0]!).slice(0, 3)).toEqual(["ts", "level", "event"]);
+  });
 });

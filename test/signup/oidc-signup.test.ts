@@ -237,11 +237,12 @@ describe("ID tokens the stock provider will not issue (scripted provider)", () =
   });
 
   test.each([
-    ["from another issuer", "foreign_issuer"],
-    ["expired", "expired"],
-    ["signed with a key outside the JWKS", "wrong_key"],
-    ["for another audience", "wrong_audience"],
-  ] as const)("an ID token %s is refused and creates nothing", async (_what, mode) => {
+    ["from another issuer", "foreign_issuer", /CLAIM_COMPARISON_FAILED/],
+    ["expired", "expired", /TIMESTAMP_CHECK_FAILED/],
+    ["signed with a key outside the JWKS", "wrong_key", /./],
+    ["for another audience", "wrong_audience", /CLAIM_COMPARISON_FAILED/],
+    ["issued an hour in the future", "issued_in_future", /^iat_in_future$/],
+  ] as const)("an ID token %s is refused and creates nothing", async (_what, mode, reason) => {
     scripted.mode = mode;
     const issued = scripted.tokensIssued;
     const before = accountCount();
@@ -251,5 +252,6 @@ describe("ID tokens the stock provider will not issue (scripted provider)", () =
     // The provider did issue the token: the gateway itself refused it.
     expect(scripted.tokensIssued).toBe(issued + 1);
     expect(accountCount()).toBe(before);
+    expect(lastRefusal(gw.logs)).toMatch(reason);
   });
 });

@@ -1,11 +1,12 @@
 // A small scripted OpenID provider for the cases the stock one cannot produce: an ID token from
-// another issuer, an expired one, one signed with a key outside the JWKS, one for another audience.
+// another issuer, an expired one, one issued an hour in the future, one signed with a key outside the
+// JWKS, one for another audience.
 // Otherwise it behaves: discovery, JWKS, an authorization endpoint that logs the user in at once, and a
 // token endpoint that checks client credentials, the code, its redirect_uri and PKCE.
 import { createHash, randomBytes } from "node:crypto";
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey } from "jose";
 
-export type IdTokenMode = "good" | "foreign_issuer" | "expired" | "wrong_key" | "wrong_audience";
+export type IdTokenMode = "good" | "foreign_issuer" | "expired" | "wrong_key" | "wrong_audience" | "issued_in_future";
 
 interface IssuedCode {
   clientId: string;
@@ -54,7 +55,7 @@ export async function startScriptedIdp(client: { clientId: string; clientSecret:
       .setIssuer(state.mode === "foreign_issuer" ? "https://foreign-issuer.example" : state.issuer)
       .setSubject(state.subject)
       .setAudience(state.mode === "wrong_audience" ? "someone-else" : code.clientId)
-      .setIssuedAt(expired ? now - 7200 : now)
+      .setIssuedAt(expired ? now - 7200 : state.mode === "issued_in_future" ? now + 3600 : now)
       .setExpirationTime(expired ? now - 3600 : now + 600)
       .sign(key);
   };

@@ -2,8 +2,9 @@
 // events carrying `type` and `sequence_number`. Nothing is written before the first delta (DESIGN
 // §7); a failure after it is a `response.failed` event (error code provider_disconnected) and the end.
 import { errorEnvelope, errorResponse, type GatewayError } from "../errors.ts";
-import type { ChatOutcome, ChatResponder, ChatUsage } from "../chat/responders.ts";
-import { bufferedJsonResponder, lazyEventStream } from "../output.ts";
+import type { ChatOutcome, ChatUsage } from "../../chat/contract.ts";
+import { bufferedJsonResponder, lazyEventStream, type FacadeResponder } from "../output.ts";
+import { ToolCallStarts } from "../toolCallStarts.ts";
 import type { ResponderContext } from "../pipeline.ts";
 import type { ResponseEcho } from "./translate.ts";
 
@@ -88,7 +89,7 @@ function responseObject(o: ResponsesResponderOptions, f: ResponseFields) {
   };
 }
 
-export function responsesStreamResponder(o: ResponsesResponderOptions): ChatResponder {
+export function responsesStreamResponder(o: ResponsesResponderOptions): FacadeResponder {
   const { ids } = o.context;
   const out = lazyEventStream(o.context);
   const items: ItemState[] = [];
@@ -128,11 +129,24 @@ export function responsesStreamResponder(o: ResponsesResponderOptions): ChatResp
     return open;
   };
 
+  // A function_call item names its function when it is added: it is added once the name is complete.
+  const calls = new ToolCallStarts((call) => {
+    const index = openItem({
+      kind: "function_call",
+      id: functionCallItemId(ids.requestId, call.index),
+      callId: call.id ?? fallbackCallId(ids.requestId, call.index),
+      name: call.name,
+      arguments: "",
+    });
+    callItems.set(call.index, index);
+  });
+
   return {
     response: out.response,
     relay(frame) {
       begin();
       if (frame.content !== undefined && frame.content !== "") {
+        calls.flush();
         if (open < 0 || items[open]!.kind !== "message") {
           const index = openItem({ kind: "message", id: messageItemId(ids.requestId, messages++), text: "" });
           emit("response.content_part.added", { item_id: items[index]!.id, output_index: index, content_index: 0, part: outputText("") });
@@ -142,27 +156,18 @@ export function responsesStreamResponder(o: ResponsesResponderOptions): ChatResp
         emit("response.output_text.delta", { item_id: s.id, output_index: open, content_index: 0, delta: frame.content, logprobs: [] });
       }
       for (const call of frame.tool_calls ?? []) {
-        let index = callItems.get(call.index);
-        if (index === undefined) {
-          index = openItem({
-            kind: "function_call",
-            id: functionCallItemId(ids.requestId, call.index),
-            callId: call.id ?? fallbackCallId(ids.requestId, call.index),
-            name: call.name ?? "",
-            arguments: "",
-          });
-          callItems.set(call.index, index);
-        }
-        if (call.arguments !== undefined && call.arguments !== "") {
-          const s = items[index] as Extract<ItemState, { kind: "function_call" }>;
-          s.arguments += call.arguments;
-          emit("response.function_call_arguments.delta", { item_id: s.id, output_index: index, delta: call.arguments });
-        }
+        const partial = calls.take(call);
+        if (partial === undefined) continue;
+        const index = callItems.get(call.index)!;
+        const s = items[index] as Extract<ItemState, { kind: "function_call" }>;
+        s.arguments += partial;
+        emit("response.function_call_arguments.delta", { item_id: s.id, output_index: index, delta: partial });
       }
     },
     discard() {},
     succeed({ finishReason, usage }: ChatOutcome) {
       begin();
+      calls.flush();
       const { status, incomplete_details } = finalStatus(finishReason);
       const itemStatus = status === "completed" ? "completed" : "incomplete";
       closeOpen(itemStatus);
@@ -178,6 +183,7 @@ export function responsesStreamResponder(o: ResponsesResponderOptions): ChatResp
       this.failMidStream(error);
     },
     failMidStream(error: GatewayError) {
+      calls.flush();
       const { code, message } = errorEnvelope(error).error;
       const output = items.map((s) => toItem(s, "incomplete"));
       emit("response.failed", { response: responseObject(o, { status: "failed", output, usage: null, error: { code, message } }) });
@@ -187,7 +193,7 @@ export function responsesStreamResponder(o: ResponsesResponderOptions): ChatResp
 }
 
 /** One response object, written only when the whole result is known. */
-export function responsesJsonResponder(o: ResponsesResponderOptions): ChatResponder {
+export function responsesJsonResponder(o: ResponsesResponderOptions): FacadeResponder {
   const { ids, headers, record } = o.context;
   return bufferedJsonResponder({
     headers,

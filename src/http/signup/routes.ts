@@ -107,6 +107,9 @@ export function signupRoutes(deps: SignupDeps) {
     return redirect(url.href, {}, [setCookie(names().login, binding, PENDING_LOGIN_TTL_MS / 1000, secure())]);
   }
 
+  /** Clock skew allowed between this gateway and an identity provider, both ways (docs/signup.md). */
+  const ID_TOKEN_SKEW_SECONDS = 30;
+
   async function callback(request: Request, name: string): Promise<Response> {
     const idp = deps.idps.find(name);
     if (!idp) return unknownIdp(request);
@@ -148,6 +151,9 @@ export function signupRoutes(deps: SignupDeps) {
       return fail(describeOidcError(error));
     }
     if (!claims || typeof claims.sub !== "string" || claims.sub === "") return fail("no_subject");
+    // openid-client checks `exp` with its skew but takes any `iat`: a token "issued" in the future is
+    // forged or from a broken clock, and docs/signup.md promises both within ID_TOKEN_SKEW_SECONDS.
+    if (typeof claims.iat !== "number" || claims.iat > deps.now() / 1000 + ID_TOKEN_SKEW_SECONDS) return fail("iat_in_future");
     const email = typeof claims.email === "string" && claims.email.length <= 320 ? claims.email : null;
     const sessionToken = newCookieToken(deps.randomBytes);
     const now = deps.now();

@@ -12,10 +12,11 @@ import { createHttpApp } from "./http/app.ts";
 import { createReplayCache } from "./http/idempotency.ts";
 import { quotaPolicy } from "./http/quotas.ts";
 import { createBuyerSurface } from "./http/signup/index.ts";
-import { errorResponse, gatewayError } from "./http/errors.ts";
+import { errorResponse, errorTable, gatewayError } from "./http/errors.ts";
 import { createLog, type Log } from "./log.ts";
 import { createPrometheusMetrics, type PrometheusMetrics } from "./metrics.ts";
 import { openStore, type Store } from "./store/index.ts";
+import { looseModes } from "./store/dataDir.ts";
 import { pollCatalog, startCatalog, type CatalogLive, type CatalogModel } from "./catalog/index.ts";
 import { buildRateCard, RateRowConfig } from "./ledger/index.ts";
 import { createSettlements, type Settlements } from "./gateway/settlements.ts";
@@ -58,6 +59,8 @@ export interface RunningGateway {
   metrics: PrometheusMetrics;
   /** The cluster node, when this gateway is one; `ready` resolves once it joined. */
   cluster: { node: ClusterNode; ready: Promise<void>; announce(change: ChangeMessage): Promise<boolean> } | null;
+  /** The HTTP routes mounted (method, path, hidden from the API reference or not). */
+  httpRoutes: () => { method: string; path: string; hidden: boolean }[];
   /** Stops taking requests, tells providers to drain, resolves when idle or the grace period ends. */
   drain(): Promise<void>;
   stop(): Promise<void>;
@@ -85,6 +88,9 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   const now = ports.now ?? Date.now;
   const random = ports.randomBytes ?? ((n: number) => new Uint8Array(randomBytes(n)));
   const log = ports.log ?? createLog(config.logLevel);
+  for (const loose of looseModes(config.dataDir)) {
+    log.warn("data_dir_mode_loose", { ...loose, hint: `chmod ${loose.expected.slice(1)} ${loose.path}` });
+  }
   // Group commit: the request path's ledger writes share one durable commit per event-loop turn.
   const store = openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, groupCommit: true });
   const gatewaySecret = store.getOrCreateSecret("gateway_hmac", 32);
@@ -172,7 +178,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
       default:
         // Key and tier changes: the store's cached key lookups are dropped (a store of another engine
         // may cache them; SQLite's cache also sees other processes' commits by itself).
-        store.forgetCachedKeys();
+        store.forgetCachedKeys?.();
         return;
     }
   };
@@ -222,6 +228,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     monotonicNow,
     settlements,
     remote: bridge?.remote,
+    failureStatus: (code) => errorTable[code].status,
   });
 
   const newRequestId = timeOrderedId("req_", now, random);
@@ -333,6 +340,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     settlements,
     metrics,
     cluster: node ? { node, ready: clusterReady, announce: (change) => node.announce(change) } : null,
+    httpRoutes: handleHttp.routes,
     async drain() {
       supervisor.send({ type: "gateway.drain", liveRequests: runner.liveRequests() });
       await stoppedPromise;
