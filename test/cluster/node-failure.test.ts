@@ -21,7 +21,7 @@ describe.skipIf(redisMissing !== null)("kill -9 of a cluster node mid-stream", (
     const created = cluster.cli(["accounts", "create", "--tier", "paid", "--name", "failure-buyer"]);
     ({ account_id: accountId, api_key: apiKey } = JSON.parse(created.stdout) as { account_id: string; api_key: string });
     expect(cluster.cli(["credits", "grant", "--account", accountId, "--credits", "1000000"]).exitCode).toBe(0);
-  }, 60_000);
+  }, 180_000);
   afterAll(async () => {
     await cluster?.close();
   });

@@ -22,7 +22,7 @@ describe.skipIf(redisMissing !== null)("three nodes, one store, one Redis", () =
     cluster.provider({ id: "prov-one", gateways: [n1!], maxConcurrency: 1 });
     cluster.provider({ id: "prov-two", gateways: [n2!], maxConcurrency: 1 });
     await cluster.waitRoutable(cluster.nodes[2]!, 2);
-  }, 60_000);
+  }, 180_000);
   afterAll(async () => {
     await cluster?.close();
   });

@@ -82,7 +82,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
     };
     procs.push({ kill });
     try {
-      await waitFor(() => events.some((e) => e.event === "cluster_joined") || proc.exitCode !== null, 15_000, `node ${name} joined`);
+      await waitFor(() => events.some((e) => e.event === "cluster_joined") || proc.exitCode !== null, 30_000, `node ${name} joined`);
     } catch (e) {
       await kill();
       throw e;
@@ -129,7 +129,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
       procs.push({ kill });
       return { id: o.id, proc, events, waitForEvent: (event, predicate = () => true, timeoutMs = 5000) => waitForEventIn(events, event, predicate, timeoutMs), kill };
     },
-    async waitRoutable(node, n, timeoutMs = 10_000) {
+    async waitRoutable(node, n, timeoutMs = 30_000) {
       const deadline = performance.now() + timeoutMs;
       for (;;) {
         const health = (await (await fetch(`${node.url}/healthz`)).json()) as { providers_admitted: number };
