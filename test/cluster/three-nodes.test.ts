@@ -68,7 +68,7 @@ describe.skipIf(redisMissing !== null)("three nodes, one store, one Redis", () =
     const audit = cluster.cli(["ledger", "audit"]);
     expect(audit.exitCode).toBe(0);
     expect(JSON.parse(audit.stdout).clean).toBe(true);
-  }, 60_000);
+  }, 120_000);
 
   test("eight simultaneous requests on a free-tier key, spread over the three nodes: exactly 2 run, 6 get 429", async () => {
     const created = cluster.cli(["accounts", "create", "--tier", "free", "--name", "free-buyer"]);
@@ -92,7 +92,7 @@ describe.skipIf(redisMissing !== null)("three nodes, one store, one Redis", () =
       ),
     );
     expect(again.length).toBe(2);
-  }, 60_000);
+  }, 120_000);
 
   test("an Idempotency-Key retry sent to a different node is replayed and billed once", async () => {
     const [n1, n2] = cluster.nodes;
@@ -111,7 +111,7 @@ describe.skipIf(redisMissing !== null)("three nodes, one store, one Redis", () =
     expect(reused.status).toBe(422);
     const after = cluster.cli(["receipts", "list", "--json"]).stdout.trim().split("\n").filter(Boolean).length;
     expect(after - before).toBe(1);
-  }, 30_000);
+  }, 120_000);
 
   test("a key revoked through node 1's operator is refused by node 2 within 1 s", async () => {
     const made = cluster.cli(["keys", "create", "--account", accountId]);
@@ -129,5 +129,5 @@ describe.skipIf(redisMissing !== null)("three nodes, one store, one Redis", () =
     }
     expect(status).toBe(401);
     await n2.waitForEvent("cluster_change", (e) => e.kind === "key_revoked", 2000);
-  }, 30_000);
+  }, 120_000);
 });
