@@ -28,7 +28,7 @@ import { ClusterNode } from "./cluster/node.ts";
 import type { ClusterRedis } from "./cluster/redis.ts";
 import { sharedSlots } from "./cluster/slots.ts";
 import { redisReplays } from "./cluster/replays.ts";
-import { clusterBridge } from "./gateway/clusterBridge.ts";
+import { clusterBridge, type SharedProviderView } from "./gateway/clusterBridge.ts";
 import type { ChangeMessage } from "./cluster/messages.ts";
 import { CloseCode } from "./wire/frames.ts";
 
@@ -58,7 +58,7 @@ export interface RunningGateway {
   /** This gateway's own metrics (its own prom-client Registry). */
   metrics: PrometheusMetrics;
   /** The cluster node, when this gateway is one; `ready` resolves once it joined. */
-  cluster: { node: ClusterNode; ready: Promise<void>; announce(change: ChangeMessage): Promise<boolean> } | null;
+  cluster: { node: ClusterNode<SharedProviderView>; ready: Promise<void>; announce(change: ChangeMessage): Promise<boolean> } | null;
   /** The HTTP routes mounted (method, path, hidden from the API reference or not). */
   httpRoutes: () => { method: string; path: string; hidden: boolean }[];
   /** Stops taking requests, tells providers to drain, resolves when idle or the grace period ends. */
@@ -111,7 +111,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   const registry = new Registry();
   const redis = ports.redis;
   const node = redis
-    ? new ClusterNode({ nodeId: config.nodeId ?? hexId("node_", random)(), redis, leaseMs: config.clusterLeaseMs, log, now })
+    ? new ClusterNode<SharedProviderView>({ nodeId: config.nodeId ?? hexId("node_", random)(), redis, leaseMs: config.clusterLeaseMs, log, now })
     : null;
   // Retry results outlive the process: in Redis for a cluster, else in a SQLite file beside the store.
   const replayFile = node ? null : openReplayFile(join(config.dataDir, "replays.db"), { now, windowMs: REPLAY_WINDOW_MS });

@@ -1,19 +1,11 @@
 // What nodes tell each other over Redis pub/sub (docs/scale-out.md): a JSON header, a newline, and —
 // for messages that carry a provider frame — the frame's msgpack bytes as latin1 text (Bun's pub/sub
 // carries strings; latin1 maps each byte to one code unit, so the bytes round-trip exactly).
-import type { ProviderView } from "../gateway/routing.ts";
-
-/** A provider session as other nodes route to it. */
-export interface SharedProviderView extends ProviderView {
+/** What the cluster itself reads of a shared provider session; the gateway's bridge adds the rest. */
+export interface SharedSessionView {
+  sessionId: string;
+  providerId: string;
   nodeId: string;
-  /** min(max_concurrency, reported capacity): the slots the session has in all. */
-  capacity: number;
-  /** Attempts in flight on the session, per node that owns them. */
-  inFlightByNode: Record<string, number>;
-  /** Models it may serve, with the hashes it advertised (models it was caught measuring otherwise are left out). */
-  models: { model_id: string; model_hash: string }[];
-  /** Its receipt key (base64), for the route snapshot. */
-  publicKey: string;
 }
 
 export type NodeMessage =
@@ -31,10 +23,10 @@ export type NodeMessage =
   | { t: "lost"; from: string; key: string };
 
 /** Registry broadcasts: a node's sessions, whole (`full`) or only those that changed. */
-export interface RegistryMessage {
+export interface RegistryMessage<V extends SharedSessionView = SharedSessionView> {
   node: string;
   full: boolean;
-  views: SharedProviderView[];
+  views: V[];
   gone: string[];
 }
 

@@ -3,7 +3,7 @@
 // nodes that died. Everything here is held by leases in Redis: a node killed with -9 stops refreshing
 // them and its share of the cluster's state expires within one lease.
 import type { Log } from "../log.ts";
-import { decodeMessage, encodeMessage, type ChangeMessage, type NodeMessage, type RegistryMessage, type SharedProviderView } from "./messages.ts";
+import { decodeMessage, encodeMessage, type ChangeMessage, type NodeMessage, type RegistryMessage, type SharedSessionView } from "./messages.ts";
 import type { ClusterRedis } from "./redis.ts";
 import { CHANGES_CHANNEL } from "./announce.ts";
 
@@ -16,7 +16,7 @@ export interface ClusterNodeOptions {
   now?: () => number;
 }
 
-export interface ClusterHandlers {
+export interface ClusterHandlers<V extends SharedSessionView> {
   /** A message from another node to this one, with the provider frame it carries. */
   message(header: NodeMessage, frame: Uint8Array | null): void;
   /** A node's membership lease expired: it died (or lost Redis for longer than a lease). */
@@ -24,7 +24,7 @@ export interface ClusterHandlers {
   /** Something changed that every node must apply (key revoked, provider banned, …). */
   changed(change: ChangeMessage): void;
   /** This node's own provider sessions, as the other nodes route to them. */
-  localViews(): SharedProviderView[];
+  localViews(): V[];
 }
 
 const inbox = (nodeId: string) => `gw:node:${nodeId}:inbox`;
@@ -41,15 +41,15 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 end
 return dead`;
 
-export class ClusterNode {
+export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   readonly nodeId: string;
   readonly redis: ClusterRedis;
   readonly leaseMs: number;
   private readonly log: Log;
   private readonly now: () => number;
-  private handlers: ClusterHandlers | null = null;
+  private handlers: ClusterHandlers<V> | null = null;
   /** Other nodes' sessions: node → (session id → view), with when the node's last broadcast expires. */
-  private readonly mirror = new Map<string, { expiresAt: number; views: Map<string, SharedProviderView> }>();
+  private readonly mirror = new Map<string, { expiresAt: number; views: Map<string, V> }>();
   private readonly timers: ReturnType<typeof setInterval>[] = [];
   private readonly dead = new Set<string>();
   private changedSessions = new Set<string>();
@@ -66,14 +66,14 @@ export class ClusterNode {
   }
 
   /** Joins: subscribes, takes the membership lease, reads every live node's registry. */
-  async start(handlers: ClusterHandlers): Promise<void> {
+  async start(handlers: ClusterHandlers<V>): Promise<void> {
     this.handlers = handlers;
     const r = this.redis;
     await r.subscribe(inbox(this.nodeId), (text) => {
       const decoded = decodeMessage(text);
       if (decoded) this.safely("cluster_message_failed", () => handlers.message(decoded.header, decoded.frame));
     });
-    await r.subscribe(REGISTRY_CHANNEL, (text) => this.safely("registry_message_failed", () => this.applyRegistry(JSON.parse(text) as RegistryMessage)));
+    await r.subscribe(REGISTRY_CHANNEL, (text) => this.safely("registry_message_failed", () => this.applyRegistry(JSON.parse(text) as RegistryMessage<V>)));
     await r.subscribe(CHANGES_CHANNEL, (text) => this.safely("change_message_failed", () => handlers.changed(JSON.parse(text) as ChangeMessage)));
     this.refreshLease();
     await this.loadRegistries();
@@ -100,7 +100,7 @@ export class ClusterNode {
   }
 
   /** The other nodes' provider sessions (live nodes only). */
-  *remoteViews(): Generator<SharedProviderView> {
+  *remoteViews(): Generator<V> {
     const now = this.now();
     for (const [nodeId, entry] of this.mirror) {
       if (entry.expiresAt <= now || this.dead.has(nodeId)) continue;
@@ -108,7 +108,7 @@ export class ClusterNode {
     }
   }
 
-  remoteView(sessionId: string): SharedProviderView | undefined {
+  remoteView(sessionId: string): V | undefined {
     for (const entry of this.mirror.values()) {
       const view = entry.views.get(sessionId);
       if (view) return view;
@@ -172,7 +172,7 @@ export class ClusterNode {
 
   private refreshLease(): void {
     const views = this.handlers!.localViews();
-    const full: RegistryMessage = { node: this.nodeId, full: true, views, gone: [] };
+    const full: RegistryMessage<V> = { node: this.nodeId, full: true, views, gone: [] };
     const text = JSON.stringify(full);
     const r = this.redis;
     r.fire("SET", [memberKey(this.nodeId), String(this.now()), "PX", Math.max(1, Math.floor(this.leaseMs * 0.7))]);
@@ -186,13 +186,13 @@ export class ClusterNode {
     if (this.changedSessions.size === 0 && this.goneSessions.size === 0) return;
     const changed = this.changedSessions;
     const views = this.handlers!.localViews().filter((v) => changed.has(v.sessionId));
-    const message: RegistryMessage = { node: this.nodeId, full: false, views, gone: [...this.goneSessions] };
+    const message: RegistryMessage<V> = { node: this.nodeId, full: false, views, gone: [...this.goneSessions] };
     this.changedSessions = new Set();
     this.goneSessions = new Set();
     this.redis.fire("PUBLISH", [REGISTRY_CHANNEL, JSON.stringify(message)]);
   }
 
-  private applyRegistry(message: RegistryMessage): void {
+  private applyRegistry(message: RegistryMessage<V>): void {
     if (message.node === this.nodeId) return;
     let entry = this.mirror.get(message.node);
     if (!entry || message.full) {
@@ -213,7 +213,7 @@ export class ClusterNode {
     if (!keys.ok || keys.value.length === 0) return;
     const values = await this.redis.call<(string | null)[]>("MGET", keys.value);
     if (!values.ok) return;
-    for (const text of values.value) if (text) this.applyRegistry(JSON.parse(text) as RegistryMessage);
+    for (const text of values.value) if (text) this.applyRegistry(JSON.parse(text) as RegistryMessage<V>);
   }
 
   private async findDeadNodes(): Promise<void> {

@@ -2,7 +2,7 @@
 // Redis, so a retry that lands on another node is replayed, and a key in flight on one node is
 // refused (409) on every other one. A claim names its node: one whose node died is free again, as
 // that run can never finish.
-import type { ReplayBackend, SharedEntry, StoredResult } from "../http/replayBackend.ts";
+import type { ReplayBackend, SharedEntry, StoredResult } from "../store/replayBackend.ts";
 import type { ClusterRedis } from "./redis.ts";
 
 interface Stored {

@@ -4,7 +4,7 @@
 // to the registry, the request actors (through the same job-frame path as local sockets) and settlement.
 import { freeSlots } from "../../actors/providerSession.ts";
 import type { ClusterNode, ClusterHandlers } from "../cluster/node.ts";
-import type { ChangeMessage, NodeMessage, SharedProviderView } from "../cluster/messages.ts";
+import type { ChangeMessage, NodeMessage, SharedSessionView } from "../cluster/messages.ts";
 import type { Log } from "../log.ts";
 import { decodeProviderFrame, encodeFrame } from "../wire/codec.ts";
 import type { ProviderFrame } from "../wire/frames.ts";
@@ -14,8 +14,20 @@ import type { RemoteProviders } from "./requests.ts";
 import type { ProviderView } from "./routing.ts";
 import type { Settlements } from "./settlements.ts";
 
+/** A provider session as other nodes route to it. */
+export interface SharedProviderView extends ProviderView, SharedSessionView {
+  /** min(max_concurrency, reported capacity): the slots the session has in all. */
+  capacity: number;
+  /** Attempts in flight on the session, per node that owns them. */
+  inFlightByNode: Record<string, number>;
+  /** Models it may serve, with the hashes it advertised (models it was caught measuring otherwise are left out). */
+  models: { model_id: string; model_hash: string }[];
+  /** Its receipt key (base64), for the route snapshot. */
+  publicKey: string;
+}
+
 export interface ClusterBridgeDeps {
-  node: ClusterNode;
+  node: ClusterNode<SharedProviderView>;
   registry: Registry;
   settlements: Settlements;
   log: Log;
@@ -26,7 +38,7 @@ export interface ClusterBridgeDeps {
 }
 
 export interface ClusterBridge {
-  handlers: ClusterHandlers;
+  handlers: ClusterHandlers<SharedProviderView>;
   endpoint: EndpointCluster;
   remote: RemoteProviders;
   /** Where a `settled` frame goes when the provider's session is on another node. */

@@ -17,7 +17,7 @@
 import { createHash } from "node:crypto";
 import { gatewayError, type GatewayError } from "./errors.ts";
 import type { BodyTemplate } from "./output.ts";
-import type { ReplayBackend, SharedEntry } from "./replayBackend.ts";
+import type { ReplayBackend, SharedEntry } from "../store/replayBackend.ts";
 
 export const REPLAY_WINDOW_MS = 10 * 60_000;
 /** Marks a replayed response (the same header name as Stripe's: clients that know it can log it). */

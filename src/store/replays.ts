@@ -6,7 +6,7 @@
 import { Database } from "bun:sqlite";
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
-import type { ReplayBackend, SharedEntry, StoredResult } from "../http/replayBackend.ts";
+import type { ReplayBackend, SharedEntry, StoredResult } from "./replayBackend.ts";
 
 export interface ReplayFile extends ReplayBackend {
   /** Results held (tests, diagnostics). */
