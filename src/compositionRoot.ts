@@ -31,6 +31,7 @@ import { redisReplays } from "./cluster/replays.ts";
 import { clusterBridge, type SharedProviderView } from "./gateway/clusterBridge.ts";
 import type { ChangeMessage } from "./cluster/messages.ts";
 import { CloseCode } from "./wire/frames.ts";
+import { CONSOLE_PATH, createConsole, teeMetrics } from "./console/index.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
 
@@ -136,7 +137,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   ).start();
   const accepting = () => supervisor.getSnapshot().matches("running");
   const monotonicNow = ports.monotonicNow ?? (() => performance.now());
-  const metrics = createPrometheusMetrics({
+  const prometheus = createPrometheusMetrics({
     providerViews: () => registry.providerViews(),
     handshakingSessions: () => registry.sessions.size - registry.admittedByProvider.size,
     ignoredFrames: () => registry.ignoredFrames,
@@ -165,6 +166,18 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
       ? { opened: (key, ttlMs) => node.own(key, false, ttlMs), settled: (key) => node.own(key, true) }
       : undefined,
   });
+  // The operator console (/console) sees what the metrics see: the prometheus port, teed.
+  const operatorConsole = createConsole({
+    consoleToken: config.consoleToken,
+    store,
+    registry,
+    supervisor,
+    runner: () => runner,
+    settlements,
+    log,
+    now,
+  });
+  const metrics = teeMetrics(prometheus, operatorConsole.live);
   /** Another node (or the operator CLI) announced a change: every node applies it within a second. */
   const applyChange = (change: ChangeMessage) => {
     log.info("cluster_change", { kind: change.kind });
@@ -313,7 +326,9 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     // Streams may wait long for a cold provider's first token (no keep-alive bytes before it).
     idleTimeout: 0,
     fetch(request, srv) {
-      if (new URL(request.url).pathname === PROVIDER_CONNECT_PATH) {
+      const pathname = new URL(request.url).pathname;
+      if (pathname === CONSOLE_PATH || pathname.startsWith(`${CONSOLE_PATH}/`)) return operatorConsole.handle(request).then((r) => r ?? handleHttp(request));
+      if (pathname === PROVIDER_CONNECT_PATH) {
         if (srv.upgrade(request, { data: {} })) return undefined;
         return errorResponse(gatewayError("invalid_request", "Expected a WebSocket upgrade."), newRequestId());
       }
