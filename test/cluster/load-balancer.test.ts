@@ -62,7 +62,8 @@ describe.skipIf(missing !== null)("nginx in front of two nodes (deploy/nginx-clu
     if (nginx.exitCode !== null) throw new Error(`nginx: ${await new Response(nginx.stderr as ReadableStream).text()}`);
   }, 180_000);
   afterAll(async () => {
-    nginx?.kill("SIGKILL");
+    // SIGTERM: the master stops its workers; a SIGKILL would orphan them.
+    nginx?.kill("SIGTERM");
     await nginx?.exited;
     await cluster?.close();
   });
