@@ -34,6 +34,7 @@ export const settingSpecs = [
   s("port", "integer", 8080, "TCP port of the buyer API and the provider WebSocket endpoint (0 = any free port).", { min: 0 }),
   s("host", "string", "127.0.0.1", "Address to listen on."),
   s("dataDir", "string", "./data", "Folder holding the SQLite file, generated keys and the catalog."),
+  s("databaseUrl", "string", undefined, "PostgreSQL URL (postgres://USER@HOST:PORT/DB) of a cluster's durable state instead of the SQLite file; needs --redis-url too (docs/scale-out.md). Prefer the env or config file when it holds a password: flags show in ps."),
   s("demo", "boolean", false, "Start built-in demo providers in-process and print a ready dev API key."),
   s("demoProviders", "integer", 2, "How many demo providers --demo starts.", { min: 1 }),
   s("messagesFacade", "boolean", false, "Mount POST /v1/messages."),
@@ -70,12 +71,14 @@ export const settingSpecs = [
   s("demoRequestTokenCap", "integer", 512, "Largest max_tokens one demo request may ask for (an absent max_tokens reserves up to it).", { min: 1 }),
   s("demoConcurrentRequests", "integer", 2, "Requests one demo client IP (/32 or /64) may have running at once.", { min: 1 }),
   s("feedbackPerHour", "integer", 60, "POST /v1/feedback submissions accepted per client IP (/32 or /64) per hour.", { min: 0 }),
+  s("redisUrl", "string", undefined, "Redis URL (redis://HOST:PORT) of a cluster: concurrency slots, retry results, the provider registry and node-to-node forwarding live there (docs/scale-out.md)."),
 ] as const satisfies readonly SettingSpec[];
 
 export interface GatewayConfig {
   port: number;
   host: string;
   dataDir: string;
+  databaseUrl: string | undefined;
   demo: boolean;
   demoProviders: number;
   messagesFacade: boolean;
@@ -112,6 +115,7 @@ export interface GatewayConfig {
   demoRequestTokenCap: number;
   demoConcurrentRequests: number;
   feedbackPerHour: number;
+  redisUrl: string | undefined;
 }
 
 export const DEFAULT_INSPECT_URL = "ws://127.0.0.1:8090";

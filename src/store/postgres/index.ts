@@ -76,7 +76,12 @@ const toFeedback = (r: Row): FeedbackRow => ({
 
 /** Applies every PostgreSQL migration not yet recorded, under an advisory lock (nodes may start at once). */
 export async function migratePostgres(sql: SQL, migrations: readonly string[] = postgresMigrations): Promise<number> {
-  return sql.begin(async (tx) => {
+  return sql.begin((tx) => applyMigrations(tx, migrations));
+}
+
+/** migratePostgres inside a transaction the caller holds (store migrate: schema and rows commit together). */
+export async function applyMigrations(tx: SQL, migrations: readonly string[] = postgresMigrations): Promise<number> {
+  {
     await tx`SELECT pg_advisory_xact_lock(hashtextextended('gateway:migrations', 0))`;
     await tx`CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)`;
     const [row] = await tx`SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations`;
@@ -89,7 +94,7 @@ export async function migratePostgres(sql: SQL, migrations: readonly string[] = 
       await tx`INSERT INTO schema_migrations (version, applied_at) VALUES (${version}, ${Date.now()})`;
     }
     return migrations.length;
-  });
+  }
 }
 
 /**
