@@ -149,11 +149,14 @@ test("pollCatalog reloads on each tick and reports only changes", async () => {
   const reports: unknown[] = [];
   const stop = pollCatalog(live, (r) => reports.push(r), { intervalMs: 500, timers });
   tick!();
+  await settled();
   expect(reports).toHaveLength(0);
   append(path, [chat]);
   tick!();
+  await settled();
   expect(reports).toHaveLength(1);
   tick!();
+  await settled();
   expect(reports).toHaveLength(1);
   stop();
   expect(cleared).toBe(true);
