@@ -8,7 +8,7 @@ import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "./serv
 import { loadOrCreateProviderKey } from "./provider/keys.ts";
 import { startProviderWithCatalogFeed, type CatalogProvider } from "./provider/withCatalogFeed.ts";
 import { createSyntheticEngine } from "./provider/synthetic.ts";
-import type { Store } from "./store/index.ts";
+import type { AsyncStore as Store } from "./store/asyncStore.ts";
 import type { CatalogModel } from "./catalog/index.ts";
 
 /** The demo's models: synthetic engines, with stand-in hashes derived from their names. */
@@ -31,13 +31,13 @@ const DEMO_CATALOG_MODELS: CatalogModel[] = DEMO_MODELS.map((m) => ({
 const DEMO_KEY_LABEL = "demo-dev-key";
 
 /** A fresh dev key for the demo account; earlier demo keys are revoked so only the printed one works. */
-function demoApiKey(store: Store): string {
-  let account = store.listAccounts().find((a) => a.name === "demo-dev");
-  account ??= { ...store.createAccount({ name: "demo-dev", tier: "free" }), name: "demo-dev", tier: "free", created_at_ms: 0 };
-  for (const key of store.listApiKeys(account.account_id)) {
-    if (key.label === DEMO_KEY_LABEL && key.revoked_at_ms === null) store.revokeApiKey(key.key_id);
+async function demoApiKey(store: Store): Promise<string> {
+  let account = (await store.listAccounts()).find((a) => a.name === "demo-dev");
+  account ??= { ...(await store.createAccount({ name: "demo-dev", tier: "free" })), name: "demo-dev", tier: "free", created_at_ms: 0 };
+  for (const key of await store.listApiKeys(account.account_id)) {
+    if (key.label === DEMO_KEY_LABEL && key.revoked_at_ms === null) await store.revokeApiKey(key.key_id);
   }
-  return store.createApiKey({ account_id: account.account_id, label: DEMO_KEY_LABEL }).api_key;
+  return (await store.createApiKey({ account_id: account.account_id, label: DEMO_KEY_LABEL })).api_key;
 }
 
 /**
@@ -104,7 +104,7 @@ export async function runServe(argv: string[]): Promise<number> {
   const demo: CatalogProvider[] = [];
   if (config.demo) {
     demo.push(...(await startDemoProviders(config, gateway, log)));
-    const apiKey = demoApiKey(gateway.store);
+    const apiKey = await demoApiKey(gateway.store);
     const base = `http://${config.host}:${gateway.port}`;
     console.error(
       [

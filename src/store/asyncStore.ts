@@ -6,6 +6,22 @@
 import type { RequestSlotStore } from "./requestSlots.ts";
 import type { Store } from "./types.ts";
 
+/** Whether `error` means the store's database could not be reached (PostgreSQL down or restarting), as
+ * opposed to a statement it refused: callers answer 503 retryable, nothing having been written. */
+export function isStoreUnavailable(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code !== "string") return false;
+  return (
+    code.startsWith("ERR_POSTGRES_CONNECTION") ||
+    code === "ERR_POSTGRES_IDLE_TIMEOUT" ||
+    code === "ERR_POSTGRES_LIFETIME_TIMEOUT" ||
+    code === "ECONNREFUSED" ||
+    code === "ECONNRESET" ||
+    // admin_shutdown, crash_shutdown, cannot_connect_now (the server is starting or stopping)
+    ["57P01", "57P02", "57P03"].includes((error as { errno?: string }).errno ?? "")
+  );
+}
+
 /** Which engine holds the durable state. */
 export type StoreBackend = "sqlite" | "postgres";
 

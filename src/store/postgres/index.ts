@@ -30,20 +30,7 @@ export interface PostgresStoreOptions extends StoreOptions {
   connectionTimeoutSeconds?: number;
 }
 
-/** Whether `error` means the database could not be reached (as opposed to a refused statement). */
-export function isStoreUnavailable(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code !== "string") return false;
-  return (
-    code.startsWith("ERR_POSTGRES_CONNECTION") ||
-    code === "ERR_POSTGRES_IDLE_TIMEOUT" ||
-    code === "ERR_POSTGRES_LIFETIME_TIMEOUT" ||
-    code === "ECONNREFUSED" ||
-    code === "ECONNRESET" ||
-    // admin_shutdown, crash_shutdown, cannot_connect_now (the server is starting or stopping)
-    ["57P01", "57P02", "57P03"].includes((error as { errno?: string }).errno ?? "")
-  );
-}
+export { isStoreUnavailable } from "../asyncStore.ts";
 
 const ACCOUNT_COLUMNS = "id AS account_id, name, tier, created_at_ms";
 const KEY_COLUMNS = "id AS key_id, account_id, display_prefix, label, created_at_ms, last_used_at_ms, revoked_at_ms";
