@@ -93,7 +93,7 @@ export async function runServe(argv: string[]): Promise<number> {
   const inspector = config.inspect === undefined ? null : startInspector(config.inspect, { log });
   let gateway: RunningGateway;
   try {
-    gateway = startGateway(config, { log, inspect: inspector?.inspect, catalogModels: config.demo ? DEMO_CATALOG_MODELS : undefined });
+    gateway = await startGateway(config, { log, inspect: inspector?.inspect, catalogModels: config.demo ? DEMO_CATALOG_MODELS : undefined });
   } catch (error) {
     console.error(`gateway serve: ${(error as Error).message}`);
     inspector?.stop();

@@ -16,7 +16,7 @@ export interface SocketData {
 
 export interface ProviderEndpointDeps {
   registry: Registry;
-  admit: (input: AdmissionInput) => AdmissionVerdict;
+  admit: (input: AdmissionInput) => Promise<AdmissionVerdict>;
   newSessionId: () => string;
   randomBytes: (n: number) => Uint8Array;
   heartbeatIntervalMs: number;
