@@ -142,7 +142,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     onSettled: (label) => metrics.settlementLabelled(label),
     judge: workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
   });
-  const resumed = settlements.resumePending();
+  const resumed = await settlements.resumePending();
   if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
   const stopCatalogPoll = pollCatalog(catalog, (result) =>
     log.info("catalog_reloaded", { ok: result.ok, catalog_id: catalog.current()?.catalog_id ?? null }),

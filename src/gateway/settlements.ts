@@ -22,7 +22,8 @@ import {
 import { inlineJudge, type JudgedReceipt, type ReceiptJudge } from "../receipts/judge.ts";
 import type { Log } from "../log.ts";
 import type { NormalizedChat } from "../http/chat/normalize.ts";
-import type { DeliveredRecord, Payer, SettleInput, SettlementRow, Store } from "../store/index.ts";
+import type { DeliveredRecord, Payer, SettleInput, SettleResult, SettlementRow } from "../store/index.ts";
+import { isStoreUnavailable, type AsyncStore } from "../store/asyncStore.ts";
 import { encodeFrame } from "../wire/codec.ts";
 import type { ChunkFrame, EndFrame, JobRoute, TerminalState } from "../wire/frames.ts";
 import { attemptKey } from "./registry.ts";
@@ -30,7 +31,7 @@ import { attemptKey } from "./registry.ts";
 export type SettlementMode = "observe" | "enforce";
 
 export interface SettlementDeps {
-  store: Store;
+  store: AsyncStore;
   now: () => number;
   mode: SettlementMode;
   pendingDeadlineMs: number;
@@ -90,7 +91,8 @@ interface OpenAttempt {
   /** A receipt that arrived before the attempt was released: judged at release. */
   earlyReceipt: string | null;
   /** The envelope that was judged, for the ledger row. */
-  judged: { envelope: string; arrivalId: number; receivedAtMs: number; billable: { prompt_tokens: number; completion_tokens: number } | null } | null;
+  /** `arrivalId`: the receipt's row in the arrival log, null when that write failed (the envelope is then stored with the outcome). */
+  judged: { envelope: string; arrivalId: Promise<number | null>; receivedAtMs: number; billable: { prompt_tokens: number; completion_tokens: number } | null } | null;
 }
 
 type SettlementLogic = ReturnType<typeof settlementLogic>;
@@ -99,9 +101,34 @@ const b64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64");
 
 const SCOPE_CACHE_LIMIT = 10_000;
 
+/** While the database is unreachable, how long a settlement write waits before it tries again. */
+const RETRY_MS = 500;
+
 export function createSettlements(deps: SettlementDeps) {
   const { store, log } = deps;
   const judgeReceipts = deps.judge ?? inlineJudge;
+  let stopped = false;
+
+  /**
+   * Runs a settlement write; while the database is unreachable it is tried again every RETRY_MS (a
+   * write is one transaction, so a failed try left nothing), until it lands or stop() runs (then null:
+   * a restart's resumePending finishes the job). Any other failure is logged and gives null.
+   */
+  async function durably<T>(what: string, ids: { request_id: string; attempt_n?: number }, write: () => Promise<T>): Promise<T | null> {
+    for (let tries = 0; !stopped; tries++) {
+      try {
+        return await write();
+      } catch (error) {
+        if (!isStoreUnavailable(error)) {
+          log.error("settlement_write_failed", { ...ids, write: what, error: String(error) });
+          return null;
+        }
+        if (tries === 0) log.warn("settlement_write_waiting", { ...ids, write: what, error: String(error) });
+        await Bun.sleep(RETRY_MS);
+      }
+    }
+    return null;
+  }
   const open = new Map<string, OpenAttempt>();
   // account_scope per account id: an HMAC under a secret fixed for this instance, so computed once
   // per account instead of per attempt (bounded: cleared when full).
@@ -211,6 +238,8 @@ export function createSettlements(deps: SettlementDeps) {
     // The stored text and the digest come from one canonicalisation (digest = sha256 of JCS, DESIGN §4).
     const snapshotJson = canonicalize(snapshot);
     const digest = sha256Hex(snapshotJson);
+    // The job leaves only once this write is durable (the dispatcher's afterCommit); a failed write
+    // keeps it from leaving. The digest was just computed from this very text, so it cannot mismatch.
     const recorded = store.recordRouteSnapshot(
       {
         request_id: input.requestId,
@@ -225,10 +254,12 @@ export function createSettlements(deps: SettlementDeps) {
       },
       now,
     );
-    if (!recorded.ok) {
-      log.error("route_snapshot_refused", { request_id: input.requestId, attempt_n: input.attemptN, code: recorded.code });
-      return null;
-    }
+    recorded.then(
+      (result) => {
+        if (!result.ok) log.error("route_snapshot_refused", { request_id: input.requestId, attempt_n: input.attemptN, code: result.code });
+      },
+      (error) => log.warn("route_snapshot_not_written", { request_id: input.requestId, attempt_n: input.attemptN, error: String(error) }),
+    );
     startActor(
       {
         requestId: input.requestId,
@@ -257,7 +288,9 @@ export function createSettlements(deps: SettlementDeps) {
     const att = open.get(attemptKey(requestId, attemptN));
     if (!att || att.acceptedHash !== null) return true;
     att.acceptedHash = modelHash;
-    store.recordAcceptedMeasurement(requestId, attemptN, modelHash);
+    void durably("accepted_measurement", { request_id: requestId, attempt_n: attemptN }, () =>
+      store.recordAcceptedMeasurement(requestId, attemptN, modelHash),
+    );
     const refusal = judgeAcceptedMeasurement(att.snapshot, modelHash);
     if (refusal === null) return true;
     log.warn("measurement_mismatch", { request_id: requestId, attempt_n: attemptN, provider_id: att.providerId, reason: refusal });
@@ -338,21 +371,32 @@ export function createSettlements(deps: SettlementDeps) {
   function writeEnd(att: OpenAttempt): void {
     const end = att.unwrittenEnd;
     if (end === null) return;
-    att.unwrittenEnd = null;
-    store.recordAttemptEnd(att.requestId, att.attemptN, end.delivered, end.pending_deadline_at_ms, end.ended_at_ms);
+    // Kept as unwritten until the write lands: a settlement meanwhile carries it too (the store writes
+    // a delivered record once, whichever comes first).
+    void durably("attempt_end", { request_id: att.requestId, attempt_n: att.attemptN }, () =>
+      store.recordAttemptEnd(att.requestId, att.attemptN, end.delivered, end.pending_deadline_at_ms, end.ended_at_ms),
+    ).then((written) => {
+      if (written !== null && att.unwrittenEnd === end) att.unwrittenEnd = null;
+    });
   }
 
   /** A receipt (in `end` or a late `receipt` frame) for any still-pending attempt of this provider id. */
   function receiptArrived(providerId: string, requestId: string, attemptN: number, envelope: string): void {
     const att = open.get(attemptKey(requestId, attemptN));
     if (!att || att.providerId !== providerId) {
-      const known = store.getSettlement(requestId, attemptN);
-      const disposition = known && known.provider_id === providerId ? "after_final" : "unknown_attempt";
-      store.recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition }, deps.now());
+      const arrival = deps.now();
+      // Diagnostics only (the arrival log): nothing waits for it, and a failure is logged.
+      void (async () => {
+        const known = await store.getSettlement(requestId, attemptN);
+        const disposition = known && known.provider_id === providerId ? "after_final" : "unknown_attempt";
+        await store.recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition }, arrival);
+      })().catch((error) => log.warn("receipt_arrival_not_logged", { request_id: requestId, attempt_n: attemptN, error: String(error) }));
       return;
     }
     if (att.judged) {
-      store.recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition: "after_final" }, deps.now());
+      store
+        .recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition: "after_final" }, deps.now())
+        .catch((error) => log.warn("receipt_arrival_not_logged", { request_id: requestId, attempt_n: attemptN, error: String(error) }));
       return;
     }
     if (!att.delivered) {
@@ -370,10 +414,12 @@ export function createSettlements(deps: SettlementDeps) {
    */
   function judge(att: OpenAttempt, envelope: string): boolean {
     const arrival = deps.now();
-    const arrivalId = store.recordReceiptArrival(
-      { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, envelope, disposition: "judged" },
-      arrival,
-    );
+    const arrivalId = store
+      .recordReceiptArrival({ request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, envelope, disposition: "judged" }, arrival)
+      .catch((error): null => {
+        log.warn("receipt_arrival_not_logged", { request_id: att.requestId, attempt_n: att.attemptN, error: String(error) });
+        return null;
+      });
     const record: NonNullable<OpenAttempt["judged"]> = { envelope, arrivalId, receivedAtMs: arrival, billable: null };
     att.judged = record;
     return judgeReceipts.judge(
@@ -434,18 +480,21 @@ export function createSettlements(deps: SettlementDeps) {
           : label === "verified"
             ? att.judged!.billable
             : null;
-    const result = store.settleAttempt(
-      {
-        request_id: att.requestId,
-        attempt_n: att.attemptN,
-        label,
-        reason,
-        receipt: att.judged ? { envelope: att.judged.envelope, received_at_ms: att.judged.receivedAtMs, arrival_id: att.judged.arrivalId } : undefined,
-        billed,
-        ended: att.unwrittenEnd ?? undefined,
-      },
-      deps.now(),
-    );
+    const settledAt = deps.now();
+    void (async () => {
+      const judged = att.judged;
+      const arrivalId = judged ? await judged.arrivalId : null;
+      const receipt = judged
+        ? { envelope: judged.envelope, received_at_ms: judged.receivedAtMs, ...(arrivalId === null ? {} : { arrival_id: arrivalId }) }
+        : undefined;
+      const input: SettleInput = { request_id: att.requestId, attempt_n: att.attemptN, label, reason, receipt, billed, ended: att.unwrittenEnd ?? undefined };
+      const result = await durably("settlement", { request_id: att.requestId, attempt_n: att.attemptN }, () => store.settleAttempt(input, settledAt));
+      if (result !== null) written(att, label, reason, result);
+    })();
+  }
+
+  /** The settlement transaction's answer: announce the outcome once it is durable. */
+  function written(att: OpenAttempt, label: FinalLabel, reason: string | null, result: SettleResult): void {
     if (!result.ok) {
       log.error("settlement_not_written", { request_id: att.requestId, attempt_n: att.attemptN, code: result.code });
       // Nothing was written: the delivered record still is, as it would have been without the outcome.
@@ -491,7 +540,8 @@ export function createSettlements(deps: SettlementDeps) {
 
   /** The request starts no more attempts: its reservation resolves once none is pending. */
   function requestEnded(requestId: string): void {
-    store.markRequestEnded(requestId, deps.now());
+    const now = deps.now();
+    void durably("request_ended", { request_id: requestId }, () => store.markRequestEnded(requestId, now));
   }
 
   /**
@@ -499,15 +549,15 @@ export function createSettlements(deps: SettlementDeps) {
    * them); attempts the gateway was still relaying when it stopped have no delivered record and are
    * never charged.
    */
-  function resumePending(): { resumed: number; interrupted: number } {
+  async function resumePending(): Promise<{ resumed: number; interrupted: number }> {
     let resumed = 0;
     let interrupted = 0;
-    const pending = store.listSettlements({ label: "pending" });
+    const pending = await store.listSettlements({ label: "pending" });
     for (const row of pending) {
-      const stored = store.getRouteSnapshot(row.request_id, row.attempt_n);
+      const stored = await store.getRouteSnapshot(row.request_id, row.attempt_n);
       const snapshot = stored ? (JSON.parse(stored.snapshot_json) as RouteSnapshot) : null;
       if (!row.delivered || !snapshot || !stored) {
-        store.settleAttempt({ request_id: row.request_id, attempt_n: row.attempt_n, label: "quarantined", reason: "interrupted", billed: null }, deps.now());
+        await store.settleAttempt({ request_id: row.request_id, attempt_n: row.attempt_n, label: "quarantined", reason: "interrupted", billed: null }, deps.now());
         interrupted++;
         continue;
       }
@@ -517,8 +567,8 @@ export function createSettlements(deps: SettlementDeps) {
     // No request outlives the process: each of these will start no more attempts, so its reservation
     // resolves with its last settlement (now, for interrupted ones) instead of staying held forever.
     // The same holds for requests cut before or between attempts, which have no pending attempt at all.
-    const cut = new Set([...pending.map((row) => row.request_id), ...store.unendedHeldReservations()]);
-    for (const requestId of cut) store.markRequestEnded(requestId, deps.now());
+    const cut = new Set([...pending.map((row) => row.request_id), ...(await store.unendedHeldReservations())]);
+    for (const requestId of cut) await store.markRequestEnded(requestId, deps.now());
     return { resumed, interrupted };
   }
 
@@ -581,6 +631,7 @@ export function createSettlements(deps: SettlementDeps) {
     /** Attempts not settled yet (metrics, tests). */
     openCount: () => open.size,
     stop: () => {
+      stopped = true;
       judgeReceipts.stop();
       for (const att of open.values()) att.actor.stop();
       open.clear();
