@@ -15,13 +15,13 @@ import { runProviderCommand } from "./provider/cli.ts";
 import { catalogLookupFrom } from "./ledger/audit.ts";
 import { runLedgerCommand, runReceiptsCommand } from "./ledger/cli.ts";
 import { processIo, runVerifyReceipt } from "./receipts/verifyCli.ts";
-import { databasePath } from "./server.ts";
+import { databasePath } from "./compositionRoot.ts";
 import { openStore } from "./store/index.ts";
 import { asyncStore, type AsyncStore } from "./store/asyncStore.ts";
 import { openPostgresStore } from "./store/postgres/index.ts";
 import { runStoreCommand } from "./cli/storeMigrate.ts";
 import { runPgDump } from "./cli/pgBackup.ts";
-import { runServe } from "./serve.ts";
+import { runServe } from "./serveCommand.ts";
 
 const USAGE = `usage: gateway <command> [options]
 

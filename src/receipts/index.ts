@@ -53,6 +53,7 @@ export {
   verifyReceipt,
   type QuarantineReason,
   type ReceiptCheck,
+  type ReceiptJudgement,
   type ReceiptVerdict,
   type SettlementReason,
   type VerifyReceiptInput,
