@@ -3,6 +3,7 @@
 import type { JudgedReceipt, ReceiptJudge } from "../../receipts/judge.ts";
 import type { Log } from "../../log.ts";
 import type { AsyncStore as Store } from "../../store/asyncStore.ts";
+import type { SettlementRow } from "../../store/index.ts";
 import type { DurableWrites } from "./durableWrites.ts";
 import { attemptKey } from "../registry.ts";
 import type { JudgedEnvelope, OpenAttempt, OpenAttempts } from "./attempt.ts";
@@ -27,11 +28,14 @@ export function receiptArrived(deps: JudgingDeps, providerId: string, requestId:
   const notLogged = (error: unknown) => deps.log.warn("receipt_arrival_not_logged", { request_id: requestId, attempt_n: attemptN, error: String(error) });
   if (!att || att.providerId !== providerId) {
     const arrival = deps.now();
-    void (async () => {
-      const known = await deps.store.getSettlement(requestId, attemptN);
+    const record = (known: SettlementRow | null) => {
       const disposition = known && known.provider_id === providerId ? "after_final" : "unknown_attempt";
-      await deps.store.recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition }, arrival);
-    })().catch(notLogged);
+      deps.store.recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition }, arrival).catch(notLogged);
+    };
+    const known = deps.store.getSettlement(requestId, attemptN);
+    // Answered at once by the embedded store: logged in this very turn, as before.
+    if (Bun.peek.status(known) === "fulfilled") record(Bun.peek(known) as SettlementRow | null);
+    else known.then(record, notLogged);
     return;
   }
   if (att.judged) {
@@ -55,12 +59,18 @@ export function receiptArrived(deps: JudgingDeps, providerId: string, requestId:
  */
 export function judgeReceipt(deps: JudgingDeps, att: OpenAttempt, envelope: string): boolean {
   const arrival = deps.now();
-  const arrivalId = deps.store
-    .recordReceiptArrival({ request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, envelope, disposition: "judged" }, arrival)
-    .catch((error): null => {
-      deps.log.warn("receipt_arrival_not_logged", { request_id: att.requestId, attempt_n: att.attemptN, error: String(error) });
-      return null;
-    });
+  const written = deps.store.recordReceiptArrival(
+    { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, envelope, disposition: "judged" },
+    arrival,
+  );
+  // Already answered (the embedded store): the outcome can be written in this very turn, as before.
+  const arrivalId =
+    Bun.peek.status(written) === "fulfilled"
+      ? (Bun.peek(written) as number)
+      : written.catch((error): null => {
+          deps.log.warn("receipt_arrival_not_logged", { request_id: att.requestId, attempt_n: att.attemptN, error: String(error) });
+          return null;
+        });
   const record: JudgedEnvelope = { envelope, arrivalId, receivedAtMs: arrival, billable: null };
   att.judged = record;
   return deps.judge.judge(

@@ -53,17 +53,23 @@ export function writeDeliveredRecord(deps: Pick<OutcomeDeps, "store" | "writes">
 export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null): void {
   const settledAt = deps.now();
   const billed = chargedUsage(deps.mode, label, att);
-  void (async () => {
+  const write = (arrivalId: number | null) => {
     const judged = att.judged;
-    // The receipt's arrival row is referred to once written (already, on the embedded store).
-    const arrivalId = judged ? await judged.arrivalId : null;
     const receipt = judged
       ? { envelope: judged.envelope, received_at_ms: judged.receivedAtMs, ...(arrivalId === null ? {} : { arrival_id: arrivalId }) }
       : undefined;
     const input: SettleInput = { request_id: att.requestId, attempt_n: att.attemptN, label, reason, receipt, billed, ended: att.unwrittenEnd ?? undefined };
-    const result = await deps.writes.run("settlement", { request_id: att.requestId, attempt_n: att.attemptN }, () => deps.store.settleAttempt(input, settledAt));
-    if (result !== null) outcomeWritten(deps, att, label, reason, result);
-  })();
+    // The embedded store writes it before this returns (the same turn's group commit, as before).
+    void deps.writes
+      .run("settlement", { request_id: att.requestId, attempt_n: att.attemptN }, () => deps.store.settleAttempt(input, settledAt))
+      .then((result) => {
+        if (result !== null) outcomeWritten(deps, att, label, reason, result);
+      });
+  };
+  // The receipt's arrival row is referred to once it is written.
+  const arrivalId = att.judged?.arrivalId ?? null;
+  if (arrivalId instanceof Promise) void arrivalId.then(write);
+  else write(arrivalId);
 }
 
 /** The settlement transaction's answer: the outcome is announced once it is durable. */
