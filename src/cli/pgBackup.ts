@@ -1,5 +1,5 @@
 // `gateway backup --to FILE --database-url URL`: a cluster's backup is PostgreSQL's own consistent
-// dump (pg_dump's custom format, restored with pg_restore; docs/scale-out.md, "Backups"). Like the
+// dump (pg_dump's custom format, restored with pg_restore; docs/postgres-store.md, "Backups"). Like the
 // SQLite backup it never overwrites, and the file appears under its name only once complete (0600).
 import { spawnSync } from "node:child_process";
 import { chmodSync, existsSync, linkSync, readdirSync, rmSync, statSync } from "node:fs";

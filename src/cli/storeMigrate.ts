@@ -1,4 +1,4 @@
-// `gateway store migrate --to postgres://…` (docs/scale-out.md, "Moving up"): copies the single node's
+// `gateway store migrate --to postgres://…` (docs/postgres-store.md, "Moving up from a single node"): copies the single node's
 // SQLite store of --data-dir into an empty PostgreSQL database. Run it with the gateway stopped; the
 // copy is one transaction and is checked balance by balance before it commits.
 import { existsSync } from "node:fs";

@@ -102,7 +102,7 @@ export function loadConfig(argv: readonly string[], env: Record<string, string |
 
 /**
  * A cluster node needs both engines: PostgreSQL for what is durable, Redis for what is shared and live
- * (docs/scale-out.md). Neither is the embedded single node; one alone is a configuration error.
+ * (docs/postgres-store.md). Neither is the embedded single node; one alone is a configuration error.
  */
 export function backendProblem(databaseUrl: string | undefined, redisUrl: string | undefined): string | null {
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {

@@ -34,7 +34,7 @@ export const settingSpecs = [
   s("port", "integer", 8080, "TCP port of the buyer API and the provider WebSocket endpoint (0 = any free port).", { min: 0 }),
   s("host", "string", "127.0.0.1", "Address to listen on."),
   s("dataDir", "string", "./data", "Folder holding the SQLite file, generated keys and the catalog."),
-  s("databaseUrl", "string", undefined, "PostgreSQL URL (postgres://USER@HOST:PORT/DB) of a cluster's durable state instead of the SQLite file; needs --redis-url too (docs/scale-out.md). Prefer the env or config file when it holds a password: flags show in ps."),
+  s("databaseUrl", "string", undefined, "PostgreSQL URL (postgres://USER@HOST:PORT/DB) of a cluster's durable state instead of the SQLite file; needs --redis-url too (docs/postgres-store.md). Prefer the env or config file when it holds a password: flags show in ps."),
   s("demo", "boolean", false, "Start built-in demo providers in-process and print a ready dev API key."),
   s("demoProviders", "integer", 2, "How many demo providers --demo starts.", { min: 1 }),
   s("messagesFacade", "boolean", false, "Serve POST /v1/messages and /v1/messages/count_tokens (off: they answer 404 endpoint_disabled)."),

@@ -31,7 +31,7 @@ type Promised<T> = {
   [K in keyof T]: T[K] extends (...args: infer A) => infer R ? (...args: A) => Promise<R> : T[K];
 };
 
-/** Whether the store's database answers: /healthz and /metrics show it (docs/scale-out.md). */
+/** Whether the store's database answers: /healthz and /metrics show it (docs/postgres-store.md). */
 export interface StoreHealth {
   backend: StoreBackend;
   up: boolean;

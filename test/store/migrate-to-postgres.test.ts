@@ -54,13 +54,14 @@ const run = (args: string[]) => {
 
 beforeAll(async () => {
   if (postgresMissing !== null) return;
+  await sharedPostgres();
   gw = await startTestGateway({ settlementMode: "enforce" }, { catalog: [MODEL] });
   const scriptOf = (a: Parameters<Script>[0]) => scripts[String(a.job.messages[0]?.content)] ?? scripts.honest!;
   first = await ScriptedProvider.connect({ url: gw.wsUrl, id: "a-first", models: [MODEL], inputTokens: INPUT_TOKENS, script: (a) => scriptOf(a)(a) });
   second = await ScriptedProvider.connect({ url: gw.wsUrl, id: "b-second", models: [MODEL], inputTokens: INPUT_TOKENS, script: honestSecond });
   await waitForReadyProviders(gw, 2);
   paid = await paidBuyer(gw, 1_000_000);
-}, 60_000);
+}, 120_000);
 
 afterAll(async () => {
   await first?.close();

@@ -1,7 +1,7 @@
 // Settlement writes the gateway hands over without a buyer waiting on them (measurement, delivered
 // record, outcome, request end). Each is one store transaction, so a try that failed left nothing:
 // while the database is unreachable (a cluster node's PostgreSQL restarting) the write is tried again
-// every RETRY_MS until it lands, and the settlement carries on where it stood (docs/scale-out.md).
+// every RETRY_MS until it lands, and the settlement carries on where it stood (docs/postgres-store.md).
 import type { Log } from "../../log.ts";
 import { isStoreUnavailable } from "../../store/asyncStore.ts";
 

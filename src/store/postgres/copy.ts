@@ -1,4 +1,4 @@
-// Moving up (docs/scale-out.md): copies a single node's SQLite store into an empty PostgreSQL database,
+// Moving up (docs/postgres-store.md): copies a single node's SQLite store into an empty PostgreSQL database,
 // row for row, in one PostgreSQL transaction — either all of it is there afterwards, or nothing is.
 // Ids are kept (ledger postings, receipts, catalog seqs), so receipts, audits and exports read the same.
 // The kept sums (ledger_account_totals, reservation_holds) are not copied: the target's own triggers

@@ -1,4 +1,4 @@
-// The store on PostgreSQL (a cluster node's durable state, docs/scale-out.md): every operation of the
+// The store on PostgreSQL (a cluster node's durable state, docs/postgres-store.md): every operation of the
 // embedded SQLite store with the same semantics, over Bun's built-in SQL client (docs/decisions.md).
 // Each write is one transaction; outside effects wait for it through afterCommit, which here waits
 // for the writes still in flight. No SQL text is built from values: every value is a parameter.
