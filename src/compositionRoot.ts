@@ -126,6 +126,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     ignoredFrames: () => registry.ignoredFrames,
     liveRequests: () => runner.liveRequests(),
     draining: () => supervisor.getSnapshot().matches("draining"),
+    storeUp: () => store.health().up,
   });
 
   const settlements = createSettlements({

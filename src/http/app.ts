@@ -264,13 +264,16 @@ export function createHttpApp(deps: HttpDeps) {
     .get("/healthz", ({ request }) => {
       // 503 while draining, so a load balancer stops sending new requests before the process exits.
       const running = deps.accepting();
+      // The durable store's state too: a cluster node whose PostgreSQL is unreachable cannot serve.
+      const store = deps.store.health();
       const body = {
-        ok: running,
+        ok: running && store.up,
         status: running ? "running" : "draining",
         live_requests: deps.runner.liveRequests(),
         providers_admitted: deps.providerViews().length,
+        store: { backend: store.backend, up: store.up },
       };
-      return json(body, idsOf(request).responseRequestId, running ? 200 : 503);
+      return json(body, idsOf(request).responseRequestId, running && store.up ? 200 : 503);
     })
     .get("/metrics", async ({ request }) => {
       const rid = idsOf(request).responseRequestId;

@@ -543,7 +543,7 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
                    COALESCE(SUM(CASE s.payer WHEN 'buyer' THEN s.debit_credits ELSE 0 END), 0) AS charged_credits
               FROM settlements s JOIN route_snapshots r USING (request_id, attempt_n)
              WHERE s.account_id = ${account_id}
-             GROUP BY 1 ORDER BY 1 COLLATE "C"`) as Row[]
+             GROUP BY 1 ORDER BY (r.snapshot::jsonb ->> 'model_id') COLLATE "C"`) as Row[]
         ).map(
           (r): ModelUsage => ({
             model: r.model as string,
