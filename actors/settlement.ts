@@ -1,4 +1,4 @@
-// actors/settlement.ts — one provider attempt's settlement (DESIGN §4, spec §3.2):
+// actors/settlement.ts — one provider attempt's settlement (docs/receipts.md):
 //   running → pending → verified | quarantined | zero_settled
 // `running` is the attempt on the wire (buyer-facing label: pending); `pending` waits for a receipt
 // until the pending deadline. The actor only sequences: receipts are judged at the edge by the pure
@@ -22,7 +22,7 @@ import { selfTimers } from "./selfTimers.ts";
 type AnySystem = ActorSystem<any>;
 
 
-/** `running`: the attempt is on the wire; the others are the labels of spec §3.2. */
+/** `running`: the attempt is on the wire; the others are the labels of docs/receipts.md. */
 export type SettlementState = "running" | "pending" | FinalLabel;
 
 

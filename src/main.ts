@@ -1,5 +1,5 @@
 #!/usr/bin/env bun
-// `gateway` — one entry point for every subcommand (DESIGN §2).
+// `gateway` — one entry point for every subcommand (docs/operator.md).
 import { configUsage } from "./config/index.ts";
 import { runCatalogCommand } from "./catalog/cli.ts";
 import {

@@ -262,7 +262,7 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
   });
   new Counter({
     name: "gateway_provider_frames_ignored_total",
-    help: "Provider frames about jobs the session does not hold (DESIGN §3).",
+    help: "Provider frames about jobs the session does not hold (docs/protocol.md).",
     registers,
     collect() {
       // The registry owns the count; mirror it (a counter cannot be set, so reset and add).

@@ -1,4 +1,4 @@
-// Every gateway setting, once: its config-file key, flag, env name, kind and default (DESIGN §2).
+// Every gateway setting, once: its config-file key, flag, env name, kind and default (docs/operator.md).
 // docs/configuration.md is the reference for operators; a test checks it lists every row here.
 
 export type SettingKind = "string" | "integer" | "boolean" | "enum";

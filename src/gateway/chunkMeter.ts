@@ -1,4 +1,4 @@
-// Per-attempt chunk accounting at the edge of the request actor (issue 7). Chunks after an attempt's
+// Per-attempt chunk accounting at the edge of the request actor (docs/decisions.md, Performance). Chunks after an attempt's
 // first one never pass through the machine: this counter checks their order and the max_tokens cap and
 // keeps the delivered counts, and the edge tells the machine only what changes its state — a bad
 // sequence, the length cap, and at most one `stream.progress` per idle-check window.

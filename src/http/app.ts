@@ -33,9 +33,9 @@ export interface HttpDeps extends ChatRouteDeps {
   metricsToken?: string;
   /** High-resolution clock (ms), shared with the request runner so arrival times compare. */
   monotonicNow?: () => number;
-  /** Mount POST /v1/messages (spec §4.2); off → the path is not_found. */
+  /** Mount POST /v1/messages (docs/facades.md); off → the path is not_found. */
   messagesFacade?: boolean;
-  /** Mount POST /v1/responses (spec §4.3); off → the path is not_found. */
+  /** Mount POST /v1/responses (docs/facades.md); off → the path is not_found. */
   responsesFacade?: boolean;
   /** Sign-up and the account page (/auth/<idp>/…, /account); absent → not mounted. */
   signup?: SignupOptions;
@@ -112,7 +112,7 @@ export function createHttpApp(deps: HttpDeps) {
     arrivals.set(ids.requestId, arrivedAt);
     try {
       const response = await handler(request, ids);
-      // A replayed result (DESIGN §7) ran no request: it is neither a rejection nor a second request.
+      // A replayed result (docs/buyer-api.md) ran no request: it is neither a rejection nor a second request.
       if (arrivals.has(ids.requestId) && !response.headers.has(REPLAYED_HEADER)) await reportRejected(route, ids.requestId, response, arrivedAt);
       return response;
     } finally {
@@ -249,7 +249,7 @@ export function createHttpApp(deps: HttpDeps) {
       return new Response(await deps.exposition.render(), { headers: { "content-type": deps.exposition.contentType, "x-request-id": rid } });
     });
 
-  // The compatibility facades are not mounted at all unless the operator enables them (spec §4), so a
+  // The compatibility facades are not mounted at all unless the operator enables them (docs/buyer-api.md), so a
   // disabled facade's path is the plain not_found. Both run on the same runner and pipeline as chat.
   if (deps.messagesFacade) {
     const messages = messagesHandler({ ...deps, runner });

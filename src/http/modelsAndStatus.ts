@@ -25,7 +25,7 @@ export interface CatalogView {
   eligible: readonly string[];
   /** Catalog model ids with a named rate-card row (priced); the rest use `default`. */
   priced: readonly string[];
-  /** Paid entrypoints whose attempts settle under the mode (spec §3.3). */
+  /** Paid entrypoints whose attempts settle under the mode (docs/receipts.md). */
   coveredEntrypoints: readonly string[];
   /** Addresses that reach providers outside the gateway's settlement (configured), named as excluded. */
   excludedEntrypoints: readonly string[];
@@ -33,7 +33,7 @@ export interface CatalogView {
 
 export function modelsBody(views: readonly ProviderView[], settlementMode: "observe" | "enforce", catalog: CatalogView) {
   const warm = warmModelIds(views);
-  // In enforce mode only catalog models route (DESIGN §4): the list shows what a request can reach.
+  // In enforce mode only catalog models route (docs/receipts.md): the list shows what a request can reach.
   const eligible = new Set(catalog.eligible);
   const listed = settlementMode === "enforce" ? warm.filter((id) => eligible.has(id)) : warm;
   return {

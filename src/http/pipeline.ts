@@ -27,13 +27,13 @@ export interface PipelineDeps {
   now: () => number;
   /** Route-time pricing and settlement. */
   settlements: Settlements;
-  /** Limits per tier (spec §8): daily tokens, per-request cap, concurrency; absent = none (bare unit apps). */
+  /** Limits per tier (docs/quotas.md): daily tokens, per-request cap, concurrency; absent = none (bare unit apps). */
   quotas?: QuotaPolicy;
-  /** Retries replayed instead of re-run (DESIGN §7); absent = every request runs. */
+  /** Retries replayed instead of re-run (docs/buyer-api.md); absent = every request runs. */
   replays?: ReplayCache;
 }
 
-/** Raw body bytes of admitted requests: what retries are matched on (same body bytes, DESIGN §7). */
+/** Raw body bytes of admitted requests: what retries are matched on (same body bytes, docs/buyer-api.md). */
 const rawBodies = new WeakMap<Request, Uint8Array>();
 
 export interface RequestIds {
@@ -55,7 +55,7 @@ export type AdmittedBody = { ok: true; principal: BuyerPrincipal; json: unknown 
 export async function admitBuyerRequest(
   deps: PipelineDeps,
   request: Request,
-  // Chat completions and responses take demo tokens (spec §5); the messages facade passes its own.
+  // Chat completions and responses take demo tokens (docs/buyer-api.md); the messages facade passes its own.
   authenticate: Authenticate = (store, req) => authenticateBuyer(store, req, "demo_allowed"),
 ): Promise<AdmittedBody> {
   if (!deps.accepting()) {
@@ -130,7 +130,7 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
   if (slotLimit !== null && !deps.store.acquireRequestSlot(principal.account_id, ids.requestId, slotLimit).ok) {
     return Promise.resolve(input.refuse(concurrencyRefusal(slotLimit, deps.now())));
   }
-  // Once, when the buyer's response ended (or never started): frees the concurrency slot (DESIGN §7)
+  // Once, when the buyer's response ended (or never started): frees the concurrency slot (docs/buyer-api.md)
   // and tells the replay cache whether this is a result a retry may get.
   let ended = false;
   const end = (ok: boolean) => {
@@ -192,7 +192,7 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
 }
 
 /**
- * Holds the request's worst case at admission (DESIGN §6): prompt bound + max_tokens against the
+ * Holds the request's worst case at admission (docs/ledger.md): prompt bound + max_tokens against the
  * daily token quota, and its price against a paid account's balance. Free-tier and demo traffic is
  * paid from the operator's promotion account.
  */

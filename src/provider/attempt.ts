@@ -1,6 +1,6 @@
 // One job attempt on the provider side: accepted → chunk (seq 0, 1, …) → end, or declined.
 // The attempt owns the protocol invariants; the engine only produces content. Every `end` is followed
-// by a `receipt` frame with the signed v0.4 receipt binding what the gateway can have delivered (DESIGN §4).
+// by a `receipt` frame with the signed v0.4 receipt binding what the gateway can have delivered (docs/receipts.md).
 import type { ReceiptSigner } from "../receipts/index.ts";
 import type { CancelFrame, ChunkFrame, DeclineCode, JobFrame, ProviderFrame, TerminalState } from "../wire/frames.ts";
 import type { Engine, EngineChunk, EngineOutcome, EngineResult } from "./engine.ts";
@@ -160,14 +160,14 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
     const result = outcome.kind === "ended" ? outcome.result : providerError();
     accept(); // `end` never comes out of turn, even when the engine accepted nothing
     const terminal_state = cancelReason ?? result.terminal_state;
-    // finish_reason is a string for normal_done (DESIGN §3); a cancelled attempt has none.
+    // finish_reason is a string for normal_done (docs/protocol.md); a cancelled attempt has none.
     let finish_reason = cancelReason !== null ? null : result.finish_reason;
     if (terminal_state === "normal_done") finish_reason ??= "stop";
     // Usage reports what was actually sent: the gateway checks output tokens against delivered chunks.
     // Input is capped at the gateway's own bound for the prompt, as in the receipt.
     const usage = { input_tokens: observedInputTokens(job, result.usage.input_tokens), output_tokens: sentTokens };
     const terminalAtMs = now();
-    // `end` goes out first and the receipt right after it in a `receipt` frame (DESIGN §3): the buyer's
+    // `end` goes out first and the receipt right after it in a `receipt` frame (docs/protocol.md): the buyer's
     // response waits on `end` only, not on signing here nor on the gateway's judging there.
     const endSent = deps.send({ type: "end", ...ids, terminal_state, finish_reason, usage }) !== false;
     const receipt = sign(terminal_state, finish_reason, result.usage.input_tokens, cancelReason !== null ? cancelBytes : null, terminalAtMs);

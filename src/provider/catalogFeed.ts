@@ -1,4 +1,4 @@
-// The provider's view of the signed catalog (DESIGN §5): fetched from the gateway at start and every
+// The provider's view of the signed catalog (docs/catalog.md): fetched from the gateway at start and every
 // refresh interval, verified under the operator key, and used to decide which of this machine's
 // models to advertise. The gateway routes only catalog models whose hash matches (enforce mode), so
 // advertising anything else would only draw jobs it must refuse.
@@ -350,7 +350,7 @@ export function createCatalogWatcher(options: CatalogWatcherOptions): CatalogWat
     etag = feed.etag;
     const now = (options.now ?? Date.now)();
     log("catalog_accepted", { catalog_id: state.catalog_id, issued_at: state.body.issued_at, models: state.body.models.length });
-    // DESIGN §5: an expired catalog stays in force (the gateway reports itself degraded); providers
+    // docs/catalog.md: an expired catalog stays in force (the gateway reports itself degraded); providers
     // keep serving what it lists.
     if (now >= next.expires_at_ms) log("catalog_expired", { catalog_id: state.catalog_id, expires_at: state.body.expires_at });
     recompute();

@@ -1,4 +1,4 @@
-// The reference provider runtime: one WebSocket session at a time to the gateway (DESIGN §3), jobs run
+// The reference provider runtime: one WebSocket session at a time to the gateway (docs/protocol.md), jobs run
 // on an Engine, reconnect with full-jitter backoff. A plain class: this is an I/O edge, not domain code.
 import type { KeyObject } from "node:crypto";
 import { encodeChunkFrame } from "../wire/chunkEncode.ts";
@@ -368,7 +368,7 @@ class Runtime implements ProviderRuntime {
     this.reconnectTimer = this.timers.setTimeout(() => this.connect(), delayMs);
   }
 
-  /** Sends held receipts on the current session, when one is admitted (DESIGN §3 `receipt`). */
+  /** Sends held receipts on the current session, when one is admitted (docs/protocol.md `receipt`). */
   private flushOutbox(): void {
     const session = this.session;
     if (session?.phase !== "admitted") return;

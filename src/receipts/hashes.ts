@@ -1,4 +1,4 @@
-// The hash inputs of DESIGN §4, each in one place: prompt_hash, output_hash (and the delivered prefix
+// The hash inputs of docs/receipts.md, each in one place: prompt_hash, output_hash (and the delivered prefix
 // it covers), route_snapshot_digest, account_scope, provider_receipt_key_id, the prompt-token bound.
 // The gateway and the provider runtime both compute these from here; the golden fixtures and the
 // independent test signer (test/receipts/) keep this code from agreeing with itself by a shared bug.
@@ -34,7 +34,7 @@ export function promptHash(job: { model_id: string; messages: readonly JobMessag
 export const routeSnapshotDigest = (snapshot: object): string => jcsSha256(snapshot);
 
 /**
- * The gateway's own upper bound on prompt tokens (DESIGN §4): UTF-8 bytes of every message content
+ * The gateway's own upper bound on prompt tokens (docs/receipts.md): UTF-8 bytes of every message content
  * and of the tools JSON, plus 8 per message, plus 16. "The tools JSON" is JSON.stringify of the
  * forwarded `params.tools` value (the same text src/http/chat/normalize.ts measures; they must agree).
  * A token is at least one byte of text in every tokenizer we route to, which is why bytes bound tokens.
@@ -114,7 +114,7 @@ export interface DeliveredPrefix {
   tool_calls_delivered: boolean;
 }
 
-/** The object whose JCS is hashed into `output_hash` (DESIGN §4). */
+/** The object whose JCS is hashed into `output_hash` (docs/receipts.md). */
 export interface OutputHashInput {
   content: string;
   finish_reason: string | null;
@@ -130,9 +130,9 @@ export const outputHash = (input: OutputHashInput): string => jcsSha256(input);
 /** Pending content (UTF-16 code units) past which the builder hashes what it holds. */
 const HASH_BATCH_UNITS = 2048;
 /**
- * Pending chunks past which it does too (issue 7): the pending text is a rope, ~64 bytes of heap a
- * piece (its node and the chunk's own string), which at token-sized chunks held up to ~32 KB a stream.
- * At 16: under 1 KB, for ~20 ns more per chunk than batches of 2048 units alone (5-unit chunks).
+ * Pending chunks past which it does too: the pending text is a rope that costs heap per piece, so a
+ * batch of token-sized chunks is bounded by count as well as by length (docs/benchmarks.md,
+ * Measurements behind the code).
  */
 const HASH_BATCH_PIECES = 16;
 
@@ -141,7 +141,7 @@ const HASH_BATCH_PIECES = 16;
  * `content` is the first member of the JCS object (keys sort as content < finish_reason < …), so
  * `{"content":"` + escaped text can be streamed into the hash. Content is hashed in batches of
  * about HASH_BATCH_UNITS or HASH_BATCH_PIECES chunks (one escape and one hash update per batch, not
- * per chunk: issue 7). Escaping a batch equals escaping its chunks one by one, because JSON string
+ * per chunk). Escaping a batch equals escaping its chunks one by one, because JSON string
  * escaping is per code point and each chunk is checked to be well-formed (no lone surrogate) as it is
  * added — so two halves of a pair split over chunks are still refused, as escaping each chunk would.
  * Equality with outputHash() is a test.
@@ -247,7 +247,7 @@ export function chunksWithinBytes<C extends DeliveredChunk>(chunks: readonly C[]
 /**
  * True when an attempt delivered nothing to the buyer: no content byte and no tool-call delta (chunk
  * tokens without visible output are not delivery). Such an attempt settles `zero_settled` whatever any
- * receipt claims (DESIGN §4: no bytes delivered and no billable work), so it never waits for a receipt.
+ * receipt claims (docs/receipts.md: no bytes delivered and no billable work), so it never waits for a receipt.
  * Same meaning as `deliveredNothing` of the settlement actor's `attempt.ended` event.
  */
 export function deliveredNothing(prefix: Pick<DeliveredPrefix, "start_byte" | "end_byte" | "tool_calls_delivered">): boolean {

@@ -1,4 +1,4 @@
-// The settlement verdict for one receipt (DESIGN §4): pure — every input is a value the gateway
+// The settlement verdict for one receipt (docs/receipts.md): pure — every input is a value the gateway
 // persisted before the receipt arrived, so a receipt judged after a restart gets the same verdict.
 import { parseEnvelope, verifySignature, type ParsedEnvelope } from "./envelope.ts";
 import { receiptKeyId, type DeliveredPrefix } from "./hashes.ts";
@@ -46,7 +46,7 @@ export type SettlementReason = (typeof SETTLEMENT_REASONS)[number];
 /** Quarantine reasons a receipt verification can give (everything but the no-receipt outcomes). */
 export type QuarantineReason = Exclude<SettlementReason, "no_receipt" | "nothing_delivered" | "interrupted">;
 
-/** Clock tolerance of the issued_at window on both sides (DESIGN §4). */
+/** Clock tolerance of the issued_at window on both sides (docs/receipts.md). */
 export const ISSUED_AT_TOLERANCE_MS = 60_000;
 
 export interface VerifyReceiptInput {
@@ -79,7 +79,7 @@ export type ReceiptJudgement =
   | (Extract<ReceiptVerdict, { label: "verified" }> & { receipt: ReceiptBody })
   | (Extract<ReceiptVerdict, { label: "quarantined" }> & { receipt: ReceiptBody | null });
 
-/** The route fields a receipt echoes verbatim (DESIGN §4), compared with the snapshot. */
+/** The route fields a receipt echoes verbatim (docs/receipts.md), compared with the snapshot. */
 const ECHOED = [
   "model_id",
   "catalog_id",
@@ -101,7 +101,7 @@ export interface ReceiptCheck {
 }
 
 /**
- * Applies every rule of DESIGN §4 to one receipt except the signature, whose verification is left to
+ * Applies every rule of docs/receipts.md to one receipt except the signature, whose verification is left to
  * the caller — `verifyReceipt` checks it synchronously, the gateway off its main thread — and folded
  * in by `verdictWithSignature`.
  * Rules are checked in a fixed order and the first failing one names the reason, so one receipt
@@ -126,7 +126,7 @@ export function verdictWithSignature(check: ReceiptCheck, signatureValid: boolea
   return { label: "quarantined", reason: "bad_signature", receipt: check.signature.envelope.body };
 }
 
-/** Applies every rule of DESIGN §4 to one receipt, the signature verified synchronously. */
+/** Applies every rule of docs/receipts.md to one receipt, the signature verified synchronously. */
 export function verifyReceipt(input: VerifyReceiptInput): ReceiptJudgement {
   const check = checkReceipt(input);
   if (check.signature === null) return check.verdict;
@@ -198,7 +198,7 @@ function afterSignature(input: VerifyReceiptInput, r: ReceiptBody): ReceiptJudge
 }
 
 /**
- * Judges an `accepted` measurement against the snapshot at the moment it arrives (DESIGN §3): null
+ * Judges an `accepted` measurement against the snapshot at the moment it arrives (docs/protocol.md): null
  * when the attempt may relay output; otherwise the attempt ends before any byte, fails over, and is
  * quarantined with this reason. In observe mode an uncatalogued model (expected hash "") may run.
  */

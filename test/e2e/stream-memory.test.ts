@@ -1,4 +1,4 @@
-// What a live stream keeps in memory (issue 7): once its first byte is out it can no longer fail over,
+// What a live stream keeps in memory: once its first byte is out it can no longer fail over,
 // so nothing of its prompt (up to the 512 KiB body limit) may live as long as the stream does; a
 // request that can still fail over keeps it. The gateway runs in this process, its provider in another,
 // so every JS string holding the prompt's marker is the gateway's (or this test's, which holds bytes only).

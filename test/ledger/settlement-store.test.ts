@@ -1,4 +1,4 @@
-// The SQLite side of settlement (DESIGN §4, §6) on real database files: the database itself allows
+// The SQLite side of settlement (docs/receipts.md, docs/ledger.md) on real database files: the database itself allows
 // one posting per attempt and only balanced, immutable postings; the first terminal outcome is final;
 // reservations hold, finalise and release; everything survives a reopen.
 import { Database } from "bun:sqlite";

@@ -1,5 +1,5 @@
 // The provider runtime's logs (its stdout and stderr as a process) never hold prompts or outputs
-// (DESIGN §2): a real gateway, a real `gateway provider` process, a real request.
+// (docs/operator.md): a real gateway, a real `gateway provider` process, a real request.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { syntheticText } from "../../src/provider/synthetic.ts";
 import { spawnProvider, startTestGateway, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";

@@ -1,4 +1,4 @@
-// The daily token quota (spec §8, DESIGN §6) end to end, in enforce mode: each request reserves its
+// The daily token quota (docs/quotas.md, docs/ledger.md) end to end, in enforce mode: each request reserves its
 // prompt bound + max_tokens at admission, atomically in SQLite; settlement finalises the reservation
 // to the verified usage or releases it. A quota drained to its last tokens admits nothing beyond them
 // even under concurrency; pending receipts keep their reservation; quarantined and zero-settled

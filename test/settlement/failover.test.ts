@@ -1,7 +1,7 @@
 // Failover and settlement, end to end (enforce mode, openai SDK): an attempt that delivered nothing is
 // `zero_settled` and never charged, whatever its receipt claims; the attempt that served is charged
 // once. An `accepted.model_hash` other than the catalog's ends the attempt before any byte, fails over,
-// is quarantined, and that provider is not routed for the model again on that session (DESIGN §3).
+// is quarantined, and that provider is not routed for the model again on that session (docs/protocol.md).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { startTestGateway, waitForReadyProviders, type TestGateway } from "../support/harness.ts";
 import { ScriptedProvider, type Script } from "../support/scriptedProvider.ts";

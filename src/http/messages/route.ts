@@ -14,9 +14,9 @@ import { translateMessagesRequest } from "./translate.ts";
 export const MESSAGES_ROUTE = "/v1/messages";
 
 /**
- * Credentials of the messages facade (spec §5): `x-api-key: <API key>` or `Authorization: Bearer
+ * Credentials of the messages facade (docs/buyer-api.md): `x-api-key: <API key>` or `Authorization: Bearer
  * <API key>` (official SDKs send one or the other depending on version); x-api-key wins when both
- * are sent. Demo tokens are not accepted here (spec §5 lists them for other endpoints only).
+ * are sent. Demo tokens are not accepted here (docs/buyer-api.md lists them for other endpoints only).
  */
 export function authenticateMessagesBuyer(store: Store, request: Request): AuthResult {
   const apiKey = request.headers.get("x-api-key")?.trim();
