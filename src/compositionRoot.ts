@@ -46,6 +46,8 @@ export interface RunningGateway {
   settlements: Settlements;
   /** This gateway's own metrics (its own prom-client Registry). */
   metrics: PrometheusMetrics;
+  /** The HTTP routes mounted (method, path, hidden from the API reference or not). */
+  httpRoutes: () => { method: string; path: string; hidden: boolean }[];
   /** Stops taking requests, tells providers to drain, resolves when idle or the grace period ends. */
   drain(): Promise<void>;
   stop(): Promise<void>;
@@ -259,6 +261,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     catalog,
     settlements,
     metrics,
+    httpRoutes: handleHttp.routes,
     async drain() {
       supervisor.send({ type: "gateway.drain", liveRequests: runner.liveRequests() });
       await stoppedPromise;

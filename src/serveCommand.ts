@@ -3,10 +3,10 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { configUsage, loadConfig, type GatewayConfig } from "./config/index.ts";
 import { inspectorUrlProblem, startInspector } from "./inspect.ts";
-import { createLog, type Log } from "./log.ts";
+import { createLog, type Log, type LogFields } from "./log.ts";
 import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "./compositionRoot.ts";
 import { loadOrCreateProviderKey } from "./provider/keys.ts";
-import { startProviderRuntime, type ProviderRuntime } from "./provider/runtime.ts";
+import { startProviderWithCatalogFeed, type CatalogProvider } from "./provider/withCatalogFeed.ts";
 import { createSyntheticEngine } from "./provider/synthetic.ts";
 import type { Store } from "./store/index.ts";
 import type { CatalogModel } from "./catalog/index.ts";
@@ -40,26 +40,41 @@ function demoApiKey(store: Store): string {
   return store.createApiKey({ account_id: account.account_id, label: DEMO_KEY_LABEL }).api_key;
 }
 
-/** Demo providers: real runtimes over real loopback WebSockets, inside this process. */
-async function startDemoProviders(config: GatewayConfig, gateway: RunningGateway, log: Log): Promise<ProviderRuntime[]> {
-  const runtimes: ProviderRuntime[] = [];
+/**
+ * Demo providers: real runtimes over real loopback WebSockets, inside this process, behind the same
+ * catalog-feed path as `gateway provider` (fetch, verify, pin on first use, advertise what it lists).
+ */
+async function startDemoProviders(config: GatewayConfig, gateway: RunningGateway, log: Log): Promise<CatalogProvider[]> {
+  const providers: CatalogProvider[] = [];
   for (let i = 1; i <= config.demoProviders; i++) {
     const providerId = `demo-provider-${i}`;
-    const key = await loadOrCreateProviderKey(join(config.dataDir, "demo-providers", `${providerId}.key`));
-    runtimes.push(
-      startProviderRuntime({
-        gatewayUrl: `ws://127.0.0.1:${gateway.port}${PROVIDER_CONNECT_PATH}`,
-        providerId,
-        key,
-        engine: createSyntheticEngine({ ttftMs: 150, tokensPerSecond: 40 }),
-        models: DEMO_MODELS,
-        maxConcurrency: 4,
-        hardware: { ram_gb: 16, chip: "synthetic" },
-        log: (event, fields) => log.debug(`demo_provider.${event}`, { provider_id: providerId, ...(fields as Record<string, string>) }),
-      }),
+    const keyFile = join(config.dataDir, "demo-providers", `${providerId}.key`);
+    const key = await loadOrCreateProviderKey(keyFile);
+    providers.push(
+      await startProviderWithCatalogFeed(
+        {
+          gatewayUrl: `ws://127.0.0.1:${gateway.port}${PROVIDER_CONNECT_PATH}`,
+          providerId,
+          key,
+          engine: createSyntheticEngine({ ttftMs: 150, tokensPerSecond: 40 }),
+          models: DEMO_MODELS,
+          maxConcurrency: 4,
+          hardware: { ram_gb: 16, chip: "synthetic" },
+          log: (event, fields) => demoLog(log, event, { provider_id: providerId, ...fields }),
+        },
+        { keyFile },
+      ),
     );
   }
-  return runtimes;
+  return providers;
+}
+
+/** Demo runtimes log at debug, except what an operator must see: a catalog feed they refused. */
+const DEMO_WARNINGS = new Set(["catalog_refused", "catalog_rollback_refused", "catalog_key_mismatch", "catalog_highest_unreadable", "catalog_highest_write_failed"]);
+function demoLog(log: Log, event: string, fields: Record<string, unknown>): void {
+  const line = fields as LogFields; // the gateway log writes arrays and objects as JSON too
+  if (DEMO_WARNINGS.has(event)) log.warn(`demo_provider.${event}`, line);
+  else log.debug(`demo_provider.${event}`, line);
 }
 
 export async function runServe(argv: string[]): Promise<number> {
@@ -86,7 +101,7 @@ export async function runServe(argv: string[]): Promise<number> {
   }
   // After gateway_listening, the first line: every line of the log is one JSON object of one format.
   if (inspector) log.info("inspector_attached", { url: config.inspect!, relay: "bun run inspect:relay (docs/inspector.md)" });
-  const demo: ProviderRuntime[] = [];
+  const demo: CatalogProvider[] = [];
   if (config.demo) {
     demo.push(...(await startDemoProviders(config, gateway, log)));
     const apiKey = demoApiKey(gateway.store);

@@ -127,12 +127,16 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         return session.actor.send({ type: "provider.auth", signature: frame.signature });
       case "heartbeat":
         if (!admitted) break;
+        // A heartbeat after a refused measurement that advertises the model again makes it routable
+        // again (docs/decisions.md): the owner may have fixed the weights without reconnecting.
+        if (session.refusedModels.size > 0) for (const m of frame.models) session.refusedModels.delete(m.model_id);
         return session.actor.send({
           type: "provider.heartbeat",
           state: frame.state,
           slotsFree: frame.slots_free,
           models: frame.models,
           inFlight: session.attempts.size,
+          load: frame.load,
         });
       case "receipt": {
         if (!admitted) break;

@@ -15,7 +15,7 @@ export interface SessionHandle {
   close(code: number, reason: string): void;
   /** Keys of attempts in flight on this session. */
   attempts: Set<string>;
-  /** Models this session measured with a hash other than the catalog's: not routed here again (docs/protocol.md). */
+  /** Models this session measured with a hash other than the catalog's: not routed here until a later heartbeat advertises them (docs/protocol.md). */
   refusedModels: Set<string>;
 }
 
@@ -66,6 +66,14 @@ export class Registry {
         warmModels: c.models.map((m) => m.model_id),
         freeSlots: free,
         inFlight,
+        maxConcurrency: c.hello.max_concurrency,
+        load: c.reportedLoad
+          ? {
+              queuedJobs: c.reportedLoad.queued_jobs,
+              decodeTokensPerS: c.reportedLoad.decode_tokens_per_s,
+              outstandingOutputTokens: c.reportedLoad.outstanding_output_tokens,
+            }
+          : null,
       };
     }
   }

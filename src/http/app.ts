@@ -2,11 +2,11 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { Elysia } from "elysia";
 import { authenticateBuyer, bearerToken } from "./auth.ts";
-import { errorResponse, gatewayError } from "./errors.ts";
+import { errorResponse, gatewayError, messagesErrorResponse } from "./errors.ts";
 import { chatCompletionsHandler, type ChatRouteDeps } from "./chat/route.ts";
-import { messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
+import { COUNT_TOKENS_ROUTE, countTokensHandler, messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
 import { responsesHandler, RESPONSES_ROUTE } from "./responses/route.ts";
-import { modelsBody, statusBody, type CatalogView } from "./modelsAndStatus.ts";
+import { modelBody, modelPrice, modelsBody, statusBody, type CatalogView } from "./modelsAndStatus.ts";
 import { buyerReceiptsBody } from "./receipts.ts";
 import { usageBody } from "./usage.ts";
 import { FEEDBACK_ROUTE, feedbackHandler } from "./feedback.ts";
@@ -16,6 +16,8 @@ import type { CatalogLive } from "../catalog/live.ts";
 import { eligibleModelIds } from "../catalog/state.ts";
 import { rateCardHandler, type RateCard } from "../ledger/index.ts";
 import { demoRoutes } from "./demo/routes.ts";
+import { buildOpenApiDocument, docsPage, DOCS_PATH, DOCS_SCRIPT_PATH, OPENAPI_PATH } from "./docs/openapi.ts";
+import { SCALAR_SCRIPT_PATH } from "./docs/assets.ts";
 import { signupRoutes, type DemoOptions, type SignupOptions } from "./signup/index.ts";
 import type { ProviderView } from "../gateway/routing.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
@@ -52,6 +54,15 @@ export interface HttpDeps extends ChatRouteDeps {
 }
 
 const CHAT_ROUTE = "/v1/chat/completions";
+
+/** decodeURIComponent, or null for a malformed escape. */
+const safeDecode = (text: string): string | null => {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return null;
+  }
+};
 
 type InferenceHandler = (request: Request, ids: RequestIds) => Promise<Response>;
 
@@ -172,7 +183,7 @@ export function createHttpApp(deps: HttpDeps) {
     return {
       catalogId: state?.catalog_id ?? null,
       eligible,
-      priced: state && card ? state.body.models.filter((m) => card.rows.has(m.rate_card_row) && m.rate_card_row !== "default").map((m) => m.model_id) : [],
+      priceOf: (modelId) => (card ? modelPrice(card, state?.body.models.find((m) => m.model_id === modelId)?.rate_card_row) : null),
       coveredEntrypoints,
       excludedEntrypoints: deps.excludedEntrypoints ?? [],
     };
@@ -184,6 +195,20 @@ export function createHttpApp(deps: HttpDeps) {
         models: () => deps.catalog?.current()?.body.models ?? [],
       })
     : null;
+
+  /** GET /v1/models/{id}: the percent-decoded rest of the path is the model id. */
+  const retrieveModel = (request: Request, rawId: string): Response => {
+    const rid = idsOf(request).responseRequestId;
+    const auth = authenticateBuyer(deps.store, request, "demo_allowed");
+    if (!auth.ok) return errorResponse(auth.error, rid);
+    const id = safeDecode(rawId);
+    const model = id === null ? null : modelBody(deps.providerViews(), deps.settlementMode, catalogView(), id);
+    if (!model) {
+      const message = `The model '${id ?? rawId}' is not served here right now; GET /v1/models lists the models a request can reach.`;
+      return errorResponse(gatewayError("model_not_available", message, { param: "model" }), rid);
+    }
+    return json(model, rid);
+  };
 
   const feedback = feedbackHandler({ store: deps.store, now: deps.now, perHour: deps.feedbackPerHour ?? 60 });
 
@@ -204,6 +229,9 @@ export function createHttpApp(deps: HttpDeps) {
       if (!auth.ok) return errorResponse(auth.error, rid);
       return json(modelsBody(deps.providerViews(), deps.settlementMode, catalogView()), rid);
     })
+    .get("/v1/models/:id", ({ request, params }) => retrieveModel(request, params.id))
+    // Model ids may hold "/" (org/name); SDKs send it as %2F, other clients as a plain slash.
+    .get("/v1/models/*", ({ request, params }) => retrieveModel(request, params["*"]), { detail: { hide: true } })
     .get("/v1/status", ({ request }) => {
       const health = deps.catalog?.health(deps.now());
       const catalog = !health || health.status === "ok" ? { status: "ok" as const } : { status: "degraded" as const, reason: health.reason };
@@ -249,23 +277,63 @@ export function createHttpApp(deps: HttpDeps) {
       return new Response(await deps.exposition.render(), { headers: { "content-type": deps.exposition.contentType, "x-request-id": rid } });
     });
 
-  // The compatibility facades are not mounted at all unless the operator enables them (docs/buyer-api.md), so a
-  // disabled facade's path is the plain not_found. Both run on the same runner and pipeline as chat.
+  // The compatibility facades run only when the operator enables them (docs/buyer-api.md); both run on the same
+  // runner and pipeline as chat. A disabled one still answers, in its own error style, that it exists
+  // but is off here, so an SDK user is not left guessing at a bare 404.
   if (deps.messagesFacade) {
     const messages = messagesHandler({ ...deps, runner });
+    const countTokens = countTokensHandler({ ...deps, runner });
     app.post(MESSAGES_ROUTE, ({ request }) => inference(MESSAGES_ROUTE, messages, request), { parse: "none" });
+    app.post(COUNT_TOKENS_ROUTE, ({ request }) => countTokens(request, idsOf(request).responseRequestId), { parse: "none" });
+  } else {
+    const disabled = ({ request }: { request: Request }) =>
+      messagesErrorResponse(
+        gatewayError("endpoint_disabled", `${new URL(request.url).pathname} exists but is disabled on this gateway (the operator turns it on with --messages-facade). POST /v1/chat/completions is always available.`),
+        idsOf(request).responseRequestId,
+      );
+    app.post(MESSAGES_ROUTE, disabled, { parse: "none" });
+    app.post(COUNT_TOKENS_ROUTE, disabled, { parse: "none" });
   }
   if (deps.responsesFacade) {
     const responses = responsesHandler({ ...deps, runner });
     app.post(RESPONSES_ROUTE, ({ request }) => inference(RESPONSES_ROUTE, responses, request), { parse: "none" });
+  } else {
+    app.post(
+      RESPONSES_ROUTE,
+      ({ request }) =>
+        errorResponse(
+          gatewayError("endpoint_disabled", `${RESPONSES_ROUTE} exists but is disabled on this gateway (the operator turns it on with --responses-facade). POST /v1/chat/completions is always available.`),
+          idsOf(request).responseRequestId,
+        ),
+      { parse: "none" },
+    );
   }
 
+  // The API reference: generated from the routes mounted above, once, on first request.
+  let openApiDocument: string | null = null;
+  app
+    .get(OPENAPI_PATH, () => {
+      openApiDocument ??= JSON.stringify(buildOpenApiDocument(app));
+      return new Response(openApiDocument, { headers: { "content-type": "application/json" } });
+    })
+    .get(DOCS_PATH, () => new Response(docsPage(), { headers: { "content-type": "text/html; charset=utf-8" } }))
+    .get(
+      DOCS_SCRIPT_PATH,
+      () => new Response(Bun.file(SCALAR_SCRIPT_PATH), { headers: { "content-type": "text/javascript; charset=utf-8", "cache-control": "public, max-age=86400" } }),
+      { detail: { hide: true } },
+    );
+
+  // `routes` lists what is mounted, for the test that every public route is in /openapi.json.
+  return Object.assign(handle, { routes: () => app.routes.map((r) => ({ method: r.method, path: r.path, hidden: Boolean((r.hooks as { detail?: { hide?: boolean } }).detail?.hide) })) });
+
   /** Fetch handler: stamps X-Request-ID and CORS on whatever the app answered. */
-  return async function handle(request: Request): Promise<Response> {
+  async function handle(request: Request): Promise<Response> {
     const response = await app.handle(request);
     const rid = idsOf(request).responseRequestId;
     const pathname = new URL(request.url).pathname;
     if (!response.headers.has("x-request-id")) response.headers.set("x-request-id", rid);
+    // The Anthropic SDK reads its request id from `request-id` (error.requestID, response headers).
+    if (pathname.startsWith(MESSAGES_ROUTE)) response.headers.set("request-id", response.headers.get("x-request-id")!);
     if (pathname.startsWith("/v1/")) response.headers.set("access-control-allow-origin", "*");
     if (response.status === 405 || (response.status === 404 && !response.headers.get("content-type")?.includes("json"))) {
       metrics.httpResponse(routeLabel(pathname), 404);
@@ -273,5 +341,5 @@ export function createHttpApp(deps: HttpDeps) {
     }
     metrics.httpResponse(routeLabel(pathname), response.status);
     return response;
-  };
+  }
 }

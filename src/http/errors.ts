@@ -10,6 +10,8 @@ export const errorTable = {
   unsupported_content_shape: { status: 400, type: "invalid_request_error", retryable: false },
   request_too_large: { status: 413, type: "invalid_request_error", retryable: false },
   not_found: { status: 404, type: "not_found_error", retryable: false },
+  // A facade the operator has not enabled: the path exists in this build, but not on this gateway.
+  endpoint_disabled: { status: 404, type: "not_found_error", retryable: false },
   method_not_allowed: { status: 405, type: "invalid_request_error", retryable: false },
   model_not_available: { status: 404, type: "not_found_error", retryable: false },
   duplicate_request_id: { status: 409, type: "invalid_request_error", retryable: false },

@@ -1,5 +1,6 @@
-// GET /v1/models and GET /v1/status bodies, computed from the live provider views (pure).
+// GET /v1/models, GET /v1/models/{id} and GET /v1/status bodies, computed from the live provider views (pure).
 import type { ProviderView } from "../gateway/routing.ts";
+import { rowFor, type RateCard } from "../ledger/index.ts";
 
 export const TIER1_DISCLOSURE_VERSION = "tier1-2026-11";
 
@@ -23,22 +24,70 @@ export interface CatalogView {
   catalogId: string | null;
   /** Catalog model ids (eligible). */
   eligible: readonly string[];
-  /** Catalog model ids with a named rate-card row (priced); the rest use `default`. */
-  priced: readonly string[];
+  /** What a request for the model is charged (its catalog entry's row, else `default`); null: no rate card. */
+  priceOf: (modelId: string) => ModelPrice | null;
   /** Paid entrypoints whose attempts settle under the mode (docs/receipts.md). */
   coveredEntrypoints: readonly string[];
   /** Addresses that reach providers outside the gateway's settlement (configured), named as excluded. */
   excludedEntrypoints: readonly string[];
 }
 
+/**
+ * The price of one model per million tokens, in credits and USD, and the rate-card row it comes from:
+ * "priced" on /v1/models means exactly this (docs/ledger.md). Paid accounts are debited at it; free and
+ * demo usage counts against token quotas instead.
+ */
+export interface ModelPrice {
+  rate_card_row: string;
+  prompt_credits_per_million_tokens: number;
+  completion_credits_per_million_tokens: number;
+  prompt_usd_per_million_tokens: number;
+  completion_usd_per_million_tokens: number;
+}
+
+/** The price of a model whose catalog entry names `slug` (undefined: not catalogued → `default`). */
+export function modelPrice(card: RateCard, slug: string | undefined): ModelPrice {
+  const row = rowFor(card, slug);
+  const usd = (creditsPerMillion: number) => (creditsPerMillion * card.usd_per_million_credits) / 1_000_000;
+  return {
+    rate_card_row: row.slug,
+    prompt_credits_per_million_tokens: row.prompt_credits_per_million,
+    completion_credits_per_million_tokens: row.completion_credits_per_million,
+    prompt_usd_per_million_tokens: usd(row.prompt_credits_per_million),
+    completion_usd_per_million_tokens: usd(row.completion_credits_per_million),
+  };
+}
+
+/** Model ids a request can reach: warm ones, and in enforce mode only catalogued ones (docs/receipts.md). */
+function listedModelIds(views: readonly ProviderView[], settlementMode: "observe" | "enforce", catalog: CatalogView): string[] {
+  const warm = warmModelIds(views);
+  const eligible = new Set(catalog.eligible);
+  return settlementMode === "enforce" ? warm.filter((id) => eligible.has(id)) : warm;
+}
+
+/** One entry of /v1/models' `data`, in the OpenAI model shape plus `pricing`. */
+function modelObject(id: string, catalog: CatalogView) {
+  const pricing = catalog.priceOf(id);
+  return { id, object: "model" as const, created: 0, owned_by: "provider-network", compute_integrity: computeIntegrity, ...(pricing ? { pricing } : {}) };
+}
+
+/** GET /v1/models/{id}: the model as listed by /v1/models, or null when a request cannot reach it. */
+export function modelBody(views: readonly ProviderView[], settlementMode: "observe" | "enforce", catalog: CatalogView, id: string) {
+  return listedModelIds(views, settlementMode, catalog).includes(id) ? modelObject(id, catalog) : null;
+}
+
 export function modelsBody(views: readonly ProviderView[], settlementMode: "observe" | "enforce", catalog: CatalogView) {
   const warm = warmModelIds(views);
-  // In enforce mode only catalog models route (docs/receipts.md): the list shows what a request can reach.
-  const eligible = new Set(catalog.eligible);
-  const listed = settlementMode === "enforce" ? warm.filter((id) => eligible.has(id)) : warm;
+  const listed = listedModelIds(views, settlementMode, catalog);
+  const priced = [...new Set([...catalog.eligible, ...listed])]
+    .sort()
+    .flatMap((id) => {
+      const price = catalog.priceOf(id);
+      return price ? [{ model_id: id, ...price }] : [];
+    });
   return {
     object: "list",
-    data: listed.map((id) => ({ id, object: "model", created: 0, owned_by: "provider-network", compute_integrity: computeIntegrity })),
+    data: listed.map((id) => modelObject(id, catalog)),
     tier1_disclosure: {
       version: TIER1_DISCLOSURE_VERSION,
       provider_reported_model_ids: {
@@ -58,7 +107,9 @@ export function modelsBody(views: readonly ProviderView[], settlementMode: "obse
             ? "Billing requires a provider-signed receipt that matches the route-time catalog snapshot. A matching receipt shows what the provider claimed; it does not prove it."
             : "Observe mode: receipts are checked and recorded, but billing follows observed usage and no attempt is presented as matching the catalog.",
         settlement_mode: settlementMode,
-        priced: [...catalog.priced].sort(),
+        priced_description:
+          "What each routable or catalogued model is charged per million tokens, from the rate-card row its catalog entry names (uncatalogued models: the default row). Paid accounts are debited at these prices; free-tier and demo usage counts against token quotas instead.",
+        priced,
         covered_entrypoints: catalog.coveredEntrypoints,
         excluded_entrypoints: catalog.excludedEntrypoints,
       },

@@ -6,8 +6,10 @@
 // Trust: `--catalog-pubkey`, or else the key the gateway served at the first successful check,
 // pinned in a file beside the provider key (trust on first use). A later feed under another key is
 // refused and the pinned key stays; the operator resolves it (new pin file or the flag).
+// Rollback: a feed older than the highest one ever accepted is refused, also after a restart — that
+// feed's issue time, id and digest are kept in a file beside the provider key (`highestFile`).
 // Signature checks are src/catalog's verifyCatalogFeed (node:crypto); nothing is hand-rolled.
-import { mkdir, open, readFile } from "node:fs/promises";
+import { mkdir, open, readFile, rename } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { verifyCatalogFeed } from "../catalog/feed.ts";
 import { catalogStateFromFeed, type CatalogState } from "../catalog/state.ts";
@@ -16,10 +18,24 @@ import type { LogFn } from "./events.ts";
 import type { Timers } from "./runtime.ts";
 
 export const CATALOG_PIN_FILE = "catalog-operator.pub";
+/** The highest feed this machine ever accepted (rollback protection across restarts). */
+export const CATALOG_HIGHEST_FILE = "catalog-highest.json";
 export const DEFAULT_CATALOG_REFRESH_MS = 60_000;
 const FETCH_TIMEOUT_MS = 5_000;
 
 export const catalogPinPathFor = (keyFile: string): string => join(dirname(keyFile), CATALOG_PIN_FILE);
+export const catalogHighestPathFor = (keyFile: string): string => join(dirname(keyFile), CATALOG_HIGHEST_FILE);
+
+/**
+ * The feed a provider's rollback check measures against: the highest one accepted, by `issued_at`
+ * (the feed body's only monotone field; docs/catalog.md gives it no other sequence number).
+ */
+interface HighestFeed {
+  issued_at_ms: number;
+  issued_at: string;
+  catalog_id: string;
+  body_digest: string;
+}
 
 export interface CatalogUrls {
   feed: string;
@@ -103,6 +119,8 @@ export interface CatalogWatcherOptions {
   publicKey?: Uint8Array;
   /** Trust-on-first-use pin file (used when `publicKey` is absent). */
   pinFile?: string;
+  /** Where the highest accepted feed is kept, so a restart does not forget it (catalogHighestPathFor). */
+  highestFile?: string;
   /** Keep models the catalog does not list (observe-mode gateways). */
   allowUncatalogued?: boolean;
   fetch?: typeof fetch;
@@ -184,6 +202,51 @@ export function createCatalogWatcher(options: CatalogWatcherOptions): CatalogWat
       catalogId: response.headers.get("x-catalog-id"),
       etag: response.headers.get("etag"),
     };
+  }
+
+  // The highest feed accepted by an earlier run of this machine (read once, at the first refresh).
+  let highest: HighestFeed | null = null;
+  let highestLoaded = options.highestFile === undefined;
+
+  async function loadHighest(): Promise<void> {
+    if (highestLoaded || options.highestFile === undefined) return;
+    highestLoaded = true;
+    let text: string;
+    try {
+      text = await readFile(options.highestFile, "utf8");
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "ENOENT") log("catalog_highest_unreadable", { file: options.highestFile });
+      return;
+    }
+    try {
+      const h = JSON.parse(text) as Partial<HighestFeed>;
+      if (typeof h.issued_at_ms === "number" && typeof h.issued_at === "string" && typeof h.catalog_id === "string" && typeof h.body_digest === "string") {
+        highest = { issued_at_ms: h.issued_at_ms, issued_at: h.issued_at, catalog_id: h.catalog_id, body_digest: h.body_digest };
+        return;
+      }
+    } catch {}
+    // Unreadable: rollback protection falls back to this run's memory, and the owner is told.
+    log("catalog_highest_unreadable", { file: options.highestFile });
+  }
+
+  /** Replaces the file whole (temporary file + rename), so a crash leaves the old or the new one. */
+  async function writeHighest(next: HighestFeed): Promise<void> {
+    highest = next;
+    if (options.highestFile === undefined) return;
+    const temporary = `${options.highestFile}.tmp`;
+    try {
+      await mkdir(dirname(options.highestFile), { recursive: true, mode: 0o700 });
+      const handle = await open(temporary, "w", 0o600);
+      try {
+        await handle.writeFile(`${JSON.stringify(next)}\n`, "utf8");
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      await rename(temporary, options.highestFile);
+    } catch (error) {
+      log("catalog_highest_write_failed", { file: options.highestFile, error: (error as NodeJS.ErrnoException).code ?? "error" });
+    }
   }
 
   async function loadPin(): Promise<void> {
@@ -279,6 +342,7 @@ export function createCatalogWatcher(options: CatalogWatcherOptions): CatalogWat
 
   async function refreshOnce(): Promise<RefreshOutcome> {
     await loadPin();
+    await loadHighest();
     const feed = await get(options.urls.feed, etag !== null && state !== null ? { "if-none-match": etag } : {});
     if (feed.kind === "not_modified") return "unchanged";
     if (feed.kind === "not_found") {
@@ -340,12 +404,30 @@ export function createCatalogWatcher(options: CatalogWatcherOptions): CatalogWat
       });
       return "rollback";
     }
+    // After a restart nothing is in force yet: the highest feed an earlier run accepted is the floor.
+    // The very feed it accepted is still welcome (the gateway serves it until the next change).
+    if (state === null && highest !== null && next.digest !== highest.body_digest && next.issued_at_ms <= highest.issued_at_ms) {
+      once(`rollback:${next.digest}`, "catalog_rollback_refused", {
+        offered_catalog_id: next.body.catalog_id,
+        offered_issued_at: next.body.issued_at,
+        highest_accepted_catalog_id: highest.catalog_id,
+        highest_accepted_issued_at: highest.issued_at,
+        highest_from: options.highestFile,
+        action: "nothing is advertised until the gateway serves this feed or a newer one",
+      });
+      setStatus("refused");
+      recompute();
+      return "rollback";
+    }
     if (firstUse) {
       pinned = key;
       if (options.pinFile !== undefined) await writePin(key);
     }
     state = catalogStateFromFeed(next);
     for (const id of state.models.keys()) everListed.add(id);
+    if (highest === null || next.issued_at_ms > highest.issued_at_ms) {
+      await writeHighest({ issued_at_ms: next.issued_at_ms, issued_at: next.body.issued_at, catalog_id: next.body.catalog_id, body_digest: next.digest });
+    }
     status = "verified";
     etag = feed.etag;
     const now = (options.now ?? Date.now)();

@@ -5,13 +5,14 @@ import { basename, dirname, extname, join } from "node:path";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { hashWeights } from "../catalog/weights.ts";
 import type { ModelEntry } from "../wire/frames.ts";
-import { catalogPinPathFor, catalogUrlsFor, createCatalogWatcher, DEFAULT_CATALOG_REFRESH_MS, parsePublicKey } from "./catalogFeed.ts";
+import { DEFAULT_CATALOG_REFRESH_MS, parsePublicKey } from "./catalogFeed.ts";
+import { startProviderWithCatalogFeed } from "./withCatalogFeed.ts";
 import { createEarningsLog, earningsPathFor, formatEarnings, readEarnings, summarizeEarnings } from "./earnings.ts";
 import type { Engine } from "./engine.ts";
 import type { LogFn } from "./events.ts";
 import { loadOrCreateProviderKey } from "./keys.ts";
 import { ReceiptOutbox } from "./outbox.ts";
-import { DEFAULT_WATCHDOG, startProviderRuntime } from "./runtime.ts";
+import { DEFAULT_WATCHDOG } from "./runtime.ts";
 import { createSyntheticEngine, parseSyntheticFault } from "./synthetic.ts";
 import { chatCompletionsUrl, createOpenAIEngine, DEFAULT_FIRST_TOKEN_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS } from "./openai/index.ts";
 import pkg from "../../package.json";
@@ -356,41 +357,37 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
   const outboxFile = join(dirname(keyFile), `${basename(keyFile, extname(keyFile))}.receipts-outbox.json`);
   const outbox = await ReceiptOutbox.load({ file: outboxFile, log });
   const earningsLog = createEarningsLog({ file: earningsPathFor(keyFile), providerId, log });
-  const catalog = createCatalogWatcher({
-    urls: catalogUrlsFor(gatewayUrl, catalogUrl),
-    models,
-    ...(catalogPubkey !== undefined ? { publicKey: catalogPubkey } : { pinFile: catalogPinPathFor(keyFile) }),
-    allowUncatalogued: values["advertise-uncatalogued"] === true,
-    log,
-  });
-  await catalog.refresh(); // before hello: advertise from the start only what the catalog allows
-
   const until = io.until ?? firstSignal();
-  const runtime = startProviderRuntime({
-    gatewayUrl,
-    providerId,
-    key,
-    engine,
-    models,
-    advertisedModels: () => catalog.advertised(),
-    outbox,
-    maxConcurrency,
-    hardware: { ram_gb: ramGb },
-    runtime: { name: "gateway-provider", version: pkg.version },
-    backoff: { minMs, maxMs },
-    watchdog: { pingIntervalMs, timeoutMs: pingTimeoutMs },
-    log,
-    die: () => process.exit(1), // exit faults: the whole provider process dies, as a crash would
-  });
-  runtime.on("settled", (frame) => void earningsLog.append(frame));
-  catalog.onChange(() => runtime.modelsChanged());
-  catalog.start(catalogRefreshMs);
+  const provider = await startProviderWithCatalogFeed(
+    {
+      gatewayUrl,
+      providerId,
+      key,
+      engine,
+      models,
+      outbox,
+      maxConcurrency,
+      hardware: { ram_gb: ramGb },
+      runtime: { name: "gateway-provider", version: pkg.version },
+      backoff: { minMs, maxMs },
+      watchdog: { pingIntervalMs, timeoutMs: pingTimeoutMs },
+      log,
+      die: () => process.exit(1), // exit faults: the whole provider process dies, as a crash would
+    },
+    {
+      keyFile,
+      ...(catalogUrl !== undefined ? { catalogUrl } : {}),
+      ...(catalogPubkey !== undefined ? { publicKey: catalogPubkey } : {}),
+      allowUncatalogued: values["advertise-uncatalogued"] === true,
+      refreshMs: catalogRefreshMs,
+    },
+  );
+  provider.runtime.on("settled", (frame) => void earningsLog.append(frame));
   const modelIds = models.map((m) => m.model_id);
   log("started", { provider_id: providerId, engine: engine.name, models: modelIds, max_concurrency: maxConcurrency });
   const signal = await until;
   log("stopping", { signal: typeof signal === "string" ? signal : null });
-  catalog.stop();
-  await runtime.stop();
+  await provider.stop();
   await earningsLog.flushed();
   return 0;
 }

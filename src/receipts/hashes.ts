@@ -35,16 +35,36 @@ export const routeSnapshotDigest = (snapshot: object): string => jcsSha256(snaps
 
 /**
  * The gateway's own upper bound on prompt tokens (docs/receipts.md): UTF-8 bytes of every message content
- * and of the tools JSON, plus 8 per message, plus 16. "The tools JSON" is JSON.stringify of the
- * forwarded `params.tools` value (the same text src/http/chat/normalize.ts measures; they must agree).
- * A token is at least one byte of text in every tokenizer we route to, which is why bytes bound tokens.
+ * and of the tools JSON, plus 8 per message, plus 16, plus, for each assistant tool call, the UTF-8
+ * bytes of its function name and arguments plus 8 (a tool-heavy conversation's calls are prompt text
+ * too). "The tools JSON" is JSON.stringify of the forwarded `params.tools` value. A token is at least
+ * one byte of text in every tokenizer we route to, which is why bytes bound tokens.
  */
 export function promptTokenBound(messages: readonly JobMessage[], tools: unknown): number {
   let bound = 16;
-  for (const m of messages) bound += 8 + (m.content ? Buffer.byteLength(m.content, "utf8") : 0);
+  for (const m of messages) {
+    bound += 8 + (m.content ? Buffer.byteLength(m.content, "utf8") : 0);
+    if (m.role === "assistant" && m.tool_calls !== undefined) for (const call of m.tool_calls) bound += toolCallBytes(call) + 8;
+  }
   if (tools !== undefined) bound += Buffer.byteLength(JSON.stringify(tools), "utf8");
   return bound;
 }
+
+/**
+ * UTF-8 bytes of one assistant tool call's `function.name` and `function.arguments` (docs/receipts.md).
+ * Tool calls are forwarded as the buyer sent them, so a value that is not a string (arguments sent as
+ * an object) counts as its JSON text, the form an upstream server reads; a missing one counts 0.
+ */
+function toolCallBytes(call: unknown): number {
+  if (typeof call !== "object" || call === null) return 0;
+  const fn = (call as { function?: unknown }).function;
+  if (typeof fn !== "object" || fn === null) return 0;
+  const { name, arguments: args } = fn as { name?: unknown; arguments?: unknown };
+  return textBytes(name) + textBytes(args);
+}
+
+const textBytes = (value: unknown): number =>
+  value === undefined || value === null ? 0 : Buffer.byteLength(typeof value === "string" ? value : (JSON.stringify(value) ?? ""), "utf8");
 
 /** One delivered tool call as it enters output_hash: arguments are the raw concatenated text. */
 export interface DeliveredToolCall {

@@ -166,6 +166,32 @@ describe("tool use", () => {
     ]);
   });
 
+  test("tool_result.is_error reaches the provider as the tool message's content prefix", async () => {
+    const call = { type: "tool_use" as const, id: "toolu_1", name: "get_weather", input: { city: "Oslo" } };
+    const send = (is_error: boolean | undefined, content: Anthropic.ToolResultBlockParam["content"]) =>
+      client.messages
+        .create({
+          model: "test-model",
+          max_tokens: 20,
+          tools: [weatherTool],
+          messages: [
+            { role: "user", content: "Oslo?" },
+            { role: "assistant", content: [call] },
+            { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content, ...(is_error === undefined ? {} : { is_error }) }] },
+          ],
+        })
+        .withResponse();
+    const toolMessage = async (is_error: boolean | undefined, content: Anthropic.ToolResultBlockParam["content"]) => {
+      const { response } = await send(is_error, content);
+      return provider.jobOf(response.headers.get("x-request-id")!)!.messages.find((m) => m.role === "tool");
+    };
+    expect(await toolMessage(true, "city not found")).toEqual({ role: "tool", content: "Error: city not found", tool_call_id: "toolu_1" });
+    expect(await toolMessage(true, [{ type: "text", text: "time" }, { type: "text", text: "out" }])).toMatchObject({ content: "Error: timeout" });
+    expect(await toolMessage(true, undefined)).toMatchObject({ content: "Error: " });
+    expect(await toolMessage(false, "Sunny")).toMatchObject({ content: "Sunny" });
+    expect(await toolMessage(undefined, "Sunny")).toMatchObject({ content: "Sunny" });
+  });
+
   test("streamed tool use: input_json_delta events assemble the input in finalMessage()", async () => {
     const stream = client.messages.stream({ model: "test-model", max_tokens: 100, tools: [weatherTool], tool_choice: { type: "any" }, messages: [{ role: "user", content: "Oslo?" }] });
     const partials: string[] = [];
@@ -281,5 +307,44 @@ describe("a provider failing after the first event", () => {
     const stream = client.messages.stream({ model: "test-model", max_tokens: 50, messages: [{ role: "user", content: prompt }] });
     const error = await stream.finalMessage().catch((e: unknown) => e);
     expect(error).toBeInstanceOf(Anthropic.APIError);
+  });
+});
+
+describe("request ids and count_tokens", () => {
+  test("a message carries `request-id` (what the Anthropic SDK reads) equal to x-request-id", async () => {
+    const { data: message, response } = await client.messages
+      .create({ model: "test-model", max_tokens: 5, messages: [{ role: "user", content: "hi" }] })
+      .withResponse();
+    expect(response.headers.get("request-id")).toMatch(/^req_/);
+    expect(response.headers.get("request-id")).toBe(response.headers.get("x-request-id"));
+    expect((message as unknown as { _request_id?: string })._request_id).toBe(response.headers.get("request-id")!);
+  });
+
+  test("an error carries it too: the SDK's error.requestID is set", async () => {
+    const error = await client.messages.create({ model: "test-model", max_tokens: 5, messages: [] }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Anthropic.BadRequestError);
+    expect((error as InstanceType<typeof Anthropic.BadRequestError>).requestID).toMatch(/^req_/);
+    expect((error as Error).message).toContain("'messages' must be a non-empty array");
+  });
+
+  test("messages.countTokens() answers the gateway's prompt-token bound, which the real count never exceeds", async () => {
+    const params = { model: "test-model", system: "Be brief.", messages: [{ role: "user" as const, content: prompt }] };
+    const counted = await client.messages.countTokens(params);
+    // 16 + (8 + bytes) per message, system included (docs/facades.md).
+    expect(counted.input_tokens).toBe(16 + 8 + "Be brief.".length + 8 + prompt.length);
+    const message = await client.messages.create({ ...params, max_tokens: 5 });
+    expect(message.usage.input_tokens).toBeLessThanOrEqual(counted.input_tokens);
+    const withTools = await client.messages.countTokens({ ...params, tools: [weatherTool] });
+    expect(withTools.input_tokens).toBeGreaterThan(counted.input_tokens);
+  });
+
+  test("count_tokens errors use the messages envelope", async () => {
+    const error = await client.messages.countTokens({ model: "test-model", messages: "nope" as never }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(Anthropic.BadRequestError);
+    expect((error as InstanceType<typeof Anthropic.BadRequestError>).error).toMatchObject({ type: "error", error: { type: "invalid_request_error" } });
+    const unauthenticated = new Anthropic({ apiKey: "gw_wrong", baseURL: gw.url, maxRetries: 0 });
+    expect(await unauthenticated.messages.countTokens({ model: "test-model", messages: [{ role: "user", content: "x" }] }).catch((e: unknown) => e)).toBeInstanceOf(
+      Anthropic.AuthenticationError,
+    );
   });
 });

@@ -6,7 +6,7 @@ import { afterAll, afterEach, describe, expect, test } from "bun:test";
 import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { catalogUrlsFor, createCatalogWatcher, type CatalogWatcherOptions } from "../../src/provider/catalogFeed.ts";
+import { CATALOG_HIGHEST_FILE, catalogUrlsFor, createCatalogWatcher, type CatalogWatcherOptions } from "../../src/provider/catalogFeed.ts";
 import { loadOrCreateProviderKey } from "../../src/provider/keys.ts";
 import { startProviderRuntime } from "../../src/provider/runtime.ts";
 import { createSyntheticEngine } from "../../src/provider/synthetic.ts";
@@ -103,6 +103,47 @@ describe("catalog watcher", () => {
     expect(watcher.state!.catalog_id).toBe(inForce);
     expect(ids(watcher.advertised())).toEqual(["beta"]);
     expect(logs.filter((l) => l.event === "catalog_rollback_refused")).toHaveLength(1);
+  });
+
+  test("after a restart an older feed is still refused: the highest accepted feed is persisted beside the key", async () => {
+    const first = setup();
+    const highestFile = join(first.pinFile, "..", CATALOG_HIGHEST_FILE);
+    const stopped = createCatalogWatcher({ urls: catalogUrlsFor(first.gateway.url), models, pinFile: first.pinFile, highestFile });
+    const old = first.stub.publish([catalogModel("alpha", A), catalogModel("beta", B)]);
+    expect(await stopped.refresh()).toBe("accepted");
+    const newer = first.stub.publish([catalogModel("beta", B)]);
+    expect(await stopped.refresh()).toBe("accepted");
+    const inForce = stopped.state!;
+    expect(JSON.parse(await readFile(highestFile, "utf8"))).toMatchObject({ catalog_id: inForce.catalog_id, body_digest: inForce.body_digest });
+    expect((await stat(highestFile)).mode & 0o777).toBe(0o600);
+
+    // A new process (nothing in memory) is offered the old, validly signed feed.
+    first.stub.serve(old);
+    const logs: Array<{ event: string } & Record<string, unknown>> = [];
+    const restarted = createCatalogWatcher({
+      urls: catalogUrlsFor(first.gateway.url),
+      models,
+      pinFile: first.pinFile,
+      highestFile,
+      log: (event, fields) => logs.push({ event, ...fields }),
+    });
+    cleanups.push(() => restarted.stop());
+    expect(await restarted.refresh()).toBe("rollback");
+    expect(restarted.state).toBeNull();
+    expect(restarted.status).toBe("refused");
+    expect(ids(restarted.advertised())).toEqual([]); // never the retired "alpha"
+    expect(logs.find((l) => l.event === "catalog_rollback_refused")).toMatchObject({
+      highest_accepted_catalog_id: inForce.catalog_id,
+      highest_accepted_issued_at: inForce.body.issued_at,
+      highest_from: highestFile,
+    });
+    // The feed it had accepted before the restart is accepted again, and so is a newer one.
+    first.stub.serve(newer);
+    expect(await restarted.refresh()).toBe("accepted");
+    expect(ids(restarted.advertised())).toEqual(["beta"]);
+    first.stub.publish([catalogModel("beta", B), catalogModel("gamma", C)]);
+    expect(await restarted.refresh()).toBe("accepted");
+    expect(JSON.parse(await readFile(highestFile, "utf8")).catalog_id).toBe(restarted.state!.catalog_id);
   });
 
   test("a feed under another key than the pinned one is refused with a clear log line; the pin stays", async () => {

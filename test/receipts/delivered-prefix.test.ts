@@ -49,8 +49,8 @@ describe("prompt-token bound", () => {
     { role: "assistant", content: null, tool_calls: [{ id: "c", type: "function", function: { name: "f", arguments: "{}" } }] },
   ];
   const tools = [{ type: "function", function: { name: "f", parameters: { type: "object" } } }];
-  test("UTF-8 bytes of contents and tools JSON, +8 a message, +16", () => {
-    expect(promptTokenBound(messages, tools)).toBe(16 + 3 * 8 + 9 + Buffer.byteLength("Grüße 👋") + JSON.stringify(tools).length);
+  test("UTF-8 bytes of contents and tools JSON, +8 a message, +16, + each assistant tool call's name and arguments + 8", () => {
+    expect(promptTokenBound(messages, tools)).toBe(16 + 3 * 8 + 9 + Buffer.byteLength("Grüße 👋") + JSON.stringify(tools).length + (1 + 2 + 8));
   });
   test("agrees with the HTTP layer's bound", () => {
     expect(promptTokenBound(messages, tools)).toBe(httpBound(messages, tools));

@@ -131,3 +131,26 @@ export function signFields(fields: Fields, key: KeyObject): string {
 }
 
 export const signReceipt = (v: ReceiptValues) => signFields(fieldsOf(v), v.key);
+
+/**
+ * docs/receipts.md's prompt-token bound, written from its text: UTF-8 bytes of every message content and of
+ * the tools JSON, plus 8 per message, plus 16, plus, for each assistant tool call, the UTF-8 bytes of
+ * its function name and arguments plus 8. A name or arguments value that is not a string counts as
+ * its JSON text (docs/receipts.md).
+ */
+export function promptBoundOf(
+  messages: readonly { role: string; content: string | null; tool_calls?: readonly unknown[] }[],
+  tools?: unknown,
+): number {
+  const bytes = (v: unknown) => (v === undefined || v === null ? 0 : Buffer.byteLength(typeof v === "string" ? v : JSON.stringify(v), "utf8"));
+  let total = 16 + (tools === undefined ? 0 : bytes(JSON.stringify(tools)));
+  for (const m of messages) {
+    total += 8 + bytes(m.content);
+    if (m.role !== "assistant") continue;
+    for (const call of m.tool_calls ?? []) {
+      const fn = (call as { function?: { name?: unknown; arguments?: unknown } } | null)?.function;
+      total += 8 + bytes(fn?.name) + bytes(fn?.arguments);
+    }
+  }
+  return total;
+}

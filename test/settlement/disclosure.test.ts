@@ -1,5 +1,5 @@
 // /v1/models' tier1_disclosure keeps three things apart — what providers report (warm), what the
-// signed catalog knows (eligible), what the rate card prices (priced) — and names the entrypoints
+// signed catalog knows (eligible), what each model is charged (priced) — and names the entrypoints
 // settlement covers and the configured ones it does not. /v1/status reports the catalog's health.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { catalogModel, spawnProvider, startTestGateway, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";
@@ -34,7 +34,7 @@ test("models: warm, eligible and priced are separate lists; enforce lists only r
     tier1_disclosure: {
       provider_reported_model_ids: { warm: string[] };
       catalog_hash_status: { catalog_loaded: boolean; catalog_id: string; eligible: string[] };
-      settlement_receipt_matching: { settlement_mode: string; priced: string[]; covered_entrypoints: string[]; excluded_entrypoints: string[] };
+      settlement_receipt_matching: { settlement_mode: string; priced: { model_id: string; rate_card_row: string; completion_credits_per_million_tokens: number }[]; covered_entrypoints: string[]; excluded_entrypoints: string[] };
     };
   };
   const d = body.tier1_disclosure;
@@ -43,7 +43,12 @@ test("models: warm, eligible and priced are separate lists; enforce lists only r
   expect(d.catalog_hash_status.catalog_id).toStartWith("cat_");
   expect(d.catalog_hash_status.eligible).toEqual(["cat-model", "cold-model", "priced-model"]);
   expect(d.settlement_receipt_matching.settlement_mode).toBe("enforce");
-  expect(d.settlement_receipt_matching.priced).toEqual(["priced-model"]);
+  // Every routable or catalogued model, with the row and price a request for it is charged at.
+  expect(d.settlement_receipt_matching.priced.map((p) => [p.model_id, p.rate_card_row, p.completion_credits_per_million_tokens])).toEqual([
+    ["cat-model", "default", 1_000_000],
+    ["cold-model", "default", 1_000_000],
+    ["priced-model", "premium", 3_000_000],
+  ]);
   expect(d.settlement_receipt_matching.covered_entrypoints).toEqual(["/v1/chat/completions", "/v1/messages"]);
   expect(d.settlement_receipt_matching.excluded_entrypoints).toEqual(["https://legacy.example/v1/chat/completions", "https://direct.example/v1"]);
   // Warm and catalogued; not the uncatalogued one (enforce would refuse it) nor the cold one.

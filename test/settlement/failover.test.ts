@@ -1,9 +1,10 @@
 // Failover and settlement, end to end (enforce mode, openai SDK): an attempt that delivered nothing is
 // `zero_settled` and never charged, whatever its receipt claims; the attempt that served is charged
 // once. An `accepted.model_hash` other than the catalog's ends the attempt before any byte, fails over,
-// is quarantined, and that provider is not routed for the model again on that session (docs/protocol.md).
+// is quarantined, and that provider is not routed for the model again on that session until a later
+// heartbeat advertises it (docs/protocol.md).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { startTestGateway, waitForReadyProviders, type TestGateway } from "../support/harness.ts";
+import { startTestGateway, waitFor, waitForReadyProviders, type TestGateway } from "../support/harness.ts";
 import { ScriptedProvider, type Script } from "../support/scriptedProvider.ts";
 import { expectedCharge, expectLedgerBalanced, ledgerAudit, paidBuyer, receiptsList, settledRow, type Buyer } from "./support.ts";
 
@@ -142,6 +143,19 @@ describe("accepted.model_hash ≠ the catalog hash", () => {
     firstScripts.set("m-decline", honest);
     await buyer.client.chat.completions.create({ model: "m-decline", messages, max_tokens: 16 });
     expect(first.lastJob()).toMatchObject({ model_id: "m-decline", attempt_n: 0 });
+  });
+
+  test("a later heartbeat that advertises the model makes that session routable for it again", async () => {
+    const session = gw.gateway.registry.admittedByProvider.get("a-first")!;
+    expect(session.refusedModels.has("m-measure")).toBe(true);
+    first.sendHeartbeat();
+    await waitFor(() => !session.refusedModels.has("m-measure"), 2000, "the refusal lifted");
+    firstScripts.set("m-measure", honest);
+    const completion = await buyer.client.chat.completions.create({ model: "m-measure", messages, max_tokens: 16 });
+    expect(completion.choices[0]?.message.content).toBe(HONEST_TEXT);
+    const job = first.lastJob();
+    expect(job).toMatchObject({ model_id: "m-measure", attempt_n: 0 });
+    expect(await settledRow(gw, job.request_id, 0)).toMatchObject({ provider_id: "a-first", label: "verified" });
   });
 });
 

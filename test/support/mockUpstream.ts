@@ -61,6 +61,8 @@ export interface Scenario {
   chunkBytes?: number;
   /** fixture: append `data: [DONE]` (for captures whose publisher did not show the end). */
   appendDone?: boolean;
+  /** fixture: rewrites the SSE body before it is sent (a test deriving a variant of a capture says so). */
+  transform?: (body: string) => string;
 }
 
 export const MOCK_TOKENS: readonly string[] = ["Hello", " from", " the", " mock", " upstream", " server", "."];
@@ -340,7 +342,8 @@ export function startMockUpstream(options: MockUpstreamOptions = {}): MockUpstre
         if (file.endsWith(".json")) {
           return new Response(readFileSync(join(FIXTURE_DIR, file)), { status: s.status ?? 200, headers: { "content-type": "application/json" } });
         }
-        const bytes = encoder.encode(fixtureBody(file) + (s.appendDone ? "data: [DONE]\n\n" : ""));
+        const body = fixtureBody(file) + (s.appendDone ? "data: [DONE]\n\n" : "");
+        const bytes = encoder.encode(s.transform ? s.transform(body) : body);
         const size = s.chunkBytes ?? bytes.byteLength;
         const steps: Step[] = [];
         // Byte-level splits on purpose: events (and UTF-8 sequences) cut across reads.

@@ -341,10 +341,7 @@ export class ScriptedProvider {
         this.send({ type: "auth", signature: signHandshake(this.key, frame.session_id, this.id, frame.nonce) });
         return;
       case "welcome":
-        this.heartbeat = setInterval(
-          () => this.send({ type: "heartbeat", state: "ready", slots_free: this.o.maxConcurrency ?? 4, models: this.models }),
-          frame.heartbeat_interval_ms,
-        );
+        this.heartbeat = setInterval(() => this.sendHeartbeat(), frame.heartbeat_interval_ms);
         welcomed();
         return;
       case "job": {
@@ -366,6 +363,11 @@ export class ScriptedProvider {
       case "drain":
         return;
     }
+  }
+
+  /** One `heartbeat` now: ready, every slot free, the advertised models. */
+  sendHeartbeat(): void {
+    this.send({ type: "heartbeat", state: "ready", slots_free: this.o.maxConcurrency ?? 4, models: this.models });
   }
 
   attempt(requestId: string, attemptN = 0): ScriptedAttempt {

@@ -2,6 +2,7 @@
 // often); known fields are type-checked; content shapes are checked by normalizeChatRequest.
 import { Type, type Static } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
+import { describeSchemaError } from "../schemaErrors.ts";
 
 const ChatMessage = Type.Object({
   role: Type.Union([
@@ -46,10 +47,7 @@ export type ChatCompletionRequest = Static<typeof ChatCompletionRequest>;
 
 export const chatCompletionRequestChecker = TypeCompiler.Compile(ChatCompletionRequest);
 
-/** A short, buyer-safe description of the first schema violation, and the field it concerns. */
+/** The first schema violation in plain words, and the field it concerns. */
 export function describeChatSchemaError(body: unknown): { message: string; param: string | null } {
-  const first = chatCompletionRequestChecker.Errors(body).First();
-  if (!first) return { message: "Invalid request body.", param: null };
-  const param = first.path.replace(/^\//, "").replace(/\/(\d+)/g, "[$1]").replace(/\//g, ".") || null;
-  return { message: `Invalid value for '${param ?? "body"}': ${first.message.toLowerCase()}.`, param };
+  return describeSchemaError(chatCompletionRequestChecker, body);
 }

@@ -5,6 +5,7 @@
 import { messagesErrorEnvelope, messagesErrorResponse, type GatewayError } from "../errors.ts";
 import type { ChatOutcome } from "../../chat/contract.ts";
 import { bufferedJsonResponder, lazyEventStream, type FacadeResponder } from "../output.ts";
+import { ToolCallStarts } from "../toolCallStarts.ts";
 import type { ResponderContext } from "../pipeline.ts";
 import { stopReason } from "./translate.ts";
 
@@ -68,11 +69,19 @@ export function messagesStreamResponder(o: MessagesResponderOptions): FacadeResp
     blocks++;
   };
 
+  // A tool_use block names its tool when it starts: it starts once the name's fragments are all in.
+  const calls = new ToolCallStarts((call) => {
+    toolBlocks.set(call.index, blocks);
+    openBlock({ type: "tool_use", id: call.id ?? toolUseId(ids.requestId, call.index), name: call.name, input: {} });
+    open = { kind: "tool", providerIndex: call.index };
+  });
+
   return {
     response: out.response,
     relay(frame) {
       begin();
       if (frame.content !== undefined && frame.content !== "") {
+        calls.flush();
         if (open?.kind !== "text") {
           openBlock({ type: "text", text: "" });
           open = { kind: "text" };
@@ -80,22 +89,17 @@ export function messagesStreamResponder(o: MessagesResponderOptions): FacadeResp
         out.write(sse("content_block_delta", { type: "content_block_delta", index: blocks - 1, delta: { type: "text_delta", text: frame.content } }));
       }
       for (const call of frame.tool_calls ?? []) {
-        let index = toolBlocks.get(call.index);
-        if (index === undefined) {
-          index = blocks;
-          toolBlocks.set(call.index, index);
-          openBlock({ type: "tool_use", id: call.id ?? toolUseId(ids.requestId, call.index), name: call.name ?? "", input: {} });
-          open = { kind: "tool", providerIndex: call.index };
-        }
-        if (call.arguments !== undefined && call.arguments !== "") {
-          // A delta for an earlier call still names that call's block (providers rarely interleave).
-          out.write(sse("content_block_delta", { type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: call.arguments } }));
-        }
+        const partial = calls.take(call);
+        if (partial === undefined) continue;
+        // A delta for an earlier call still names that call's block (providers rarely interleave).
+        const index = toolBlocks.get(call.index)!;
+        out.write(sse("content_block_delta", { type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: partial } }));
       }
     },
     discard() {},
     succeed({ finishReason, usage }: ChatOutcome) {
       begin();
+      calls.flush();
       closeBlock();
       out.write(
         sse("message_delta", {
@@ -115,6 +119,7 @@ export function messagesStreamResponder(o: MessagesResponderOptions): FacadeResp
       this.failMidStream(error);
     },
     failMidStream(error: GatewayError) {
+      calls.flush();
       out.write(sse("error", messagesErrorEnvelope(error)));
       out.end();
     },

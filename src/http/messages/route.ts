@@ -4,14 +4,17 @@
 import { authenticateBuyer, type AuthResult } from "../auth.ts";
 import { gatewayError, messagesErrorResponse } from "../errors.ts";
 import { entrypointHandler } from "../entrypoint.ts";
-import type { PipelineDeps } from "../pipeline.ts";
+import { admitBuyerRequest, type PipelineDeps } from "../pipeline.ts";
+import { requestTokenCapFor } from "../quotas.ts";
 import { describeSchemaError } from "../schemaErrors.ts";
 import type { Store } from "../../store/index.ts";
 import { messagesJsonResponder, messagesStreamResponder } from "./responders.ts";
 import { messagesRequestChecker } from "./schema.ts";
+import { promptTokenBound } from "../chat/normalize.ts";
 import { translateMessagesRequest } from "./translate.ts";
 
 export const MESSAGES_ROUTE = "/v1/messages";
+export const COUNT_TOKENS_ROUTE = "/v1/messages/count_tokens";
 
 /**
  * Credentials of the messages facade (docs/buyer-api.md): `x-api-key: <API key>` or `Authorization: Bearer
@@ -43,4 +46,26 @@ export function messagesHandler(deps: PipelineDeps) {
     responder: ({ chat }, context) =>
       chat.stream ? messagesStreamResponder({ context, model: chat.model }) : messagesJsonResponder({ context, model: chat.model }),
   });
+}
+
+/**
+ * POST /v1/messages/count_tokens: the gateway's own prompt-token bound of the request as it would be
+ * sent (docs/facades.md). It is the number admission reserves against, not a tokenizer's count: a
+ * model's real count is lower or equal, never higher.
+ */
+export function countTokensHandler(deps: PipelineDeps) {
+  return async (request: Request, rid: string): Promise<Response> => {
+    const admitted = await admitBuyerRequest(deps, request, authenticateMessagesBuyer);
+    if (!admitted.ok) return messagesErrorResponse(admitted.error, rid);
+    const { json } = admitted;
+    if (!messagesRequestChecker.Check(json)) {
+      const { message, param } = describeSchemaError(messagesRequestChecker, json);
+      return messagesErrorResponse(gatewayError("invalid_request", message, { param }), rid);
+    }
+    const translated = translateMessagesRequest({ ...json, stream: false }, { anthropicBeta: request.headers.get("anthropic-beta") }, requestTokenCapFor(deps, admitted.principal));
+    if (!translated.ok) return messagesErrorResponse(translated.error, rid);
+    const { chat } = translated;
+    const body = { input_tokens: promptTokenBound(chat.messages, chat.params.tools) };
+    return new Response(JSON.stringify(body), { headers: { "content-type": "application/json", "x-request-id": rid } });
+  };
 }

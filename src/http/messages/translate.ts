@@ -47,6 +47,9 @@ function textOf(blocks: readonly Block[], param: string): string | GatewayError 
   return text;
 }
 
+/** What a `tool_result` with `is_error: true` puts before its content in the chat tool message. */
+export const TOOL_ERROR_PREFIX = "Error: ";
+
 /** One user turn: its tool results become tool messages (first, in order), its text one user message. */
 function userMessages(content: string | Block[], param: string): JobMessage[] | GatewayError {
   if (typeof content === "string") return [{ role: "user", content }];
@@ -66,7 +69,10 @@ function userMessages(content: string | Block[], param: string): JobMessage[] | 
       }
       const result = block.content === undefined ? "" : typeof block.content === "string" ? block.content : textOf(block.content as Block[], `${at}.content`);
       if (typeof result !== "string") return result;
-      out.push({ role: "tool", content: result, tool_call_id: block.tool_use_id });
+      // Chat tool messages have no error flag, and upstream servers read only content: a failed tool
+      // run is said in the text the model reads (docs/facades.md).
+      const content = block.is_error === true ? `${TOOL_ERROR_PREFIX}${result}` : result;
+      out.push({ role: "tool", content, tool_call_id: block.tool_use_id });
     } else return refuseBlock(block, at);
   }
   // A turn of tool results only has no user text; an empty turn stays an (empty) user message.

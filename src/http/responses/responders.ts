@@ -5,6 +5,7 @@
 import { errorEnvelope, errorResponse, type GatewayError } from "../errors.ts";
 import type { ChatOutcome, ChatUsage } from "../../chat/contract.ts";
 import { bufferedJsonResponder, lazyEventStream, type FacadeResponder } from "../output.ts";
+import { ToolCallStarts } from "../toolCallStarts.ts";
 import type { ResponderContext } from "../pipeline.ts";
 import type { ResponseEcho } from "./translate.ts";
 
@@ -129,11 +130,24 @@ export function responsesStreamResponder(o: ResponsesResponderOptions): FacadeRe
     return open;
   };
 
+  // A function_call item names its function when it is added: it is added once the name is complete.
+  const calls = new ToolCallStarts((call) => {
+    const index = openItem({
+      kind: "function_call",
+      id: functionCallItemId(ids.requestId, call.index),
+      callId: call.id ?? fallbackCallId(ids.requestId, call.index),
+      name: call.name,
+      arguments: "",
+    });
+    callItems.set(call.index, index);
+  });
+
   return {
     response: out.response,
     relay(frame) {
       begin();
       if (frame.content !== undefined && frame.content !== "") {
+        calls.flush();
         if (open < 0 || items[open]!.kind !== "message") {
           const index = openItem({ kind: "message", id: messageItemId(ids.requestId, messages++), text: "" });
           emit("response.content_part.added", { item_id: items[index]!.id, output_index: index, content_index: 0, part: outputText("") });
@@ -143,27 +157,18 @@ export function responsesStreamResponder(o: ResponsesResponderOptions): FacadeRe
         emit("response.output_text.delta", { item_id: s.id, output_index: open, content_index: 0, delta: frame.content, logprobs: [] });
       }
       for (const call of frame.tool_calls ?? []) {
-        let index = callItems.get(call.index);
-        if (index === undefined) {
-          index = openItem({
-            kind: "function_call",
-            id: functionCallItemId(ids.requestId, call.index),
-            callId: call.id ?? fallbackCallId(ids.requestId, call.index),
-            name: call.name ?? "",
-            arguments: "",
-          });
-          callItems.set(call.index, index);
-        }
-        if (call.arguments !== undefined && call.arguments !== "") {
-          const s = items[index] as Extract<ItemState, { kind: "function_call" }>;
-          s.arguments += call.arguments;
-          emit("response.function_call_arguments.delta", { item_id: s.id, output_index: index, delta: call.arguments });
-        }
+        const partial = calls.take(call);
+        if (partial === undefined) continue;
+        const index = callItems.get(call.index)!;
+        const s = items[index] as Extract<ItemState, { kind: "function_call" }>;
+        s.arguments += partial;
+        emit("response.function_call_arguments.delta", { item_id: s.id, output_index: index, delta: partial });
       }
     },
     discard() {},
     succeed({ finishReason, usage }: ChatOutcome) {
       begin();
+      calls.flush();
       const { status, incomplete_details } = finalStatus(finishReason);
       const itemStatus = status === "completed" ? "completed" : "incomplete";
       closeOpen(itemStatus);
@@ -179,6 +184,7 @@ export function responsesStreamResponder(o: ResponsesResponderOptions): FacadeRe
       this.failMidStream(error);
     },
     failMidStream(error: GatewayError) {
+      calls.flush();
       const { code, message } = errorEnvelope(error).error;
       const output = items.map((s) => toItem(s, "incomplete"));
       emit("response.failed", { response: responseObject(o, { status: "failed", output, usage: null, error: { code, message } }) });
