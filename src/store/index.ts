@@ -111,5 +111,8 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
   // Group commit wraps every method (see groupCommit.ts for the invariants); any call that may revoke a
   // key or change a tier forgets the cached key lookups first.
   const keys = cacheApiKeyLookups(store.authenticateApiKey, db, keyPrefix, clock);
-  return withGroupCommit({ ...store, authenticateApiKey: keys.authenticateApiKey }, db, { beforeOtherCall: keys.forget });
+  return withGroupCommit({ ...store, authenticateApiKey: keys.authenticateApiKey }, db, {
+    beforeOtherCall: keys.forget,
+    scheduleLazy: options.lazyCommitTimer,
+  });
 }

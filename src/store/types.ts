@@ -75,6 +75,8 @@ export interface StoreOptions {
    * for a long-running process (the gateway): a short one could exit before the turn ends.
    */
   groupCommit?: boolean;
+  /** Runs an open group's lazy commit (default: LAZY_COMMIT_MS later, src/store/groupCommit.ts); tests pass their own clock. */
+  lazyCommitTimer?: (run: () => void) => void;
 }
 
 /**
