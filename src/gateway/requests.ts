@@ -18,8 +18,6 @@ import type { Settlements } from "./settlements.ts";
 import type { Log } from "../log.ts";
 import { noopMetrics, requestLogFields, type MetricsPort, type RequestOutcome } from "../metrics.ts";
 
-export type { RequestSpec } from "./requestHandle.ts";
-
 export interface RequestRunnerDeps {
   registry: Registry;
   now: () => number;

@@ -22,9 +22,6 @@ import { admitModel, expectedHash, pricing, type PricingSources } from "./settle
 import { recoverPending } from "./settlement/recovery.ts";
 import { accountScopes, buildRouteSnapshot } from "./settlement/routeSnapshot.ts";
 
-export type { SettlementMode } from "../ledger/charges.ts";
-export type { ModelAdmission } from "./settlement/pricing.ts";
-
 export interface SettlementDeps {
   store: Store;
   now: () => number;
