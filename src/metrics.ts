@@ -116,7 +116,8 @@ const ATTEMPT_OUTCOMES: readonly AttemptOutcome[] = [
   "bad_sequence",
   "cancelled",
 ];
-const SETTLEMENT_LABELS: readonly SettlementLabel[] = ["pending", "verified", "quarantined", "zero_settled"];
+// Final labels only: an attempt is counted once, when it leaves `pending` (docs/operator.md).
+const SETTLEMENT_LABELS: readonly SettlementLabel[] = ["verified", "quarantined", "zero_settled"];
 
 /** Routes get their own label value; anything else is `other`, so scanners cannot grow the series. */
 export const KNOWN_ROUTES: ReadonlySet<string> = new Set([

@@ -70,7 +70,7 @@ export function createBuyerSurface(input: {
       randomBytes: input.randomBytes,
       log: input.log,
     },
-    demo: { store: input.store, gatewaySecret: input.gatewaySecret, now: input.now, sessionsPerHour: config.demoSessionsPerHour },
+    demo: { store: input.store, gatewaySecret: input.gatewaySecret, now: input.now, sessionsPerHour: config.demoSessionsPerHour, signupEnabled: idps.providers.length > 0 },
     bind,
     listening(port) {
       if (publicBaseUrl !== "") return;
