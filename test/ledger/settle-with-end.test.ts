@@ -2,11 +2,9 @@
 // attempt that ends and settles at once gets its delivered record from the settlement's own UPDATE,
 // and what the store returns is what it stored (it no longer reads rows back).
 import { describe, expect, test } from "bun:test";
-import { openStore, type DeliveredRecord, type Store } from "../../src/store/index.ts";
+import type { DeliveredRecord } from "../../src/store/index.ts";
+import { eachBackend } from "../store/backends.ts";
 import { attempt } from "./attempt-fixture.ts";
-import { tempDir } from "../store/temp-dir.ts";
-
-const tmp = tempDir();
 
 const delivered: DeliveredRecord = {
   output_hash: "2".repeat(64),
@@ -21,22 +19,23 @@ const delivered: DeliveredRecord = {
 const verified = { label: "verified" as const, reason: null, billed: { prompt_tokens: 30, completion_tokens: 4 } };
 const receipt = { envelope: "e.s", received_at_ms: 1_500 };
 
-function fresh(): Store {
-  const store = openStore(tmp.path("ledger.db"), { now: () => 1_000 });
-  store.grantCredits("acct_1", 1_000);
+eachBackend((b) => {
+async function fresh() {
+  const store = (await b.fresh({ now: () => 1_000 })).store;
+  await store.grantCredits("acct_1", 1_000);
   return store;
 }
 
 describe("an attempt that ends and settles in one call", () => {
-  test("stores the same row as recordAttemptEnd followed by settleAttempt, and returns it", () => {
-    const separate = fresh();
-    expect(separate.recordRouteSnapshot(attempt("r1"))).toEqual({ ok: true });
-    expect(separate.recordAttemptEnd("r1", 0, delivered, 301_000, 1_200)).toBe(true);
-    const a = separate.settleAttempt({ request_id: "r1", attempt_n: 0, ...verified, receipt }, 1_600);
+  test("stores the same row as recordAttemptEnd followed by settleAttempt, and returns it", async () => {
+    const separate = await fresh();
+    expect(await separate.recordRouteSnapshot(attempt("r1"))).toEqual({ ok: true });
+    expect(await separate.recordAttemptEnd("r1", 0, delivered, 301_000, 1_200)).toBe(true);
+    const a = await separate.settleAttempt({ request_id: "r1", attempt_n: 0, ...verified, receipt }, 1_600);
 
-    const merged = fresh();
-    expect(merged.recordRouteSnapshot(attempt("r1"))).toEqual({ ok: true });
-    const b = merged.settleAttempt(
+    const merged = await fresh();
+    expect(await merged.recordRouteSnapshot(attempt("r1"))).toEqual({ ok: true });
+    const b = await merged.settleAttempt(
       { request_id: "r1", attempt_n: 0, ...verified, receipt, ended: { delivered, ended_at_ms: 1_200, pending_deadline_at_ms: 301_000 } },
       1_600,
     );
@@ -45,48 +44,49 @@ describe("an attempt that ends and settles in one call", () => {
     if (!a.ok || !b.ok) return;
     expect(b.settlement).toEqual(a.settlement);
     expect(b.posting_id).toBe(a.posting_id);
-    expect(merged.getSettlement("r1", 0)).toEqual(separate.getSettlement("r1", 0)!);
-    expect(merged.getSettlement("r1", 0)).toEqual(b.settlement);
-    expect(merged.ledgerBalances()).toEqual(separate.ledgerBalances());
-    separate.close();
-    merged.close();
+    expect(await merged.getSettlement("r1", 0)).toEqual(await separate.getSettlement("r1", 0)!);
+    expect(await merged.getSettlement("r1", 0)).toEqual(b.settlement);
+    expect(await merged.ledgerBalances()).toEqual(await separate.ledgerBalances());
+    await separate.close();
+    await merged.close();
   });
 
-  test("a delivered record written earlier wins over the one given with the outcome", () => {
-    const store = fresh();
-    store.recordRouteSnapshot(attempt("r1"));
-    expect(store.recordAttemptEnd("r1", 0, delivered, 301_000, 1_200)).toBe(true);
+  test("a delivered record written earlier wins over the one given with the outcome", async () => {
+    const store = await fresh();
+    await store.recordRouteSnapshot(attempt("r1"));
+    expect(await store.recordAttemptEnd("r1", 0, delivered, 301_000, 1_200)).toBe(true);
     const other = { ...delivered, output_hash: "3".repeat(64), end_byte: 99 };
-    const settled = store.settleAttempt(
+    const settled = await store.settleAttempt(
       { request_id: "r1", attempt_n: 0, ...verified, ended: { delivered: other, ended_at_ms: 1_300, pending_deadline_at_ms: 9 } },
       1_600,
     );
     expect(settled.ok).toBe(true);
     if (!settled.ok) return;
     expect(settled.settlement).toMatchObject({ delivered, ended_at_ms: 1_200, pending_deadline_at_ms: 301_000, label: "verified" });
-    expect(store.getSettlement("r1", 0)).toEqual(settled.settlement);
-    store.close();
+    expect(await store.getSettlement("r1", 0)).toEqual(settled.settlement);
+    await store.close();
   });
 
-  test("a zero_settled attempt keeps its delivered record and is never charged", () => {
-    const store = fresh();
-    store.recordRouteSnapshot(attempt("r1"));
+  test("a zero_settled attempt keeps its delivered record and is never charged", async () => {
+    const store = await fresh();
+    await store.recordRouteSnapshot(attempt("r1"));
     const nothing = { ...delivered, end_byte: 0, tokens: 0 };
-    const settled = store.settleAttempt(
+    const settled = await store.settleAttempt(
       { request_id: "r1", attempt_n: 0, label: "zero_settled", reason: "nothing_delivered", ended: { delivered: nothing, ended_at_ms: 1_200, pending_deadline_at_ms: 301_000 } },
       1_600,
     );
     expect(settled.ok && settled.posting_id).toBe(null);
-    expect(store.getSettlement("r1", 0)).toMatchObject({ label: "zero_settled", delivered: nothing, debit_credits: 0 });
-    store.close();
+    expect(await store.getSettlement("r1", 0)).toMatchObject({ label: "zero_settled", delivered: nothing, debit_credits: 0 });
+    await store.close();
   });
 });
 
-test("reserve returns the reservation exactly as stored", () => {
-  const store = fresh();
-  const reserved = store.reserve({ request_id: "r9", account_id: "acct_1", payer: "buyer", day: "2026-11-22", tokens: 50, credits: 40 }, 1_234);
+test("reserve returns the reservation exactly as stored", async () => {
+  const store = await fresh();
+  const reserved = await store.reserve({ request_id: "r9", account_id: "acct_1", payer: "buyer", day: "2026-11-22", tokens: 50, credits: 40 }, 1_234);
   expect(reserved.ok).toBe(true);
   if (!reserved.ok) return;
-  expect(reserved.reservation).toEqual(store.getReservation("r9")!);
-  store.close();
+  expect(reserved.reservation).toEqual((await store.getReservation("r9"))!);
+  await store.close();
+});
 });

@@ -1,0 +1,48 @@
+// The store as every caller sees it: each durable operation returns a Promise, because PostgreSQL
+// (Bun.SQL) answers over a socket; the embedded SQLite store answers at once (its Promise is already
+// settled), so its group commit still sees every write of a turn (docs/decisions.md, "One async store
+// interface"). Process-memory parts (concurrency slots) and the commit port stay synchronous.
+
+import type { RequestSlotStore } from "./requestSlots.ts";
+import type { Store } from "./types.ts";
+
+/** Which engine holds the durable state. */
+export type StoreBackend = "sqlite" | "postgres";
+
+type Sync = keyof RequestSlotStore | "afterCommit" | "afterLazyCommit" | "flushCommits" | "close";
+
+type Promised<T> = {
+  [K in keyof T]: T[K] extends (...args: infer A) => infer R ? (...args: A) => Promise<R> : T[K];
+};
+
+export type AsyncStore = Promised<Omit<Store, Sync>> &
+  Pick<Store, Exclude<Sync, "close">> & {
+    readonly backend: StoreBackend;
+    close(): Promise<void>;
+  };
+
+/** Methods of the synchronous store that stay synchronous in the async face. */
+const SYNC = new Set<string>(["acquireRequestSlot", "releaseRequestSlot", "requestSlotsInUse", "afterCommit", "afterLazyCommit", "flushCommits"]);
+
+/**
+ * The async face of the embedded SQLite store: each method runs synchronously (its transaction never
+ * spans an await) and hands back a settled Promise; a thrown error becomes a rejected one.
+ */
+export function asyncStore(store: Store): AsyncStore {
+  const face: Record<string, unknown> = { backend: "sqlite" };
+  for (const [name, value] of Object.entries(store) as [string, unknown][]) {
+    if (typeof value !== "function") face[name] = value;
+    else if (SYNC.has(name)) face[name] = value;
+    else {
+      const method = value as (...args: unknown[]) => unknown;
+      face[name] = (...args: unknown[]) => {
+        try {
+          return Promise.resolve(method(...args));
+        } catch (error) {
+          return Promise.reject(error);
+        }
+      };
+    }
+  }
+  return face as unknown as AsyncStore;
+}
