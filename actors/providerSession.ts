@@ -3,7 +3,7 @@
 // The session's own view of the provider (warm models, slots, reported state) lives here; job frames
 // bypass the machine and go straight to the request they belong to.
 import { assign, fromPromise, setup } from "xstate";
-import type { HelloFrame, ModelEntry, ProviderState } from "../src/wire/frames.ts";
+import type { HelloFrame, ModelEntry, ProviderLoad, ProviderState } from "../src/wire/frames.ts";
 
 export type Tier = "pinned" | "provisional";
 
@@ -31,6 +31,8 @@ export interface ProviderSessionContext extends ProviderSessionInput {
   models: ModelEntry[];
   reportedState: ProviderState;
   reportedCapacity: number;
+  /** The last heartbeat's load report; null when the provider does not send one. */
+  reportedLoad: ProviderLoad | null;
   inFlight: number;
   drainRequested: boolean;
   closeCode: number | null;
@@ -41,7 +43,7 @@ export type ProviderSessionEvent =
   | { type: "provider.hello"; frame: HelloFrame }
   | { type: "provider.auth"; signature: Uint8Array }
   /** `inFlight`: the gateway's attempts on this session when the report arrived (the registry's live count). */
-  | { type: "provider.heartbeat"; state: ProviderState; slotsFree: number; models: ModelEntry[]; inFlight: number }
+  | { type: "provider.heartbeat"; state: ProviderState; slotsFree: number; models: ModelEntry[]; inFlight: number; load?: ProviderLoad }
   | { type: "provider.outOfTurn"; frameType: string }
   /** The session's attempts in flight, sent by the registry at the end of a turn when they move it between ready and busy. */
   | { type: "attempts.counted"; inFlight: number }
@@ -96,7 +98,13 @@ export const providerSessionMachine = setup({
     }),
     recordHeartbeat: assign(({ event }) =>
       event.type === "provider.heartbeat"
-        ? { reportedState: event.state, reportedCapacity: event.slotsFree + event.inFlight, inFlight: event.inFlight, models: event.models }
+        ? {
+            reportedState: event.state,
+            reportedCapacity: event.slotsFree + event.inFlight,
+            inFlight: event.inFlight,
+            models: event.models,
+            reportedLoad: event.load ?? null,
+          }
         : {},
     ),
     recordCount: assign({ inFlight: ({ context, event }) => (event.type === "attempts.counted" ? event.inFlight : context.inFlight) }),
@@ -118,6 +126,7 @@ export const providerSessionMachine = setup({
     models: [],
     reportedState: "ready",
     reportedCapacity: 0,
+    reportedLoad: null,
     inFlight: 0,
     drainRequested: false,
     closeCode: null,

@@ -9,12 +9,14 @@
 // `stream.seqError`, `stream.lengthLimited`, and `stream.progress` at most once per idle-check window.
 // A per-chunk event with a re-armed stall timer was 65 % of the gateway's CPU at 384 live streams.
 //
-// An XState actor with its own logic rather than a `createMachine` statechart (docs/decisions.md,
-// issue 7): `requestStep` is the pure transition function (next state, context, and the effects to run,
-// in the order a machine ran its exit, transition and entry actions), `requestLogic` runs the effects —
-// the edge's actions after the step, timers on the actor system's clock (SimulatedClock drives them) —
-// and `requestChart` is the same chart as data, what the inspector is sent as the actor's definition.
-import type { ActorLogic, ActorRef, ActorScope, ActorSystem, EventObject, Snapshot } from "xstate";
+// Two parts: `requestMachine`, the statechart (the definition: the inspector and the operator console
+// draw it, and a change of behaviour starts there), and `requestLogic`, the same chart compiled by hand
+// into a pure step function (`requestStep`: next state, context, and the effects in the order the machine
+// runs its exit, transition and entry actions), which the gateway runs because XState's interpreter costs
+// more per request than the gateway allows (docs/decisions.md, Performance). A lockstep test drives both
+// with the same random events and timers and requires identical states, contexts, effects and timers
+// (test/actors/request-lockstep.test.ts).
+import { assign, setup, type ActorLogic, type ActorRef, type ActorScope, type ActorSystem, type EventObject, type Snapshot } from "xstate";
 import type { ChunkFrame, DeclineCode, EndFrame } from "../src/wire/frames.ts";
 import { selfTimers } from "./selfTimers.ts";
 
@@ -84,7 +86,7 @@ export interface DispatchInput {
  */
 export const streamIdleCheckMs = (streamIdleTimeoutMs: number): number => Math.max(1, Math.ceil(streamIdleTimeoutMs / 2));
 
-/** Consecutive idle-check windows without a chunk after which a running attempt has stalled. */
+// The system type every root actor gets (xstate exports no name for it).
 type AnySystem = ActorSystem<any>;
 
 export type RequestState =
@@ -101,13 +103,19 @@ const FINAL: ReadonlySet<RequestState> = new Set(["succeeded", "failed", "failed
 
 export type RequestTimer = "firstByteTimeout" | "streamIdleCheck" | "requestDeadline";
 
+/** The events of the chart's delayed transitions (`after`), by delay: the step logic's timers send the same. */
+const AFTER = {
+  firstByteTimeout: "xstate.after.firstByteTimeout.request.awaitingFirstByte",
+  streamIdleCheck: "xstate.after.streamIdleCheck.request.receiving",
+  requestDeadline: "xstate.after.requestDeadline.request",
+} as const satisfies Record<RequestTimer, string>;
 /** The buyer's and the edge's events, and the actor's own timers. */
-export type RequestLogicEvent = RequestEvent | { type: "timer.firstByteTimeout" } | { type: "timer.streamIdleCheck" } | { type: "timer.requestDeadline" };
+export type RequestLogicEvent = RequestEvent | { type: (typeof AFTER)[RequestTimer] };
 /** Each timer's event, made once (a timer fires often: the idle check every window of a stream). */
 const TIMER_EVENTS: Record<RequestTimer, RequestLogicEvent> = {
-  firstByteTimeout: { type: "timer.firstByteTimeout" },
-  streamIdleCheck: { type: "timer.streamIdleCheck" },
-  requestDeadline: { type: "timer.requestDeadline" },
+  firstByteTimeout: { type: AFTER.firstByteTimeout },
+  streamIdleCheck: { type: AFTER.streamIdleCheck },
+  requestDeadline: { type: AFTER.requestDeadline },
 };
 
 export type RequestSnapshot = Snapshot<undefined> & { value: RequestState; context: RequestContext };
@@ -134,10 +142,170 @@ export interface RequestStep {
 
 /** Consecutive idle-check windows without a chunk after which a running attempt has stalled. */
 const STALL_WINDOWS = 2;
-const exhausted = (c: RequestContext): RequestContext => ({
-  ...c,
-  failure: c.failure ?? { code: "coordinator_unavailable", message: "No provider could serve this request right now. Retry shortly." },
+
+const initialContext = (input: RequestInput): RequestContext => ({
+  ...input,
+  nextAttemptN: 0,
+  current: null,
+  excludedProviders: [],
+  committed: false,
+  progressInWindow: false,
+  idleWindows: 0,
+  lengthLimited: false,
+  failure: null,
+  lastAttemptFailure: null,
 });
+
+// ───────────────────────────── The chart ─────────────────────────────
+// The one definition of the request actor's behaviour: what the inspector and the operator console draw,
+// and what `requestLogic` below implements step for step (test/actors/request-lockstep.test.ts). A change
+// of behaviour starts here.
+
+/** The idle watchdog: this window saw no chunk, and the ones before it make STALL_WINDOWS. */
+const stalled = (c: RequestContext) => !c.progressInWindow && c.idleWindows + 1 >= STALL_WINDOWS;
+const DISPATCH_ERROR = { code: "internal_error", message: "The gateway hit an internal error. Retry the request." } as const;
+const ATTEMPTS_EXHAUSTED = { code: "coordinator_unavailable", message: "No provider could serve this request right now. Retry shortly." } as const;
+/** What a failed attempt is remembered by: the provider's or the stream's event, or the first-byte timer. */
+const attemptFailureOf = (eventType: string): string =>
+  eventType.startsWith("provider.") || eventType.startsWith("stream.") ? eventType : "first_byte_timeout";
+
+export const requestMachine = setup({
+  types: {
+    context: {} as RequestContext,
+    events: {} as RequestEvent,
+    input: {} as RequestInput,
+  },
+  guards: {
+    mayRetry: ({ context }) => context.nextAttemptN < context.maxAttempts,
+    endedNormally: ({ event }) => event.type === "provider.ended" && event.frame.terminal_state === "normal_done",
+    committed: ({ context }) => context.committed,
+    // The first chunk of an attempt: seq 0, and within max_tokens (the edge's ChunkMeter applies the
+    // same two rules, in the same order, to every later chunk).
+    seqOutOfOrder: ({ event }) => event.type === "provider.chunk" && event.frame.seq !== 0,
+    exceedsMaxTokens: ({ context, event }) => event.type === "provider.chunk" && event.frame.tokens > context.maxTokens,
+    stalled: ({ context }) => stalled(context),
+  },
+  actions: {
+    // Effects, provided at the edge (src/gateway/requests.ts) with `.provide({ actions })`.
+    /** Picks a provider and sends it the job; the edge answers with route.dispatched, route.unavailable or route.failed. */
+    dispatchAttempt: (_, _params: DispatchInput) => {},
+    /** Leaving `routing` before the edge answered (buyer gone, deadline): the job must not leave. */
+    abandonDispatch: () => {},
+    /** Relays the attempt's first chunk (and starts the edge's count of the attempt). */
+    relayChunk: (_, _params: { frame: ChunkFrame }) => {},
+    /** Lets the edge report the next chunk as progress: a new idle-check window starts. */
+    openProgressWindow: () => {},
+    discardPartialOutput: () => {},
+    finishSuccess: () => {},
+    finishFailure: () => {},
+    finishMidStreamError: () => {},
+    cancelAttempt: (_, _params: { reason: CancelReason }) => {},
+    releaseAttempt: () => {},
+
+    // Context updates.
+    recordDispatch: assign(({ context, event }) => (event.type === "route.dispatched" ? { current: event.attempt, nextAttemptN: context.nextAttemptN + 1 } : {})),
+    recordUnavailable: assign(({ event }) => (event.type === "route.unavailable" ? { failure: { code: event.code, message: event.message } } : {})),
+    recordDispatchError: assign({ failure: DISPATCH_ERROR }),
+    // The first chunk is relayed: a stream commits, and the first idle-check window has seen a chunk.
+    recordFirstChunk: assign(({ context }) => ({ committed: context.streaming, progressInWindow: true, idleWindows: 0 })),
+    recordProgress: assign({ progressInWindow: true }),
+    closeIdleWindow: assign(({ context }) => ({ idleWindows: context.progressInWindow ? 0 : context.idleWindows + 1, progressInWindow: false })),
+    markLengthLimited: assign({ lengthLimited: true }),
+    excludeCurrentProvider: assign(({ context, event }) => ({
+      excludedProviders: context.current ? [...context.excludedProviders, context.current.providerId] : context.excludedProviders,
+      lastAttemptFailure: attemptFailureOf(event.type),
+      current: null,
+    })),
+    recordAttemptsExhausted: assign(({ context }) => ({ failure: context.failure ?? ATTEMPTS_EXHAUSTED })),
+  },
+  // Defaults; the edge provides the configured ones (streamIdleCheck = streamIdleCheckMs(stall limit)).
+  delays: {
+    firstByteTimeout: 30_000,
+    streamIdleCheck: 30_000,
+    requestDeadline: 300_000,
+  },
+}).createMachine({
+  id: "request",
+  context: ({ input }) => initialContext(input),
+  initial: "routing",
+  after: {
+    requestDeadline: [
+      { guard: "committed", target: ".failedMidStream", actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }] },
+      { target: ".failed", actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }, "recordAttemptsExhausted"] },
+    ],
+  },
+  on: {
+    "buyer.aborted": { target: ".cancelled", actions: [{ type: "cancelAttempt", params: { reason: "buyer_cancel" } }] },
+  },
+  states: {
+    routing: {
+      entry: {
+        type: "dispatchAttempt",
+        params: ({ context }) => ({ requestId: context.requestId, attemptN: context.nextAttemptN, excludedProviders: context.excludedProviders }),
+      },
+      exit: "abandonDispatch",
+      on: {
+        "route.failed": { target: "failed", actions: "recordDispatchError" },
+        "route.dispatched": { target: "awaitingFirstByte", actions: "recordDispatch" },
+        "route.unavailable": { target: "failed", actions: "recordUnavailable" },
+      },
+    },
+    awaitingFirstByte: {
+      after: {
+        firstByteTimeout: { target: "attemptFailed", actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }] },
+      },
+      on: {
+        "provider.rejected": { target: "attemptFailed", actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }] },
+        "provider.declined": "attemptFailed",
+        "provider.lost": "attemptFailed",
+        "provider.chunk": [
+          { guard: "seqOutOfOrder", target: "attemptFailed", actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }] },
+          { guard: "exceedsMaxTokens", target: "succeeded", actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }, "markLengthLimited"] },
+          {
+            target: "receiving",
+            actions: ["recordFirstChunk", { type: "relayChunk", params: ({ event }) => ({ frame: (event as Extract<RequestEvent, { type: "provider.chunk" }>).frame }) }],
+          },
+        ],
+        "provider.ended": [{ guard: "endedNormally", target: "succeeded" }, { target: "attemptFailed" }],
+      },
+    },
+    receiving: {
+      // The idle watchdog: one timer per window, not one re-armed per chunk. A chunk in a window counts
+      // for that window; the stall is declared at the end of the second window in a row without one.
+      after: {
+        streamIdleCheck: [
+          { guard: "stalled", target: "providerFailedAfterOutput", actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }] },
+          { target: "receiving", reenter: true, actions: ["closeIdleWindow", "openProgressWindow"] },
+        ],
+      },
+      on: {
+        "stream.progress": { actions: "recordProgress" },
+        "stream.seqError": { target: "providerFailedAfterOutput", actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }] },
+        "stream.lengthLimited": { target: "succeeded", actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }, "markLengthLimited"] },
+        "provider.ended": [{ guard: "endedNormally", target: "succeeded" }, { target: "providerFailedAfterOutput" }],
+        "provider.lost": "providerFailedAfterOutput",
+      },
+    },
+    // After output: a committed stream cannot fail over; a non-streaming body is discarded and retried.
+    providerFailedAfterOutput: {
+      always: [{ guard: "committed", target: "failedMidStream" }, { target: "attemptFailed", actions: "discardPartialOutput" }],
+    },
+    attemptFailed: {
+      entry: ["releaseAttempt", "excludeCurrentProvider"],
+      always: [{ guard: "mayRetry", target: "routing" }, { target: "failed", actions: "recordAttemptsExhausted" }],
+    },
+    succeeded: { type: "final", entry: ["releaseAttempt", "finishSuccess"] },
+    failed: { type: "final", entry: ["releaseAttempt", "finishFailure"] },
+    failedMidStream: { type: "final", entry: ["releaseAttempt", "finishMidStreamError"] },
+    cancelled: { type: "final", entry: ["releaseAttempt"] },
+  },
+});
+
+export type RequestMachine = typeof requestMachine;
+
+// ─────────────────── The chart compiled by hand (the gateway's hot path) ───────────────────
+
+const exhausted = (c: RequestContext): RequestContext => ({ ...c, failure: c.failure ?? ATTEMPTS_EXHAUSTED });
 
 /** One transition: exit the source, run the transition's own updates and actions, enter the target (with transient states resolved). */
 class Transition {
@@ -193,7 +361,7 @@ class Transition {
         this.update((c) => ({
           ...c,
           excludedProviders: c.current ? [...c.excludedProviders, c.current.providerId] : c.excludedProviders,
-          lastAttemptFailure: event && (event.type.startsWith("provider.") || event.type.startsWith("stream.")) ? event.type : "first_byte_timeout",
+          lastAttemptFailure: attemptFailureOf(event?.type ?? ""),
           current: null,
         }));
         if (this.context.nextAttemptN < this.context.maxAttempts) return this.enter("routing");
@@ -218,21 +386,7 @@ class Transition {
 
 /** The first step: `routing` entered (its dispatch) and the request deadline started. */
 export function initialRequestStep(input: RequestInput): RequestStep {
-  const t = new Transition(
-    {
-      ...input,
-      nextAttemptN: 0,
-      current: null,
-      excludedProviders: [],
-      committed: false,
-      progressInWindow: false,
-      idleWindows: 0,
-      lengthLimited: false,
-      failure: null,
-      lastAttemptFailure: null,
-    },
-    null,
-  );
+  const t = new Transition(initialContext(input), null);
   t.effects.push({ type: "startTimer", timer: "requestDeadline" });
   const value = t.enter("routing");
   return { value, context: t.context, effects: t.effects };
@@ -256,7 +410,7 @@ export function requestStep(value: RequestState, context: RequestContext, event:
 
   // Root transitions, in every state.
   if (event.type === "buyer.aborted") return go("cancelled", (t) => t.cancel("buyer_cancel"));
-  if (event.type === "timer.requestDeadline") {
+  if (event.type === AFTER.requestDeadline) {
     if (context.committed) return go("failedMidStream", (t) => t.cancel("gateway_timeout"));
     return go("failed", (t) => t.cancel("gateway_timeout").update(exhausted));
   }
@@ -264,7 +418,7 @@ export function requestStep(value: RequestState, context: RequestContext, event:
     case "routing":
       switch (event.type) {
         case "route.failed":
-          return go("failed", (t) => t.update((c) => ({ ...c, failure: { code: "internal_error", message: "The gateway hit an internal error. Retry the request." } })));
+          return go("failed", (t) => t.update((c) => ({ ...c, failure: DISPATCH_ERROR })));
         case "route.dispatched":
           return go("awaitingFirstByte", (t) => t.update((c) => ({ ...c, current: event.attempt, nextAttemptN: c.nextAttemptN + 1 })));
         case "route.unavailable":
@@ -274,7 +428,7 @@ export function requestStep(value: RequestState, context: RequestContext, event:
       }
     case "awaitingFirstByte":
       switch (event.type) {
-        case "timer.firstByteTimeout":
+        case AFTER.firstByteTimeout:
         case "provider.rejected":
           return go("attemptFailed", (t) => t.cancel("gateway_timeout"));
         case "provider.declined":
@@ -297,8 +451,8 @@ export function requestStep(value: RequestState, context: RequestContext, event:
       }
     case "receiving":
       switch (event.type) {
-        case "timer.streamIdleCheck":
-          if (!context.progressInWindow && context.idleWindows + 1 >= STALL_WINDOWS) return go("providerFailedAfterOutput", (t) => t.cancel("gateway_timeout"));
+        case AFTER.streamIdleCheck:
+          if (stalled(context)) return go("providerFailedAfterOutput", (t) => t.cancel("gateway_timeout"));
           return go("receiving", (t) =>
             t.update((c) => ({ ...c, idleWindows: c.progressInWindow ? 0 : c.idleWindows + 1, progressInWindow: false })).act("openProgressWindow"),
           );
@@ -320,44 +474,6 @@ export function requestStep(value: RequestState, context: RequestContext, event:
   }
 }
 
-/**
- * The chart of `requestStep`, as data: `@statelyai/inspect` sends an actor's `logic.config` as its
- * definition, and test/actors/request.test.ts checks every step against it.
- */
-export const requestChart = {
-  id: "request",
-  initial: "routing",
-  on: { "buyer.aborted": ".cancelled", "timer.requestDeadline": [".failedMidStream", ".failed"] },
-  states: {
-    routing: { on: { "route.failed": "failed", "route.dispatched": "awaitingFirstByte", "route.unavailable": "failed" } },
-    awaitingFirstByte: {
-      on: {
-        "timer.firstByteTimeout": "attemptFailed",
-        "provider.declined": "attemptFailed",
-        "provider.rejected": "attemptFailed",
-        "provider.lost": "attemptFailed",
-        "provider.chunk": ["attemptFailed", "succeeded", "receiving"],
-        "provider.ended": ["succeeded", "attemptFailed"],
-      },
-    },
-    receiving: {
-      on: {
-        "timer.streamIdleCheck": ["providerFailedAfterOutput", "receiving"],
-        "stream.progress": {},
-        "stream.seqError": "providerFailedAfterOutput",
-        "stream.lengthLimited": "succeeded",
-        "provider.ended": ["succeeded", "providerFailedAfterOutput"],
-        "provider.lost": "providerFailedAfterOutput",
-      },
-    },
-    providerFailedAfterOutput: { always: ["failedMidStream", "attemptFailed"] },
-    attemptFailed: { always: ["routing", "failed"] },
-    succeeded: { type: "final" },
-    failed: { type: "final" },
-    failedMidStream: { type: "final" },
-    cancelled: { type: "final" },
-  },
-} as const;
 
 type ActionArgs = { context: RequestContext; event: RequestEvent; self: ActorRef<any, any> };
 /** The edge's effects, as `machine.provide({ actions })` took them. */
@@ -382,7 +498,10 @@ const snapshotOf = (value: RequestState, context: RequestContext): RequestSnapsh
 
 export type RequestLogic = ReturnType<typeof requestLogic>;
 
-/** The request actor's logic with the edge's effects and delays (made once, like `machine.provide`). */
+/**
+ * The request actor's logic with the edge's effects and delays (made once, like `machine.provide`). Its
+ * `config` is the machine's, so the inspector draws `requestMachine` for these actors and names them `request`.
+ */
 export function requestLogic(actions: Partial<RequestActions>, delays: RequestDelays): ActorLogic<RequestSnapshot, RequestLogicEvent, RequestInput, AnySystem> {
   const timers = selfTimers();
   const run = (effects: RequestEffect[], event: RequestLogicEvent, scope: Scope) => {
@@ -401,7 +520,7 @@ export function requestLogic(actions: Partial<RequestActions>, delays: RequestDe
   // The initial step's effects run at start, like a machine's initial entry actions.
   const initial = new WeakMap<RequestSnapshot, RequestEffect[]>();
   return {
-    config: requestChart,
+    config: requestMachine.config,
     getInitialSnapshot: (_scope, input) => {
       const step = initialRequestStep(input);
       const snapshot = snapshotOf(step.value, step.context);
@@ -424,3 +543,7 @@ export function requestLogic(actions: Partial<RequestActions>, delays: RequestDe
     getPersistedSnapshot: (snapshot) => snapshot,
   };
 }
+
+/** The statechart with the edge's effects and delays, as `requestLogic` takes them (tests and tools run it). */
+export const providedRequestMachine = (actions: Partial<RequestActions>, delays: RequestDelays) =>
+  requestMachine.provide({ actions: actions as never, delays });

@@ -1,4 +1,4 @@
-// actors/settlement.ts — one provider attempt's settlement (DESIGN §4, spec §3.2):
+// actors/settlement.ts — one provider attempt's settlement (docs/receipts.md, docs/ledger.md):
 //   running → pending → verified | quarantined | zero_settled
 // `running` is the attempt on the wire (buyer-facing label: pending); `pending` waits for a receipt
 // until the pending deadline. The actor only sequences: receipts are judged at the edge by the pure
@@ -8,12 +8,12 @@
 // `receipt.arrived` for a later one). The first terminal outcome is final — the actor stops there, so a
 // later receipt has nothing to move.
 //
-// An XState actor, but with its own logic instead of a `createMachine` statechart (docs/decisions.md,
-// issue 7): the machine interpreter cost ~17 µs per attempt in isolation (13–30 µs of gateway CPU per
-// request under load), this logic ~2 µs. Its transitions are `settlementStep` (pure); its effects, the
-// pending deadline (scheduled on the actor system's clock, so SimulatedClock drives it) and `settle`
-// (provided at the edge), run after the step like a machine's actions.
-import type { ActorLogic, ActorScope, ActorSystem, EventObject, Snapshot } from "xstate";
+// Two parts, as in actors/request.ts: `settlementMachine`, the statechart (the definition the inspector and
+// the operator console draw; a change of behaviour starts there), and `settlementLogic`, the same chart
+// compiled by hand into a pure step (`settlementStep`) that the gateway runs — XState's interpreter cost
+// ~17 µs per attempt in isolation, this logic ~2 µs (docs/decisions.md, Performance). A lockstep test
+// keeps the two identical (test/actors/settlement-lockstep.test.ts).
+import { assign, setup, type ActorLogic, type ActorScope, type ActorSystem, type EventObject, type Snapshot } from "xstate";
 import { selfTimers } from "./selfTimers.ts";
 
 // The system type every root actor gets (xstate exports no name for it).
@@ -55,9 +55,14 @@ export type SettlementEvent =
   /** A receipt (in `end` or a late `receipt` frame) was judged against the persisted snapshot. */
   | { type: "receipt.judged"; verdict: ReceiptVerdict }
   /** The gateway itself refused the attempt before relaying a byte (e.g. `accepted.model_hash` ≠ the catalog's). */
-  | { type: "attempt.rejected"; reason: string }
-  /** The pending deadline passed (the actor schedules it for itself on entering `pending`). */
-  | { type: "settlement.deadline" };
+  | { type: "attempt.rejected"; reason: string };
+
+/** The pending deadline passed: the chart's delayed transition's event, which the step logic's timer sends too. */
+const DEADLINE_EVENT = "xstate.after.pendingDeadline.settlement.pending";
+/** The edge's events and the actor's own timer. */
+export type SettlementLogicEvent = SettlementEvent | { type: typeof DEADLINE_EVENT };
+
+const initialContext = (input: SettlementInput): SettlementContext => ({ ...input, verdict: null, verdictDue: false, reason: null });
 
 export type SettlementSnapshot = Snapshot<{ reason: string | null }> & { value: SettlementState; context: SettlementContext };
 
@@ -77,7 +82,7 @@ function enterPending(context: SettlementContext): Step {
 }
 
 /** The transition function: the next state and context for an event (the same step when nothing changes). Pure. */
-export function settlementStep(value: SettlementState, context: SettlementContext, event: SettlementEvent): Step {
+export function settlementStep(value: SettlementState, context: SettlementContext, event: SettlementLogicEvent): Step {
   const same = { value, context };
   switch (value) {
     case "running":
@@ -100,7 +105,7 @@ export function settlementStep(value: SettlementState, context: SettlementContex
           return { value, context: { ...context, verdictDue: true } };
         case "receipt.judged":
           return enterPending({ ...context, verdict: event.verdict });
-        case "settlement.deadline":
+        case DEADLINE_EVENT:
           return context.verdictDue ? same : { value: "quarantined", context: { ...context, reason: "no_receipt" } };
         default:
           return same;
@@ -115,37 +120,82 @@ export interface SettlementEffects {
   settle: (label: FinalLabel, context: SettlementContext) => void;
 }
 
-/**
- * The statechart of `settlementStep`, as data: `@statelyai/inspect` sends an actor's `logic.config` as
- * its definition (and names the actor by its id), and test/actors/settlement.test.ts checks every step
- * against it. An attempt resumed after a restart starts in `pending`.
- */
-export const settlementChart = {
+// ───────────────────────────── The chart ─────────────────────────────
+
+export const settlementMachine = setup({
+  types: {
+    context: {} as SettlementContext,
+    events: {} as SettlementEvent,
+    input: {} as SettlementInput,
+    output: {} as { reason: string | null },
+  },
+  guards: {
+    resumedPending: ({ context }) => context.resumedPending,
+    deliveredNothing: ({ event }) => event.type === "attempt.ended" && event.deliveredNothing,
+    judgedVerified: ({ context }) => context.verdict?.label === "verified",
+    judgedQuarantined: ({ context }) => context.verdict?.label === "quarantined",
+    noVerdictDue: ({ context }) => !context.verdictDue,
+  },
+  actions: {
+    recordVerdict: assign({ verdict: ({ context, event }) => (event.type === "receipt.judged" ? event.verdict : context.verdict) }),
+    recordVerdictDue: assign({
+      verdictDue: ({ context, event }) => context.verdictDue || event.type === "receipt.arrived" || (event.type === "attempt.ended" && event.verdictDue),
+    }),
+    recordQuarantineReason: assign({ reason: ({ context }) => (context.verdict?.label === "quarantined" ? context.verdict.reason : null) }),
+    recordNoReceipt: assign({ reason: "no_receipt" }),
+    recordRejection: assign({ reason: ({ event }) => (event.type === "attempt.rejected" ? event.reason : null) }),
+    recordNothingDelivered: assign({ reason: "nothing_delivered" }),
+    /** The effect, provided at the edge: one SQLite transaction (label, ledger posting, reservation), then the `settled` frame. */
+    settle: (_, _params: { label: FinalLabel }) => {},
+  },
+  delays: {
+    // What is left of the deadline (after a restart, less what already passed).
+    pendingDeadline: ({ context }) => Math.max(0, context.pendingDeadlineMs),
+  },
+}).createMachine({
   id: "settlement",
-  initial: "running",
+  context: ({ input }) => initialContext(input),
+  // An attempt restored after a restart, already ended, only waits for its receipt.
+  initial: "starting",
   states: {
+    starting: {
+      always: [{ guard: "resumedPending", target: "pending" }, { target: "running" }],
+    },
     running: {
       on: {
-        "attempt.ended": ["zero_settled", "verified", "quarantined", "pending"],
-        "receipt.judged": {},
-        "attempt.rejected": "quarantined",
+        "attempt.ended": [
+          { guard: "deliveredNothing", target: "zero_settled", actions: "recordNothingDelivered" },
+          { target: "pending", actions: "recordVerdictDue" },
+        ],
+        // A receipt rides on `end`, so it can be judged before `attempt.ended` (when its signature needs
+        // no checking: a verdict is reached without it).
+        "receipt.judged": { actions: "recordVerdict" },
+        "attempt.rejected": { target: "quarantined", actions: "recordRejection" },
       },
     },
     pending: {
-      on: {
-        "receipt.arrived": {},
-        "receipt.judged": ["verified", "quarantined"],
-        "settlement.deadline": "quarantined",
-      },
+      // A verdict reached while running settles on entry; a later one as it arrives.
+      always: [
+        { guard: "judgedVerified", target: "verified" },
+        { guard: "judgedQuarantined", target: "quarantined", actions: "recordQuarantineReason" },
+      ],
+      // A receipt that came in time holds the deadline until its verdict arrives.
+      after: { pendingDeadline: { guard: "noVerdictDue", target: "quarantined", actions: "recordNoReceipt" } },
+      on: { "receipt.arrived": { actions: "recordVerdictDue" }, "receipt.judged": { actions: "recordVerdict" } },
     },
-    verified: { type: "final" },
-    quarantined: { type: "final" },
-    zero_settled: { type: "final" },
+    verified: { type: "final", entry: { type: "settle", params: { label: "verified" } } },
+    quarantined: { type: "final", entry: { type: "settle", params: { label: "quarantined" } } },
+    zero_settled: { type: "final", entry: { type: "settle", params: { label: "zero_settled" } } },
   },
-} as const;
+  output: ({ context }) => ({ reason: context.reason }),
+});
+
+export type SettlementMachine = typeof settlementMachine;
+
+// ─────────────────── The chart compiled by hand (the gateway's hot path) ───────────────────
 
 const DEADLINE_ID = "pendingDeadline";
-const DEADLINE: SettlementEvent = { type: "settlement.deadline" };
+const DEADLINE: SettlementLogicEvent = { type: DEADLINE_EVENT };
 
 function snapshotOf(step: Step): SettlementSnapshot {
   return isFinal(step.value)
@@ -153,7 +203,7 @@ function snapshotOf(step: Step): SettlementSnapshot {
     : { status: "active", output: undefined, error: undefined, value: step.value, context: step.context };
 }
 
-type Scope = ActorScope<SettlementSnapshot, SettlementEvent, AnySystem>;
+type Scope = ActorScope<SettlementSnapshot, SettlementLogicEvent, AnySystem>;
 
 const timers = selfTimers();
 
@@ -163,13 +213,14 @@ function scheduleDeadline(scope: Scope, context: SettlementContext): void {
 
 /**
  * The settlement actor's logic with the edge's effects (made once, like `machine.provide`). Effects
- * run after the step, as a machine's actions would; a final state (or a stop) cancels the deadline.
+ * run after the step, as a machine's actions would; a final state (or a stop) cancels the deadline. Its
+ * `config` is the machine's: the inspector draws `settlementMachine` for these actors.
  */
-export function settlementLogic(effects: SettlementEffects): ActorLogic<SettlementSnapshot, SettlementEvent, SettlementInput, AnySystem> {
+export function settlementLogic(effects: SettlementEffects): ActorLogic<SettlementSnapshot, SettlementLogicEvent, SettlementInput, AnySystem> {
   return {
-    config: settlementChart,
+    config: settlementMachine.config,
     getInitialSnapshot: (_scope, input) =>
-      snapshotOf({ value: input.resumedPending ? "pending" : "running", context: { ...input, verdict: null, verdictDue: false, reason: null } }),
+      snapshotOf({ value: input.resumedPending ? "pending" : "running", context: initialContext(input) }),
     start: (snapshot, scope) => {
       if (snapshot.value === "pending") scheduleDeadline(scope, snapshot.context);
     },
@@ -191,3 +242,7 @@ export function settlementLogic(effects: SettlementEffects): ActorLogic<Settleme
     getPersistedSnapshot: (snapshot) => snapshot,
   };
 }
+
+/** The statechart with the edge's effect, as `settlementLogic` takes it (tests and tools run it). */
+export const providedSettlementMachine = (effects: SettlementEffects) =>
+  settlementMachine.provide({ actions: { settle: ({ context }, { label }) => effects.settle(label, context) } });

@@ -136,6 +136,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
           slotsFree: frame.slots_free,
           models: frame.models,
           inFlight: session.attempts.size,
+          load: frame.load,
         });
       case "receipt": {
         if (!admitted) break;

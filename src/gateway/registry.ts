@@ -66,6 +66,14 @@ export class Registry {
         warmModels: c.models.map((m) => m.model_id),
         freeSlots: free,
         inFlight,
+        maxConcurrency: c.hello.max_concurrency,
+        load: c.reportedLoad
+          ? {
+              queuedJobs: c.reportedLoad.queued_jobs,
+              decodeTokensPerS: c.reportedLoad.decode_tokens_per_s,
+              outstandingOutputTokens: c.reportedLoad.outstanding_output_tokens,
+            }
+          : null,
       };
     }
   }

@@ -27,6 +27,8 @@ export interface AttemptDeps {
    * says whether it went out in `end` on the live session. The runtime keeps it until settled.
    */
   keep?(receipt: IssuedReceipt, sent: boolean): void;
+  /** Output tokens just sent (the runtime's decode rate for heartbeats). */
+  produced?(tokens: number): void;
 }
 
 export interface Attempt {
@@ -45,6 +47,8 @@ export interface Attempt {
   abandon(): void;
   /** Settles when the engine has returned and the last frame was sent. */
   readonly done: Promise<void>;
+  /** Output tokens sent so far, and the job's cap (the heartbeat's load report). */
+  progress(): { sentTokens: number; maxTokens: number };
 }
 
 /** Sends `declined` for a job the runtime will not run. */
@@ -113,6 +117,7 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
     pending = null;
     if (signal.aborted) return; // nothing after a cancel: the receipt binds the delivered prefix
     sentTokens += frame.tokens;
+    deps.produced?.(frame.tokens);
     if (deps.send(frame) === false) return;
     // The frame itself is kept: it holds the chunk's content, tool_calls and tokens, and is never changed.
     sent.push(frame);
@@ -219,5 +224,6 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
       controller.abort("session_closed");
     },
     done,
+    progress: () => ({ sentTokens, maxTokens: job.params.max_tokens }),
   };
 }

@@ -11,6 +11,7 @@ import {
   type JobFrame,
   type ModelEntry,
   type ProviderFrame,
+  type ProviderLoad,
   type SettledFrame,
   type WelcomeFrame,
 } from "../wire/frames.ts";
@@ -133,6 +134,8 @@ class Runtime implements ProviderRuntime {
   private readonly maxConcurrency: number;
   private readonly now: () => number;
   private readonly pingIntervalMs: number;
+  /** Output tokens sent since `since` (ms), and the decode rate last reported. */
+  private readonly decode = { tokens: 0, since: 0, rate: 0 };
   private readonly watchdogTimeoutMs: number;
   private session: Session | null = null;
   private stopped = false;
@@ -345,7 +348,31 @@ class Runtime implements ProviderRuntime {
   private sendHeartbeat(session: Session): void {
     const slotsFree = Math.max(0, this.maxConcurrency - session.jobs.size);
     const state = session.draining ? "draining" : slotsFree === 0 ? "busy" : "ready";
-    this.send(session, { type: "heartbeat", state, slots_free: slotsFree, models: this.models() });
+    this.send(session, { type: "heartbeat", state, slots_free: slotsFree, models: this.models(), load: this.load(session) });
+  }
+
+  /**
+   * The heartbeat's load report (docs/protocol.md): jobs with no output yet, the decode rate since the
+   * last report (all jobs), and the output tokens still to come of the running jobs.
+   */
+  private load(session: Session): ProviderLoad {
+    let queued = 0;
+    let outstanding = 0;
+    for (const attempt of session.jobs.values()) {
+      const { sentTokens, maxTokens } = attempt.progress();
+      if (sentTokens === 0) queued++;
+      outstanding += Math.max(0, maxTokens - sentTokens);
+    }
+    const now = this.now();
+    if (this.decode.since === 0) this.decode.since = now;
+    const seconds = (now - this.decode.since) / 1000;
+    // A rate over less than a second says little: keep the last one until more time has passed.
+    if (seconds >= 1) {
+      this.decode.rate = Math.round((this.decode.tokens / seconds) * 10) / 10;
+      this.decode.tokens = 0;
+      this.decode.since = now;
+    }
+    return { queued_jobs: queued, decode_tokens_per_s: this.decode.rate, outstanding_output_tokens: outstanding };
   }
 
   private onSettled(frame: SettledFrame): void {
@@ -406,6 +433,9 @@ class Runtime implements ProviderRuntime {
       log: this.log,
       signer: this.signer,
       now: this.now,
+      produced: (tokens) => {
+        this.decode.tokens += tokens;
+      },
       keep: (receipt, sent) => {
         this.outbox.keep(job, receipt.envelope, receipt.body.terminal_state_ts_unix_ms, sent ? session : null);
         if (!sent) this.flushOutbox(); // the attempt's session is gone, but a newer one may be up already

@@ -71,8 +71,25 @@ export type HelloFrame = Static<typeof HelloFrame>;
 export const AuthFrame = Type.Object({ type: Type.Literal("auth"), signature: Bytes(64) }, Strict);
 export type AuthFrame = Static<typeof AuthFrame>;
 
+/**
+ * A provider's load (optional in `heartbeat`: providers that do not send it are routed without it;
+ * docs/protocol.md). Read by routing's shortest-wait policy and saturation rule (docs/routing.md).
+ */
+export const ProviderLoad = Type.Object(
+  {
+    /** Jobs accepted that have not produced output yet. */
+    queued_jobs: Count,
+    /** Output tokens per second decoded lately, all jobs together. */
+    decode_tokens_per_s: Type.Number({ minimum: 0, maximum: 1e7 }),
+    /** Output tokens still to come: each running job's max_tokens minus what it produced, summed. */
+    outstanding_output_tokens: Count,
+  },
+  Strict,
+);
+export type ProviderLoad = Static<typeof ProviderLoad>;
+
 export const HeartbeatFrame = Type.Object(
-  { type: Type.Literal("heartbeat"), state: ProviderState, slots_free: Count, models: ModelList },
+  { type: Type.Literal("heartbeat"), state: ProviderState, slots_free: Count, models: ModelList, load: Type.Optional(ProviderLoad) },
   Strict,
 );
 export type HeartbeatFrame = Static<typeof HeartbeatFrame>;

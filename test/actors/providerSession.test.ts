@@ -244,6 +244,16 @@ describe("heartbeats", () => {
     s.send({ type: "provider.heartbeat", state: "ready", slotsFree: 2, models: [MODEL, other], inFlight: 0 });
     expect(s.snapshot().context.models.map((m) => m.model_id)).toEqual(["m1", "m2"]);
   });
+
+  test("a heartbeat's load report is kept; one without (an older provider) clears it", async () => {
+    const s = await admitted();
+    expect(s.snapshot().context.reportedLoad).toBeNull();
+    const load = { queued_jobs: 1, decode_tokens_per_s: 42.5, outstanding_output_tokens: 300 };
+    s.send({ type: "provider.heartbeat", state: "ready", slotsFree: 2, models: [MODEL], inFlight: 0, load });
+    expect(s.snapshot().context.reportedLoad).toEqual(load);
+    s.send({ type: "provider.heartbeat", state: "ready", slotsFree: 2, models: [MODEL], inFlight: 0 });
+    expect(s.snapshot().context.reportedLoad).toBeNull();
+  });
 });
 
 describe("admitted sub-states", () => {
@@ -329,6 +339,7 @@ describe("freeSlots", () => {
     models: [MODEL],
     reportedState: "ready",
     reportedCapacity,
+    reportedLoad: null,
     inFlight,
     drainRequested: false,
     closeCode: null,

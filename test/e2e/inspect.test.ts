@@ -4,10 +4,16 @@ import { afterEach, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import { MAIN, tempDir, waitFor } from "../support/harness.ts";
 import { REDACTED } from "../../src/inspect.ts";
+import { gatewayMachine } from "../../actors/gateway.ts";
+import { providerSessionMachine } from "../../actors/providerSession.ts";
+import { requestMachine } from "../../actors/request.ts";
+import { settlementMachine } from "../../actors/settlement.ts";
 
 interface Received {
   type: string;
   name?: string;
+  /** `@xstate.actor`: the actor logic's `config` as JSON — the statechart the inspector draws. */
+  definition?: string;
   sessionId: string;
   event?: { type: string };
   snapshot?: { value?: unknown; status?: string };
@@ -89,6 +95,16 @@ test("actor events of the gateway, the provider sessions, each request and each 
   const events = receiver.events();
   const actorNames = new Set(events.filter((e) => e.type === "@xstate.actor").map((e) => e.name));
   for (const name of ["gateway", "providerSession", "request", "settlement"]) expect(actorNames).toContain(name);
+  // Each of the four is sent its statechart as its definition (what the Stately inspector draws), the
+  // request and settlement actors too although they run the step logic compiled from it.
+  const machines = { gateway: gatewayMachine, providerSession: providerSessionMachine, request: requestMachine, settlement: settlementMachine };
+  for (const [name, machine] of Object.entries(machines)) {
+    const sent = events.find((e) => e.type === "@xstate.actor" && e.name === name)!;
+    const definition = JSON.parse(sent.definition!) as { id: string; initial: string; states: Record<string, unknown> };
+    expect(definition.id).toBe(name);
+    expect(definition.initial).toBe(machine.config.initial as string);
+    expect(Object.keys(definition.states).sort()).toEqual(Object.keys(machine.config.states!).sort());
+  }
   const eventTypes = new Set(events.filter((e) => e.type === "@xstate.event").map((e) => e.event?.type));
   for (const type of ["provider.hello", "provider.auth", "route.dispatched", "provider.chunk", "provider.ended"]) expect(eventTypes).toContain(type);
 

@@ -101,7 +101,7 @@ describe("provider runtime", () => {
     expect(h.runtime.sessionId).toBe(session.sessionId);
 
     const beat = await session.take<HeartbeatFrame>(isType("heartbeat"));
-    expect(beat).toEqual({ type: "heartbeat", state: "ready", slots_free: 2, models });
+    expect(beat).toEqual({ type: "heartbeat", state: "ready", slots_free: 2, models, load: { queued_jobs: 0, decode_tokens_per_s: 0, outstanding_output_tokens: 0 } });
     await session.take(isType("heartbeat"));
     expect(h.logs.find((l) => l.event === "welcome")).toMatchObject({ session_id: session.sessionId, tier: "provisional" });
     expect(session.textFrames).toBe(0);
@@ -220,6 +220,33 @@ describe("provider runtime", () => {
     session.send({ type: "cancel", request_id: "req-a", attempt_n: 0, reason: "buyer_cancel", delivered_output_bytes: 0 });
     const { end } = await untilEnd(session, "req-a");
     expect(end).toMatchObject({ terminal_state: "buyer_cancel", usage: { output_tokens: 0 } });
+  });
+
+  test("heartbeats report load: jobs without output yet, the decode rate, output tokens still to come", async () => {
+    let clock = 1_000_000;
+    const h = start({ fault: { kind: "stall" } }, { maxConcurrency: 3, now: () => clock });
+    const session = await h.welcomed();
+    session.send(makeJob({ request_id: "req-q1", params: { max_tokens: 50 } }));
+    session.send(makeJob({ request_id: "req-q2", params: { max_tokens: 70 } }));
+    await session.take(isType("accepted", "req-q2"));
+    clock += 2_000;
+    const beat = await session.take<HeartbeatFrame>((f) => f.type === "heartbeat" && (f as HeartbeatFrame).load?.queued_jobs === 2);
+    expect(beat.load).toEqual({ queued_jobs: 2, decode_tokens_per_s: 0, outstanding_output_tokens: 120 });
+    for (const id of ["req-q1", "req-q2"]) session.send({ type: "cancel", request_id: id, attempt_n: 0, reason: "buyer_cancel", delivered_output_bytes: 0 });
+  });
+
+  test("the decode rate is the output tokens sent per second between reports", async () => {
+    let clock = 1_000_000;
+    const h = start({ tokensPerSecond: 1000 }, { now: () => clock });
+    const session = await h.welcomed();
+    // A first report starts the rate's clock.
+    await session.take(isType("heartbeat"));
+    session.send(makeJob({ request_id: "req-r" }));
+    const { chunks } = await untilEnd(session, "req-r");
+    clock += 4_000;
+    const beat = await session.take<HeartbeatFrame>((f) => f.type === "heartbeat" && ((f as HeartbeatFrame).load?.decode_tokens_per_s ?? 0) > 0);
+    expect(beat.load!.decode_tokens_per_s).toBe(Math.round((tokensOf(chunks) / 4) * 10) / 10);
+    expect(beat.load!.outstanding_output_tokens).toBe(0);
   });
 
   test("an engine decline is sent as declined (internal), never after accepted", async () => {
