@@ -5,10 +5,10 @@
 import { assign, fromPromise, setup } from "xstate";
 import type { HelloFrame, ModelEntry, ProviderLoad, ProviderState } from "../src/wire/frames.ts";
 
-export type Tier = "pinned" | "provisional";
+export type ProviderTier = "pinned" | "provisional";
 
 export type AdmissionVerdict =
-  | { admitted: true; tier: Tier }
+  | { admitted: true; tier: ProviderTier }
   | { admitted: false; closeCode: number; reason: string };
 
 export interface AdmissionInput {
@@ -27,7 +27,7 @@ export interface ProviderSessionInput {
 export interface ProviderSessionContext extends ProviderSessionInput {
   hello: HelloFrame | null;
   signature: Uint8Array | null;
-  tier: Tier | null;
+  tier: ProviderTier | null;
   models: ModelEntry[];
   reportedState: ProviderState;
   reportedCapacity: number;

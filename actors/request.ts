@@ -18,14 +18,10 @@
 // (test/actors/request-lockstep.test.ts).
 import { assign, setup, type ActorLogic, type ActorRef, type ActorScope, type ActorSystem, type EventObject, type Snapshot } from "xstate";
 import type { ChunkFrame, DeclineCode, EndFrame } from "../src/wire/frames.ts";
+import type { FailureCode } from "../src/chat/contract.ts";
 import { selfTimers } from "./selfTimers.ts";
 
-export type FailureCode =
-  | "internal_error"
-  | "model_not_available"
-  | "coordinator_unavailable"
-  | "context_length_exceeded"
-  | "unsupported_parameter";
+export type { FailureCode } from "../src/chat/contract.ts";
 
 export interface AttemptRef {
   attemptN: number;

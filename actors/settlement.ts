@@ -14,18 +14,17 @@
 // ~17 µs per attempt in isolation, this logic ~2 µs (docs/decisions.md, Performance). A lockstep test
 // keeps the two identical (test/actors/settlement-lockstep.test.ts).
 import { assign, setup, type ActorLogic, type ActorScope, type ActorSystem, type EventObject, type Snapshot } from "xstate";
+import type { FinalLabel } from "../src/ledger/charges.ts";
+import type { ReceiptVerdict } from "../src/receipts/verify.ts";
 import { selfTimers } from "./selfTimers.ts";
 
 // The system type every root actor gets (xstate exports no name for it).
 type AnySystem = ActorSystem<any>;
 
-export type SettlementLabel = "pending" | "verified" | "quarantined" | "zero_settled";
-export type FinalLabel = Exclude<SettlementLabel, "pending">;
 
 /** `running`: the attempt is on the wire; the others are the labels of spec §3.2. */
 export type SettlementState = "running" | "pending" | FinalLabel;
 
-export type ReceiptVerdict = { label: "verified" } | { label: "quarantined"; reason: string };
 
 export interface SettlementInput {
   requestId: string;

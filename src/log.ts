@@ -1,7 +1,6 @@
 // Structured JSON logs, one object per line. Callers pass ids and counts only: never prompts,
 // outputs or keys (the field names here are the whole vocabulary a log line can carry).
 import { writeSync } from "node:fs";
-import type { RequestSummary } from "./metrics.ts";
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
 export type LogFields = Record<string, string | number | boolean | null | undefined>;
@@ -54,27 +53,3 @@ export function createLog(level: LogLevel, write: (line: string) => void = stdou
 
 export const silentLog: Log = { debug() {}, info() {}, warn() {}, error() {} };
 
-/**
- * The fields of the one `request_completed` line per buyer request: ids, counts and timings only.
- * Invariant: nothing here can carry prompt or output text or a key — the summary has no such field.
- */
-export function requestLogFields(s: RequestSummary): LogFields {
-  return {
-    request_id: s.requestId,
-    account_id: s.accountId,
-    route: s.route,
-    model: s.model,
-    stream: s.stream,
-    outcome: s.outcome,
-    status: s.status,
-    error_code: s.errorCode,
-    attempts: s.attempts,
-    input_tokens: s.inputTokens,
-    output_tokens: s.outputTokens,
-    ttft_ms: s.ttftMs === null ? null : round3(s.ttftMs),
-    total_ms: round3(s.totalMs),
-    overhead_ms: round3(s.overheadMs),
-  };
-}
-
-const round3 = (ms: number) => Math.round(ms * 1000) / 1000;

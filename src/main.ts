@@ -15,9 +15,9 @@ import { runProviderCommand } from "./provider/cli.ts";
 import { catalogLookupFrom } from "./ledger/audit.ts";
 import { runLedgerCommand, runReceiptsCommand } from "./ledger/cli.ts";
 import { processIo, runVerifyReceipt } from "./receipts/verifyCli.ts";
-import { databasePath } from "./server.ts";
+import { databasePath } from "./compositionRoot.ts";
 import { openStore } from "./store/index.ts";
-import { runServe } from "./serve.ts";
+import { runServe } from "./serveCommand.ts";
 
 const USAGE = `usage: gateway <command> [options]
 

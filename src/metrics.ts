@@ -5,6 +5,8 @@
 // Metric names, labels and the overhead definition are documented in docs/operator.md.
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { ProviderView } from "./gateway/routing.ts";
+import type { SettlementLabel } from "./ledger/charges.ts";
+import type { LogFields } from "./log.ts";
 
 /** How a buyer request ended. `rejected`: answered before a request actor started (auth, validation, drain). */
 export type RequestOutcome = "succeeded" | "failed" | "failed_mid_stream" | "cancelled" | "rejected";
@@ -19,9 +21,6 @@ export type AttemptOutcome =
   | "timeout"
   | "bad_sequence"
   | "cancelled";
-
-/** Settlement labels (DESIGN §4); counted once settlement exists. */
-export type SettlementLabel = "pending" | "verified" | "quarantined" | "zero_settled";
 
 /** One finished buyer request: what metrics count and what the `request_completed` log line says. */
 export interface RequestSummary {
@@ -44,6 +43,31 @@ export interface RequestSummary {
   /** totalMs minus the time spent waiting on providers (definition in docs/operator.md). */
   overheadMs: number;
 }
+
+/**
+ * The fields of the one `request_completed` log line per buyer request: ids, counts and timings only.
+ * Invariant: nothing here can carry prompt or output text or a key — the summary has no such field.
+ */
+export function requestLogFields(s: RequestSummary): LogFields {
+  return {
+    request_id: s.requestId,
+    account_id: s.accountId,
+    route: s.route,
+    model: s.model,
+    stream: s.stream,
+    outcome: s.outcome,
+    status: s.status,
+    error_code: s.errorCode,
+    attempts: s.attempts,
+    input_tokens: s.inputTokens,
+    output_tokens: s.outputTokens,
+    ttft_ms: s.ttftMs === null ? null : round3(s.ttftMs),
+    total_ms: round3(s.totalMs),
+    overhead_ms: round3(s.overheadMs),
+  };
+}
+
+const round3 = (ms: number) => Math.round(ms * 1000) / 1000;
 
 /** What the gateway tells its metrics. Tests pass `noopMetrics`. */
 export interface MetricsPort {
@@ -92,7 +116,8 @@ const ATTEMPT_OUTCOMES: readonly AttemptOutcome[] = [
   "bad_sequence",
   "cancelled",
 ];
-const SETTLEMENT_LABELS: readonly SettlementLabel[] = ["pending", "verified", "quarantined", "zero_settled"];
+// Final labels only: an attempt is counted once, when it leaves `pending` (docs/operator.md).
+const SETTLEMENT_LABELS: readonly SettlementLabel[] = ["verified", "quarantined", "zero_settled"];
 
 /** Routes get their own label value; anything else is `other`, so scanners cannot grow the series. */
 export const KNOWN_ROUTES: ReadonlySet<string> = new Set([

@@ -2,7 +2,7 @@
 // 0 done, 1 the operation failed (unknown id, store error), 64 usage error (EX_USAGE).
 // JSON goes to stdout where a program reads it; messages and usage go to stderr.
 
-import type { ProviderBinding, Store, Tier } from "../store/index.ts";
+import type { ProviderBinding, Store, AccountTier } from "../store/index.ts";
 import { backupDatabase } from "../store/backup.ts";
 import { parseFlags, type FlagSpec, type ParseResult } from "./flags.ts";
 
@@ -10,6 +10,8 @@ export interface OperatorContext {
   store: Store;
   stdout: (line: string) => void;
   stderr: (line: string) => void;
+  /** Clock for "today" (default Date.now). */
+  now?: () => number;
 }
 
 export const EXIT_OK = 0;
@@ -20,7 +22,7 @@ export const EXIT_USAGE = 64;
 const PROVIDER_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
 const ACCOUNTS_USAGE = [
-  "usage: gateway accounts create [--tier free|paid] [--name N]",
+  "usage: gateway accounts create [--tier free|paid] [--name N] [--env]",
   "       gateway accounts list [--json]",
 ];
 const KEYS_USAGE = [
@@ -192,25 +194,56 @@ const feedbackList: Subcommand = (argv, ctx, usage) => {
 // ── accounts ──────────────────────────────────────────────────────────────────────────────────────
 
 const accountsCreate: Subcommand = (argv, ctx, usage) => {
-  const p = parse(argv, { tier: { kind: "string" }, name: { kind: "string" } }, [], ctx, usage);
+  const p = parse(argv, { tier: { kind: "string" }, name: { kind: "string" }, env: { kind: "boolean" } }, [], ctx, usage);
   if (typeof p === "number") return p;
   const tier = p.flags.tier ?? "free";
   if (tier !== "free" && tier !== "paid") return usageError(ctx, usage, `--tier must be free or paid, got ${tier}`);
-  const { account_id } = ctx.store.createAccount({ tier: tier satisfies Tier, name: p.flags.name });
+  const { account_id } = ctx.store.createAccount({ tier: tier satisfies AccountTier, name: p.flags.name });
   // A new account gets its first key at once, so the operator can hand it over in one step.
   const { api_key } = ctx.store.createApiKey({ account_id });
-  ctx.stdout(json({ account_id, api_key }));
+  if (p.flags.env) {
+    // For `eval "$(gateway accounts create … --env)"` (README): both values are [A-Za-z0-9_-] only.
+    ctx.stdout(`export ACCOUNT_ID=${account_id}`);
+    ctx.stdout(`export GATEWAY_API_KEY=${api_key}`);
+  } else ctx.stdout(json({ account_id, api_key }));
   return EXIT_OK;
 };
 
+/**
+ * Each account with what an operator checks first: its balance (paid: prepaid credits left), what it
+ * spent today (UTC: credits debited, tokens counted) and how many keys work.
+ */
 const accountsList: Subcommand = (argv, ctx, usage) => {
   const p = parse(argv, { json: { kind: "boolean" } }, [], ctx, usage);
   if (typeof p === "number") return p;
-  const rows = ctx.store.listAccounts();
+  const day = new Date((ctx.now ?? Date.now)()).toISOString().slice(0, 10); // the UTC day quotas count
+  const activeKeys = new Map<string, number>();
+  for (const key of ctx.store.listApiKeys()) {
+    if (key.revoked_at_ms === null) activeKeys.set(key.account_id, (activeKeys.get(key.account_id) ?? 0) + 1);
+  }
+  const rows = ctx.store.listAccounts().map((account) => {
+    const usage = ctx.store.accountUsage(account.account_id, day);
+    return {
+      ...account,
+      balance_credits: account.tier === "paid" ? ctx.store.ledgerBalance(`buyer:${account.account_id}`) : null,
+      spent_credits_today: usage.spent_credits_day,
+      tokens_today: usage.daily_tokens_used,
+      active_keys: activeKeys.get(account.account_id) ?? 0,
+    };
+  });
   if (p.flags.json) rows.forEach((row) => ctx.stdout(json(row)));
   else {
-    const cells = rows.map((r) => [r.account_id, r.tier, iso(r.created_at_ms), r.name ?? ""]);
-    table(ctx, ["ACCOUNT_ID", "TIER", "CREATED", "NAME"], cells);
+    const cells = rows.map((r) => [
+      r.account_id,
+      r.tier,
+      r.balance_credits === null ? "-" : String(r.balance_credits),
+      String(r.spent_credits_today),
+      String(r.tokens_today),
+      String(r.active_keys),
+      iso(r.created_at_ms),
+      r.name ?? "",
+    ]);
+    table(ctx, ["ACCOUNT_ID", "TIER", "BALANCE", "SPENT_TODAY", "TOKENS_TODAY", "KEYS", "CREATED", "NAME"], cells);
   }
   return EXIT_OK;
 };

@@ -1,4 +1,4 @@
-// Gateway configuration: defaults < --config FILE (JSON) < environment < flags (DESIGN §2).
+// Gateway configuration: defaults < --config FILE (JSON or JSONC) < environment < flags (DESIGN §2).
 // The only module that reads process.env for the gateway.
 import { readFileSync } from "node:fs";
 import { DEFAULT_INSPECT_URL, settingSpecs, type GatewayConfig, type SettingSpec } from "./settings.ts";
@@ -68,7 +68,8 @@ export function loadConfig(argv: readonly string[], env: Record<string, string |
   let fileValues: Raw = {};
   if (configFile) {
     try {
-      const json: unknown = JSON.parse(readFileSync(configFile, "utf8"));
+      // JSONC: plain JSON, or JSON with comments and trailing commas (deploy/gateway.jsonc).
+      const json: unknown = Bun.JSONC.parse(readFileSync(configFile, "utf8"));
       if (typeof json !== "object" || json === null || Array.isArray(json)) return { ok: false, message: `${configFile}: expected a JSON object` };
       fileValues = json as Raw;
     } catch (e) {
@@ -97,7 +98,17 @@ export function loadConfig(argv: readonly string[], env: Record<string, string |
   return { ok: true, config: config as unknown as GatewayConfig };
 }
 
+/** A setting's default as `serve --help` shows it. */
+function shownDefault(spec: SettingSpec): string {
+  if (spec.default === undefined) return spec.key === "inspect" ? "off" : "none";
+  return String(spec.default);
+}
+
 export function configUsage(): string {
-  const lines = settingSpecs.map((spec) => `  ${spec.flag.padEnd(34)} ${spec.help} [env ${spec.env}]`);
-  return ["usage: gateway serve [--config FILE] [options]", ...lines].join("\n");
+  const lines = settingSpecs.map((spec) => `  ${spec.flag.padEnd(34)} ${spec.help} (default: ${shownDefault(spec)}) [env ${spec.env}]`);
+  return [
+    "usage: gateway serve [--config FILE] [options]",
+    "Each option also reads from GATEWAY_<NAME> and from the config file's key of the same name (docs/configuration.md).",
+    ...lines,
+  ].join("\n");
 }

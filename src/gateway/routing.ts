@@ -1,7 +1,7 @@
 // Routing decision (pure): which provider gets the next attempt, from snapshots of the candidates and
 // of what the gateway learned about them. Rules, formula and when each policy fits: docs/routing.md.
 // Pure over plain data so that candidates held by other gateway nodes can be fed in too.
-import type { Tier } from "../../actors/providerSession.ts";
+import type { ProviderTier } from "../../actors/providerSession.ts";
 import type { Health } from "./cooldowns.ts";
 
 /** What a provider reports of its load in heartbeats (optional on the wire: docs/protocol.md). */
@@ -17,7 +17,7 @@ export interface ProviderLoad {
 export interface ProviderView {
   sessionId: string;
   providerId: string;
-  tier: Tier;
+  tier: ProviderTier;
   /** Sub-state of the admitted session: only "ready" takes new work. */
   state: "ready" | "busy" | "asleep" | "draining";
   warmModels: readonly string[];
@@ -78,7 +78,7 @@ const TRUSTED_BAND = 0.25;
 const SLOW_FACTOR = 3;
 
 const NO_SIGNALS: RouteSignals = { health: "healthy", ttftMs: null, recentShare: 0, verified: 0, quarantined: 0, recentFailures: 0 };
-const tierRank = (tier: Tier): number => (tier === "pinned" ? 0 : 1);
+const tierRank = (tier: ProviderTier): number => (tier === "pinned" ? 0 : 1);
 const capacityOf = (p: ProviderView): number => Math.max(1, p.maxConcurrency ?? p.freeSlots + p.inFlight);
 
 /**

@@ -6,12 +6,14 @@ import { errorResponse, gatewayError, messagesErrorResponse } from "./errors.ts"
 import { chatCompletionsHandler, type ChatRouteDeps } from "./chat/route.ts";
 import { COUNT_TOKENS_ROUTE, countTokensHandler, messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
 import { responsesHandler, RESPONSES_ROUTE } from "./responses/route.ts";
-import { modelBody, modelPrice, modelsBody, statusBody, type CatalogView } from "./pool.ts";
+import { modelBody, modelPrice, modelsBody, statusBody, type CatalogView } from "./modelsAndStatus.ts";
 import { buyerReceiptsBody } from "./receipts.ts";
 import { usageBody } from "./usage.ts";
 import { FEEDBACK_ROUTE, feedbackHandler } from "./feedback.ts";
 import { REPLAYED_HEADER } from "./idempotency.ts";
-import { eligibleModelIds, handleCatalog, handleCatalogPublicKey, handleCatalogSignature, type CatalogLive } from "../catalog/index.ts";
+import { handleCatalog, handleCatalogPublicKey, handleCatalogSignature } from "../catalog/http.ts";
+import type { CatalogLive } from "../catalog/live.ts";
+import { eligibleModelIds } from "../catalog/state.ts";
 import { rateCardHandler, type RateCard } from "../ledger/index.ts";
 import { demoRoutes } from "./demo/routes.ts";
 import { buildOpenApiDocument, docsPage, DOCS_PATH, DOCS_SCRIPT_PATH, OPENAPI_PATH } from "./docs/openapi.ts";
@@ -19,8 +21,8 @@ import { SCALAR_SCRIPT_PATH } from "./docs/assets.ts";
 import { signupRoutes, type DemoOptions, type SignupOptions } from "./signup/index.ts";
 import type { ProviderView } from "../gateway/routing.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
-import { requestLogFields, type Log } from "../log.ts";
-import { noopMetrics, routeLabel, type MetricsPort } from "../metrics.ts";
+import type { Log } from "../log.ts";
+import { noopMetrics, requestLogFields, routeLabel, type MetricsPort } from "../metrics.ts";
 
 export interface HttpDeps extends ChatRouteDeps {
   providerViews: () => ProviderView[];

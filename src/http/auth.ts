@@ -9,13 +9,13 @@
 import { gatewayError, type GatewayError } from "./errors.ts";
 import { ipKey, resolveClientIp, type TrustedProxies } from "./clientIp.ts";
 import { DEMO_TOKEN_PREFIX, demoTokenKey, verifyDemoToken } from "./demo/token.ts";
-import type { Store, Tier } from "../store/index.ts";
+import type { Store, AccountTier } from "../store/index.ts";
 
 export interface ApiKeyPrincipal {
   kind: "api_key";
   account_id: string;
   key_id: string;
-  tier: Tier;
+  tier: AccountTier;
 }
 
 export interface DemoPrincipal {

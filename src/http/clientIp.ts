@@ -1,6 +1,6 @@
 // The buyer's network address: the socket's peer, or — only when that peer is a proxy the operator
 // trusts — the right-most X-Forwarded-For entry that no trusted proxy wrote. Everything here is pure;
-// the socket address comes from Bun's `server.requestIP(request)` at the edge (src/server.ts).
+// the socket address comes from Bun's `server.requestIP(request)` at the edge (src/compositionRoot.ts).
 //
 // Why right-most: each proxy appends the address it received the connection from, so entries to the
 // right were written by proxies we trust, while anything to the left of the first untrusted entry may

@@ -1,5 +1,6 @@
 // The one table mapping every buyer-facing error code to status, type and retryability (DESIGN §7),
 // and the envelope built from it. Messages here are the only error text buyers ever see.
+import type { RequestFailure } from "../chat/contract.ts";
 
 export const errorTable = {
   missing_bearer_token: { status: 401, type: "authentication_error", retryable: false },
@@ -46,6 +47,16 @@ export const gatewayError = (
   message: string,
   extra: Omit<GatewayError, "code" | "message"> = {},
 ): GatewayError => ({ code, message, ...extra });
+
+/**
+ * A failure the gateway reported, as this layer's error: retryable unavailability says when to retry,
+ * an unknown model names the `model` parameter.
+ */
+export const failureError = (failure: RequestFailure): GatewayError =>
+  gatewayError(failure.code, failure.message, {
+    retryAfterSeconds: failure.code === "coordinator_unavailable" ? 1 : undefined,
+    param: failure.code === "model_not_available" ? "model" : undefined,
+  });
 
 /** The code buyers see: the request-cap variant of quota_exhausted keeps the public code. */
 export const publicCode = (code: ErrorCode): string =>

@@ -17,7 +17,7 @@ const MAX_FEEDBACK_BYTES = 16 * 1024;
 
 export const FeedbackRequest = Type.Object(
   {
-    /** The id of a response (`chatcmpl-req_…`, `resp_req_…`, `msg_req_…`) or the gateway's `req_…`. */
+    /** The id of a response (`chatcmpl-req_<hex>`, `resp_<hex>`, `msg_<hex>`) or the gateway's `req_…`. */
     request_id: Type.String({ minLength: 1, maxLength: 128 }),
     rating: Type.Union([Type.Literal("up"), Type.Literal("down")]),
     comment: Type.Optional(Type.Union([Type.String({ maxLength: 2000 }), Type.Null()])),

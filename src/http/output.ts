@@ -3,8 +3,11 @@
 // accumulator of an attempt's output for responses written in one piece, and the responder built on it.
 // Both report the body text they write to `record` (the retry-replay copy, src/http/idempotency.ts).
 import type { ChunkFrame } from "../wire/frames.ts";
-import type { ChatOutcome, ChatResponder } from "./chat/responders.ts";
+import type { ChatOutcome, ChatResponder } from "../chat/contract.ts";
 import type { GatewayError } from "./errors.ts";
+
+/** A facade's responder: the contract the gateway drives, failing with the HTTP layer's error values. */
+export type FacadeResponder = ChatResponder<GatewayError>;
 
 /**
  * Body text written many times with only a middle part changing (a stream's content deltas): the
@@ -185,7 +188,7 @@ export function bufferedJsonResponder(o: {
   record: (text: string) => void;
   render: (output: OutputCollector, outcome: ChatOutcome) => unknown;
   refuse: (error: GatewayError) => Response;
-}): ChatResponder {
+}): FacadeResponder {
   let resolve!: (r: Response) => void;
   const response = new Promise<Response>((r) => (resolve = r));
   const collected = new OutputCollector();

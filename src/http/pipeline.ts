@@ -3,16 +3,17 @@
 // own wire shape into a NormalizedChat and supplies a responder that writes its own wire shape back.
 import { authenticateBuyer, type AuthResult, type BuyerPrincipal } from "./auth.ts";
 import { parseJsonBody, readBody } from "./body.ts";
-import { gatewayError, type GatewayError } from "./errors.ts";
-import { promptTokenBound, type NormalizedChat } from "./chat/normalize.ts";
-import type { ChatOutcome, ChatResponder } from "./chat/responders.ts";
+import { failureError, gatewayError, type GatewayError } from "./errors.ts";
+import { promptTokenBound } from "./chat/normalize.ts";
+import type { ChatOutcome, ChatResponder, NormalizedChat, RequestFailure } from "../chat/contract.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
-import type { BodyTemplate } from "./output.ts";
+import type { BodyTemplate, FacadeResponder } from "./output.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
 import type { Store } from "../store/index.ts";
 import type { Settlements } from "../gateway/settlements.ts";
 import { reservationCredits, type Rates } from "../ledger/index.ts";
-import { buyerAccount, type Payer } from "../store/index.ts";
+import { buyerAccount } from "../store/index.ts";
+import { payerFor, type Payer } from "../ledger/charges.ts";
 import { balanceRefusal, concurrencyRefusal, dailyQuotaRefusal, limitsFor, utcDay, type QuotaPolicy } from "./quotas.ts";
 import { replayIdentity, type ReplayCache, type RunTracker } from "./idempotency.ts";
 
@@ -99,7 +100,7 @@ export interface PipelineRequest {
   /** Renders a refusal before dispatch (unknown model, quota) in the entrypoint's error envelope. */
   refuse: (error: GatewayError) => Response;
   /** Builds the entrypoint's wire-format responder. */
-  responder: (context: ResponderContext) => ChatResponder;
+  responder: (context: ResponderContext) => FacadeResponder;
 }
 
 /**
@@ -203,8 +204,7 @@ function reserveForRequest(
   maxTokens: number,
   rates: Rates,
 ): { ok: true; payer: Payer } | { ok: false; error: GatewayError } {
-  const paid = principal.kind === "api_key" && principal.tier === "paid";
-  const payer: Payer = paid ? "buyer" : "promotion";
+  const payer = payerFor(principal.kind === "api_key" && principal.tier === "paid");
   const price = reservationCredits(promptBound, maxTokens, rates);
   if (!price.ok) return { ok: false, error: gatewayError("invalid_request", "The request is too large to price.") };
   const limit = deps.quotas ? limitsFor(deps.quotas, principal).dailyTokens : undefined;
@@ -237,15 +237,18 @@ function reserveForRequest(
   }
 }
 
-/** The responder as given, which also reports how the response ended: success, or failure. */
-function observeEnd(r: ChatResponder, end: (ok: boolean) => void): ChatResponder {
+/**
+ * The facade's responder as the gateway drives it: the gateway's failure codes become this layer's
+ * errors (src/http/errors.ts), and how the response ended (success or failure) is reported to `end`.
+ */
+function observeEnd(r: FacadeResponder, end: (ok: boolean) => void): ChatResponder {
   return new EndObserved(r, end);
 }
 
-/** One per live request, so a class: shared methods instead of closures made per request (issue 7). */
+/** One per live request, so a class: shared methods instead of closures made per request. */
 class EndObserved implements ChatResponder {
   constructor(
-    private readonly r: ChatResponder,
+    private readonly r: FacadeResponder,
     private readonly end: (ok: boolean) => void,
   ) {}
 
@@ -266,13 +269,13 @@ class EndObserved implements ChatResponder {
     this.end(true);
   }
 
-  fail(error: GatewayError): void {
-    this.r.fail(error);
+  fail(failure: RequestFailure): void {
+    this.r.fail(failureError(failure));
     this.end(false);
   }
 
-  failMidStream(error: GatewayError): void {
-    this.r.failMidStream(error);
+  failMidStream(failure: RequestFailure): void {
+    this.r.failMidStream(failureError(failure));
     this.end(false);
   }
 }

@@ -11,7 +11,8 @@
 // Signature checks are src/catalog's verifyCatalogFeed (node:crypto); nothing is hand-rolled.
 import { mkdir, open, readFile, rename } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { catalogStateFromFeed, verifyCatalogFeed, type CatalogState } from "../catalog/index.ts";
+import { verifyCatalogFeed } from "../catalog/feed.ts";
+import { catalogStateFromFeed, type CatalogState } from "../catalog/state.ts";
 import type { ModelEntry } from "../wire/frames.ts";
 import type { LogFn } from "./events.ts";
 import type { Timers } from "./runtime.ts";

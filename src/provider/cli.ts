@@ -19,6 +19,7 @@ import pkg from "../../package.json";
 import { stdoutAtEndOfTurn } from "../log.ts";
 import { providerLogLevel } from "./logLevels.ts";
 import { resolveUpstreamKey } from "./upstreamKey.ts";
+import { checkUpstream, type UpstreamCheck } from "./openai/upstreamCheck.ts";
 
 export const PROVIDER_USAGE = `usage:
   gateway provider --gateway ws(s)://HOST:PORT/v1/provider/connect --id ID --key-file F
@@ -233,7 +234,13 @@ function parseUpstreamModels(values: string[] | undefined, models: readonly Mode
   return names;
 }
 
-function buildOpenAIEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn, io: CommandIo): Engine {
+/** An engine, and for engines in front of a server, the start-up check of that server. */
+interface BuiltEngine {
+  engine: Engine;
+  checkUpstream?: () => Promise<UpstreamCheck>;
+}
+
+function buildOpenAIEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn, io: CommandIo): BuiltEngine {
   for (const flag of SYNTHETIC_FLAGS) {
     if (values[flag] !== undefined) throw new UsageError(`--${flag} applies to --engine synthetic only`);
   }
@@ -253,10 +260,11 @@ function buildOpenAIEngine(values: ProviderValues, models: readonly ModelEntry[]
   if (upstreamKey.source === "flag") {
     log("upstream_key_on_command_line", { hint: "other local users can read --upstream-key in ps; use --upstream-key-file or GATEWAY_UPSTREAM_KEY" });
   }
-  return createOpenAIEngine({
+  const modelNames = parseUpstreamModels(values["upstream-model"], models);
+  const engine = createOpenAIEngine({
     upstream,
     apiKey: upstreamKey.key,
-    modelNames: parseUpstreamModels(values["upstream-model"], models),
+    modelNames,
     firstTokenTimeoutMs: numberFlag(
       values["upstream-first-token-timeout-ms"],
       "upstream-first-token-timeout-ms",
@@ -267,13 +275,15 @@ function buildOpenAIEngine(values: ProviderValues, models: readonly ModelEntry[]
     idleTimeoutMs: numberFlag(values["upstream-idle-timeout-ms"], "upstream-idle-timeout-ms", DEFAULT_IDLE_TIMEOUT_MS, 1, 3_600_000),
     log,
   });
+  const names = models.map((m) => modelNames[m.model_id] ?? m.model_id);
+  return { engine, checkUpstream: () => checkUpstream({ upstream, apiKey: upstreamKey.key, modelNames: names }) };
 }
 
-function buildEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn, io: CommandIo): Engine {
-  const engine = required(values.engine, "engine");
-  if (engine === "openai") return buildOpenAIEngine(values, models, log, io);
-  if (engine !== "synthetic") {
-    throw new UsageError(`--engine must be synthetic or openai, not ${JSON.stringify(engine)}`);
+function buildEngine(values: ProviderValues, models: readonly ModelEntry[], log: LogFn, io: CommandIo): BuiltEngine {
+  const kind = required(values.engine, "engine");
+  if (kind === "openai") return buildOpenAIEngine(values, models, log, io);
+  if (kind !== "synthetic") {
+    throw new UsageError(`--engine must be synthetic or openai, not ${JSON.stringify(kind)}`);
   }
   for (const flag of UPSTREAM_FLAGS) {
     if (values[flag] !== undefined) throw new UsageError(`--${flag} applies to --engine openai only`);
@@ -281,7 +291,7 @@ function buildEngine(values: ProviderValues, models: readonly ModelEntry[], log:
   const faultSpec = values["synthetic-fault"] ?? "none";
   const fault = parseSyntheticFault(faultSpec);
   if (!fault) throw new UsageError(`--synthetic-fault ${JSON.stringify(faultSpec)} is not a known fault`);
-  return createSyntheticEngine({
+  const engine = createSyntheticEngine({
     ttftMs: numberFlag(values["synthetic-ttft-ms"], "synthetic-ttft-ms", 0, 0, 3_600_000),
     tokensPerSecond: numberFlag(
       values["synthetic-tokens-per-second"],
@@ -293,6 +303,7 @@ function buildEngine(values: ProviderValues, models: readonly ModelEntry[], log:
     ),
     fault,
   });
+  return { engine };
 }
 
 async function serve(args: string[], io: CommandIo): Promise<number> {
@@ -313,7 +324,7 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
   // Engines only look at serve ids here (e.g. --upstream-model names); hashes are resolved below.
   const provisional: ModelEntry[] = specs.map((s) => ({ model_id: s.model_id, model_hash: "0".repeat(64), max_context_tokens: maxContextTokens }));
   const log = jsonLogger(io);
-  const engine = buildEngine(values, provisional, log, io);
+  const { engine, checkUpstream: upstreamCheck } = buildEngine(values, provisional, log, io);
   const maxConcurrency = numberFlag(values["max-concurrency"], "max-concurrency", 1, 1, 1024);
   const defaultRamGb = Math.round((totalmem() / 2 ** 30) * 10) / 10;
   const ramGb = numberFlag(values["ram-gb"], "ram-gb", defaultRamGb, 0, 1e6, false);
@@ -358,6 +369,18 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
   const outbox = await ReceiptOutbox.load({ file: outboxFile, log });
   const earningsLog = createEarningsLog({ file: earningsPathFor(keyFile), providerId, log });
   const until = io.until ?? firstSignal();
+  // The gateway hears of this provider only once its upstream server answers as configured
+  // (docs/openai-engine.md, "Start-up check"): until then nothing is advertised.
+  if (upstreamCheck) {
+    const stopChecking = new AbortController();
+    void until.then(() => stopChecking.abort());
+    const ready = await untilUpstreamReady(upstreamCheck, { minMs, maxMs }, log, stopChecking.signal);
+    if (!ready) {
+      log("stopping", { signal: null, before: "upstream_ready" });
+      await earningsLog.flushed();
+      return 0;
+    }
+  }
   const provider = await startProviderWithCatalogFeed(
     {
       gatewayUrl,
@@ -390,6 +413,30 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
   await provider.stop();
   await earningsLog.flushed();
   return 0;
+}
+
+/**
+ * Checks the upstream until it passes (true) or `stop` fires (false): each failure is logged with what
+ * is wrong, and retried after a backoff that doubles from minMs to maxMs. The runtime never exits over it.
+ */
+async function untilUpstreamReady(check: () => Promise<UpstreamCheck>, backoff: { minMs: number; maxMs: number }, log: LogFn, stop: AbortSignal): Promise<boolean> {
+  let delay = backoff.minMs;
+  for (let attempt = 1; !stop.aborted; attempt++) {
+    const result = await check();
+    if (stop.aborted) return false;
+    if (result.ok) {
+      if (result.lenient.length > 0) log("upstream_model_name_differs", { listed: result.listed.join(", "), sent_as: result.lenient.join(", ") });
+      log("upstream_ready", { models_listed: result.listed.length, attempts: attempt });
+      return true;
+    }
+    log("upstream_check_failed", { problem: result.problem, message: result.message, attempt, retry_ms: delay, advertising: "nothing until this passes" });
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, delay);
+      stop.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
+    });
+    delay = Math.min(delay * 2, backoff.maxMs);
+  }
+  return false;
 }
 
 function firstSignal(): Promise<string> {

@@ -13,17 +13,13 @@
 // envelope (hashes and counts): no prompt, no output.
 import type { ProviderFrame, ReceiptFrame } from "../wire/frames.ts";
 import type { LogFn } from "./events.ts";
-import { keyOf, OutboxJournal, readOutboxFiles, removalLine, type JournalStats, type PersistedEntry } from "./outboxJournal.ts";
+import { keyOf, OutboxJournal, readOutboxFiles, removalLine, type JournalStats, type OutboxIds, type PersistedEntry } from "./outboxJournal.ts";
 
 /** DESIGN §4: the gateway waits this long for a receipt before it quarantines the attempt. */
 export const DEFAULT_RECEIPT_DEADLINE_MS = 300_000;
 /** More entries than this means the gateway has not settled anything for a long time; oldest go first. */
 export const DEFAULT_OUTBOX_MAX_ENTRIES = 10_000;
 
-export interface OutboxIds {
-  request_id: string;
-  attempt_n: number;
-}
 
 interface Entry extends OutboxIds {
   receipt: string;

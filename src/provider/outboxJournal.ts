@@ -25,13 +25,18 @@ import { open, readFile, rename, unlink } from "node:fs/promises";
 import { dirname } from "node:path";
 import { promisify } from "node:util";
 import type { LogFn } from "./events.ts";
-import type { OutboxIds } from "./outbox.ts";
 
 /** The journal grows to this many times the live entries' size (and at least the floor) before compaction. */
 export const JOURNAL_LIVE_FACTOR = 4;
 export const JOURNAL_MIN_CHARS = 1 << 20;
 
 export const journalFileOf = (file: string): string => `${file}.journal`;
+
+/** Which attempt an outbox entry belongs to. */
+export interface OutboxIds {
+  request_id: string;
+  attempt_n: number;
+}
 
 export const keyOf = (ids: OutboxIds): string => `${ids.attempt_n}/${ids.request_id}`;
 

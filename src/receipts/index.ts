@@ -56,6 +56,7 @@ export {
   verifyReceipt,
   type QuarantineReason,
   type ReceiptCheck,
+  type ReceiptJudgement,
   type ReceiptVerdict,
   type SettlementReason,
   type VerifyReceiptInput,

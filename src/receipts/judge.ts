@@ -2,13 +2,13 @@
 // signature checked with WebCrypto, or on a worker thread of their own. Judging was ~10 % of the
 // gateway's main thread under load (parse, canonical form, field checks, the signature's promise), and
 // the main thread is what limits the gateway's throughput; a settlement does not wait on the buyer's path.
-import type { QuarantineReason, ReceiptVerdict, VerifyReceiptInput } from "./verify.ts";
+import type { ReceiptJudgement, ReceiptVerdict, VerifyReceiptInput } from "./verify.ts";
 import { checkReceipt, verdictWithSignature } from "./verify.ts";
 import { verifySignatureAsync } from "./envelope.ts";
 
 /** A receipt's verdict, and the billable usage its body claims (null when no body could be read). */
 export interface JudgedReceipt {
-  verdict: { label: "verified" } | { label: "quarantined"; reason: QuarantineReason };
+  verdict: ReceiptVerdict;
   billable: { prompt_tokens: number; completion_tokens: number } | null;
 }
 
@@ -23,7 +23,7 @@ export interface ReceiptJudge {
 }
 
 /** The part of a verdict a settlement keeps (small: no receipt body). */
-export function judgedOf(verdict: ReceiptVerdict): JudgedReceipt {
+export function judgedOf(verdict: ReceiptJudgement): JudgedReceipt {
   const usage = verdict.receipt?.usage;
   return {
     verdict: verdict.label === "verified" ? { label: "verified" } : { label: "quarantined", reason: verdict.reason },

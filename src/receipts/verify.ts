@@ -76,9 +76,13 @@ export interface VerifyReceiptInput {
   pendingDeadlineMs?: number;
 }
 
-export type ReceiptVerdict =
-  | { label: "verified"; receipt: ReceiptBody }
-  | { label: "quarantined"; reason: QuarantineReason; receipt: ReceiptBody | null };
+/** A receipt's verdict: verified, or quarantined with the first rule it broke. */
+export type ReceiptVerdict = { label: "verified" } | { label: "quarantined"; reason: QuarantineReason };
+
+/** A verdict with the receipt body it was read from (null when the envelope could not be read). */
+export type ReceiptJudgement =
+  | (Extract<ReceiptVerdict, { label: "verified" }> & { receipt: ReceiptBody })
+  | (Extract<ReceiptVerdict, { label: "quarantined" }> & { receipt: ReceiptBody | null });
 
 /** The route fields a receipt echoes verbatim (DESIGN §4), compared with the snapshot. */
 const ECHOED = [
@@ -97,7 +101,7 @@ const ECHOED = [
  * only when the signature verifies, and the receipt is `bad_signature` when it does not.
  */
 export interface ReceiptCheck {
-  verdict: ReceiptVerdict;
+  verdict: ReceiptJudgement;
   signature: { envelope: ParsedEnvelope; publicKey: Uint8Array } | null;
 }
 
@@ -122,21 +126,21 @@ export function checkReceipt(input: VerifyReceiptInput): ReceiptCheck {
 }
 
 /** The verdict of a check once its signature, when one was left to verify, is known to be valid or not. */
-export function verdictWithSignature(check: ReceiptCheck, signatureValid: boolean): ReceiptVerdict {
+export function verdictWithSignature(check: ReceiptCheck, signatureValid: boolean): ReceiptJudgement {
   if (check.signature === null || signatureValid) return check.verdict;
   return { label: "quarantined", reason: "bad_signature", receipt: check.signature.envelope.body };
 }
 
 /** Applies every rule of DESIGN §4 to one receipt, the signature verified synchronously. */
-export function verifyReceipt(input: VerifyReceiptInput): ReceiptVerdict {
+export function verifyReceipt(input: VerifyReceiptInput): ReceiptJudgement {
   const check = checkReceipt(input);
   if (check.signature === null) return check.verdict;
   return verdictWithSignature(check, verifySignature(check.signature.envelope, check.signature.publicKey));
 }
 
 /** The rules after the signature, in order: a well-signed receipt's verdict. */
-function afterSignature(input: VerifyReceiptInput, r: ReceiptBody): ReceiptVerdict {
-  const q = (reason: QuarantineReason): ReceiptVerdict => ({ label: "quarantined", reason, receipt: r });
+function afterSignature(input: VerifyReceiptInput, r: ReceiptBody): ReceiptJudgement {
+  const q = (reason: QuarantineReason): ReceiptJudgement => ({ label: "quarantined", reason, receipt: r });
   const { expected, snapshot } = input;
   if (
     r.request_id !== expected.request_id ||

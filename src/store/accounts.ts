@@ -3,7 +3,7 @@
 import type { Database } from "bun:sqlite";
 import { timingSafeEqual } from "node:crypto";
 import { hashApiKey, newApiKey, newId, type RandomBytes } from "./ids.ts";
-import type { AccountRow, ApiKeyRow, AuthenticatedKey, Tier } from "./types.ts";
+import type { AccountRow, ApiKeyRow, AuthenticatedKey, AccountTier } from "./accountTypes.ts";
 
 /** last_used_at_ms is refreshed at most this often, so authentication is not a write per request. */
 export const LAST_USED_RESOLUTION_MS = 60_000;
@@ -15,7 +15,7 @@ const KEY_COLUMNS =
 export function createAccount(
   db: Database,
   random: RandomBytes,
-  input: { name?: string; tier: Tier },
+  input: { name?: string; tier: AccountTier },
   now_ms: number,
 ): { account_id: string } {
   const account_id = newId("acct", random);
@@ -55,7 +55,7 @@ export function createApiKey(
 interface KeyLookup {
   key_id: string;
   account_id: string;
-  tier: Tier;
+  tier: AccountTier;
   key_hash: Uint8Array;
   last_used_at_ms: number | null;
   revoked_at_ms: number | null;

@@ -1,7 +1,5 @@
-// Group commit and cached key lookups for the gateway's own store (issue 7, docs/benchmarks.md).
-//
-// Group commit. Every request writes the ledger several times (reservation, route snapshot, accepted
-// measurement, delivered record, receipt, settlement, request end), each a synchronous=FULL commit —
+// Group commit for the gateway's own store (docs/benchmarks.md). Every request writes the ledger
+// several times (reservation, route snapshot, accepted measurement, delivered record, receipt, settlement, request end), each a synchronous=FULL commit —
 // one fsync each (0.2 ms p50 here, milliseconds at p99), which made SQLite most of the gateway's CPU
 // profile. With group commit the first of these writes in an event-loop turn opens one BEGIN IMMEDIATE
 // transaction, every other one of the turn joins it (a bun:sqlite nested transaction is a SAVEPOINT,
@@ -21,21 +19,15 @@
 // every outside effect still waits for the commit.
 // If the COMMIT itself fails (disk error), the group is rolled back and every waiting effect is told
 // `false`: the job is not sent, the settled frame is not sent (the provider re-sends its receipt).
-//
-// Cached key lookups. authenticateApiKey (SHA-256 + an indexed join) runs on every buyer request; a
-// hit in this cache costs one `PRAGMA data_version` instead. Revocation still takes effect at once:
-// - in this process, any store call that may revoke a key or change a tier clears the cache first
-//   (everything except the hot ledger writes, the in-memory slot counters and lookups themselves);
-// - in other processes (the operator CLI: `gateway keys revoke`), any commit changes this connection's
-//   `data_version`, which empties the cache before the next lookup is answered.
-// Entries are keyed by the key's SHA-256 (never the raw key); last use is still written once a minute.
+
 import type { Database } from "bun:sqlite";
-import { hashApiKey } from "./ids.ts";
-import { LAST_USED_RESOLUTION_MS } from "./accounts.ts";
-import type { AuthenticatedKey } from "./types.ts";
+import type { ApiKeyLookup } from "./accountTypes.ts";
+import type { LedgerStore } from "./ledgerTypes.ts";
+import type { RequestSlotStore } from "./requestSlots.ts";
+import type { GroupCommitPort } from "./types.ts";
 
 /** Ledger writes of the request path: they join the open group instead of committing alone. */
-const GROUPED = new Set([
+const GROUPED: ReadonlySet<string> = new Set<keyof LedgerStore>([
   "reserve",
   "recordRouteSnapshot",
   "recordAcceptedMeasurement",
@@ -44,26 +36,21 @@ const GROUPED = new Set([
   "settleAttempt",
   "markRequestEnded",
 ]);
-/** Methods that touch no SQL (process-memory counters): neither flush nor clear anything. */
-const MEMORY = new Set(["acquireRequestSlot", "releaseRequestSlot", "requestSlotsInUse", "afterCommit", "afterLazyCommit", "flushCommits"]);
-const CACHE_LIMIT = 10_000;
+/**
+ * Methods that neither commit the group nor forget cached keys: process-memory counters, the commit
+ * port itself, and the (cached) key lookup, which reads inside the open group.
+ */
+const AS_IS: ReadonlySet<string> = new Set<keyof RequestSlotStore | keyof GroupCommitPort | keyof ApiKeyLookup>([
+  "acquireRequestSlot",
+  "releaseRequestSlot",
+  "requestSlotsInUse",
+  "afterCommit",
+  "afterLazyCommit",
+  "flushCommits",
+  "authenticateApiKey",
+]);
 /** The longest a group that no effect waits for stays open before it commits anyway. */
 export const LAZY_COMMIT_MS = 10;
-
-export interface GroupCommitPort {
-  /**
-   * Runs `effect(true)` once every write made so far is durable — synchronously when none is waiting
-   * for a commit — or `effect(false)` when their commit failed.
-   */
-  afterCommit(effect: (committed: boolean) => void): void;
-  /**
-   * `afterCommit` for an effect nobody waits on (the `settled` frame): it asks for no commit of its own
-   * and rides the group's next one — the next urgent effect's, or the lazy one within LAZY_COMMIT_MS.
-   */
-  afterLazyCommit(effect: (committed: boolean) => void): void;
-  /** Commits the open group now (tests, shutdown); runs the waiting effects. */
-  flushCommits(): void;
-}
 
 /** The port for a store without grouping: every write is already committed when it returns. */
 export const immediateCommits: GroupCommitPort = {
@@ -72,25 +59,20 @@ export const immediateCommits: GroupCommitPort = {
   flushCommits: () => {},
 };
 
-interface CachedKey {
-  key: AuthenticatedKey;
-  /** When this process last wrote last_used_at_ms for it (or found it written). */
-  lastUsedAt: number;
+export interface GroupCommitOptions {
+  /** Runs before every call that commits the group first (any call that may revoke a key or change a tier). */
+  beforeOtherCall?: () => void;
+  /** Runs the commit at the end of the turn (default setImmediate). */
+  schedule?: (run: () => void) => void;
+  /** Runs the lazy commit (default after LAZY_COMMIT_MS). */
+  scheduleLazy?: (run: () => void) => void;
 }
 
-/**
- * Wraps a store's methods (an object of functions over `db`) with group commit and the key cache.
- * `schedule` runs the commit at the end of the turn (setImmediate) and `scheduleLazy` after
- * LAZY_COMMIT_MS; a test may pass its own.
- */
-export function withGroupCommit<S extends object>(
-  store: S & { authenticateApiKey(api_key: string, now_ms?: number): AuthenticatedKey | null },
-  db: Database,
-  keyPrefix: string,
-  clock: () => number,
-  schedule: (run: () => void) => void = (run) => void setImmediate(run),
-  scheduleLazy: (run: () => void) => void = (run) => void setTimeout(run, LAZY_COMMIT_MS).unref(),
-): S & GroupCommitPort {
+/** Wraps a store's methods (an object of functions over `db`) with group commit. */
+export function withGroupCommit<S extends object>(store: S, db: Database, options: GroupCommitOptions = {}): S & GroupCommitPort {
+  const schedule = options.schedule ?? ((run) => void setImmediate(run));
+  const scheduleLazy = options.scheduleLazy ?? ((run) => void setTimeout(run, LAZY_COMMIT_MS).unref());
+  const beforeOtherCall = options.beforeOtherCall ?? (() => {});
   let open = false;
   /** Counts groups, so a scheduled commit of an already committed group does nothing. */
   let group = 0;
@@ -140,30 +122,6 @@ export function withGroupCommit<S extends object>(
     schedule(() => commitGroup(which));
   };
 
-  const cache = new Map<string, CachedKey>();
-  let seenVersion = -1;
-  const versionQuery = db.query("PRAGMA data_version");
-  const authenticateApiKey = (api_key: string, now_ms = clock()): AuthenticatedKey | null => {
-    if (!api_key.startsWith(`${keyPrefix}_`)) return null;
-    // Another connection committed since the last lookup (e.g. `gateway keys revoke`): forget all.
-    const version = (versionQuery.get() as { data_version: number }).data_version;
-    if (version !== seenVersion) {
-      cache.clear();
-      seenVersion = version;
-    }
-    const id = Buffer.from(hashApiKey(api_key)).toString("base64");
-    const hit = cache.get(id);
-    if (hit && now_ms - hit.lastUsedAt < LAST_USED_RESOLUTION_MS) return hit.key;
-    const key = store.authenticateApiKey(api_key, now_ms);
-    if (key === null) {
-      cache.delete(id);
-      return null;
-    }
-    if (cache.size >= CACHE_LIMIT) cache.clear();
-    cache.set(id, { key, lastUsedAt: now_ms });
-    return key;
-  };
-
   const wrapped: Record<string, unknown> = {};
   for (const [name, value] of Object.entries(store) as [string, (...args: unknown[]) => unknown][]) {
     if (typeof value !== "function") wrapped[name] = value;
@@ -172,13 +130,11 @@ export function withGroupCommit<S extends object>(
         join();
         return value(...args);
       };
-    } else if (MEMORY.has(name)) wrapped[name] = value;
-    else if (name === "authenticateApiKey") wrapped[name] = authenticateApiKey;
+    } else if (AS_IS.has(name)) wrapped[name] = value;
     else {
       wrapped[name] = (...args: unknown[]) => {
         flushCommits();
-        // Any other call may revoke a key or change a tier: forget every cached lookup first.
-        cache.clear();
+        beforeOtherCall();
         return value(...args);
       };
     }

@@ -4,17 +4,18 @@ import { randomBytes as cryptoRandomBytes } from "node:crypto";
 import * as accounts from "./accounts.ts";
 import { demoSessionStore } from "./demoSessions.ts";
 import { identityStore } from "./identities.ts";
-import { ledgerStore } from "./ledger.ts";
+import { ledgerStore } from "./ledgerStore.ts";
 import { feedbackStore } from "./feedback.ts";
 import { requestSlotStore } from "./requestSlots.ts";
 import { usageStore } from "./usage.ts";
 import * as catalog from "./catalog.ts";
-import { immediateCommits, withGroupCommit, type GroupCommitPort } from "./groupCommit.ts";
+import { cacheApiKeyLookups } from "./apiKeyCache.ts";
+import { immediateCommits, withGroupCommit } from "./groupCommit.ts";
 import { openDatabase } from "./db.ts";
 import { KEY_PREFIX_PATTERN, type RandomBytes } from "./ids.ts";
 import * as providers from "./providers.ts";
 import { getOrCreateSecret } from "./secrets.ts";
-import type { Store, StoreOptions } from "./types.ts";
+import type { GroupCommitPort, Store, StoreOptions } from "./types.ts";
 export type { AccountSession, IdentityRow, IssueKeyResult, PendingLogin, SealKey, SignInInput, SignInResult } from "./identities.ts";
 export { SIGNUP_KEY_LABEL } from "./identities.ts";
 export type { FeedbackRating, FeedbackRow, RecordFeedbackInput, RecordFeedbackResult } from "./feedback.ts";
@@ -38,9 +39,9 @@ export type {
   SettlementMode,
   SettlementRates,
   SettlementRow,
-  TerminalLabel,
+  FinalLabel,
 } from "./ledgerTypes.ts";
-export { buyerAccount, FUNDING_ACCOUNT, PLATFORM_ACCOUNT, PROMOTION_ACCOUNT, providerAccount } from "./ledger.ts";
+export { buyerAccount, FUNDING_ACCOUNT, PLATFORM_ACCOUNT, PROMOTION_ACCOUNT, providerAccount } from "./ledgerStore.ts";
 
 export type {
   AccountRow,
@@ -53,7 +54,7 @@ export type {
   ProviderBinding,
   Store,
   StoreOptions,
-  Tier,
+  AccountTier,
 } from "./types.ts";
 
 export const DEFAULT_KEY_PREFIX = "gw";
@@ -106,6 +107,9 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
 
     close: () => db.close(),
   };
-  // Group commit and the cached key lookup wrap every method (see groupCommit.ts for the invariants).
-  return options.groupCommit ? withGroupCommit(store, db, keyPrefix, clock) : { ...store, ...immediateCommits };
+  if (!options.groupCommit) return { ...store, ...immediateCommits };
+  // Group commit wraps every method (see groupCommit.ts for the invariants); any call that may revoke a
+  // key or change a tier forgets the cached key lookups first.
+  const keys = cacheApiKeyLookups(store.authenticateApiKey, db, keyPrefix, clock);
+  return withGroupCommit({ ...store, authenticateApiKey: keys.authenticateApiKey }, db, { beforeOtherCall: keys.forget });
 }

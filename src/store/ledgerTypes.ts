@@ -1,11 +1,8 @@
 // The settlement and ledger half of the store's interface (DESIGN §4, §6). Every write is one
 // synchronous BEGIN IMMEDIATE transaction; balances are always derived from ledger entries.
 
-export type SettlementLabel = "pending" | "verified" | "quarantined" | "zero_settled";
-export type TerminalLabel = Exclude<SettlementLabel, "pending">;
-/** Who pays an attempt: a paid buyer's prepaid balance, or the operator's promotion account (free tier, demo). */
-export type Payer = "buyer" | "promotion";
-export type SettlementMode = "observe" | "enforce";
+import type { FinalLabel, Payer, SettlementLabel, SettlementMode } from "../ledger/charges.ts";
+export type { FinalLabel, Payer, SettlementLabel, SettlementMode };
 
 export interface SettlementRates {
   prompt_credits_per_million: number;
@@ -68,7 +65,7 @@ export interface SettlementRow {
 export interface SettleInput {
   request_id: string;
   attempt_n: number;
-  label: TerminalLabel;
+  label: FinalLabel;
   /** null for verified; a word of SETTLEMENT_REASONS otherwise. */
   reason: string | null;
   /**

@@ -6,37 +6,13 @@ import type { FeedErrorCode } from "../catalog/feed.ts";
 
 import type { IdentityStore } from "./identities.ts";
 import type { DemoSessionStore } from "./demoSessions.ts";
-import type { GroupCommitPort } from "./groupCommit.ts";
 import type { LedgerStore } from "./ledgerTypes.ts";
 import type { FeedbackStore } from "./feedback.ts";
 import type { RequestSlotStore } from "./requestSlots.ts";
 import type { UsageStore } from "./usage.ts";
 
-export type Tier = "free" | "paid";
-
-export interface AccountRow {
-  account_id: string;
-  name: string | null;
-  tier: Tier;
-  created_at_ms: number;
-}
-
-/** A key as listed: never the key itself nor its hash, only the display prefix. */
-export interface ApiKeyRow {
-  key_id: string;
-  account_id: string;
-  display_prefix: string;
-  label: string | null;
-  created_at_ms: number;
-  last_used_at_ms: number | null;
-  revoked_at_ms: number | null;
-}
-
-export interface AuthenticatedKey {
-  account_id: string;
-  key_id: string;
-  tier: Tier;
-}
+export type { AccountRow, AccountTier, ApiKeyRow, AuthenticatedKey } from "./accountTypes.ts";
+import type { AccountRow, AccountTier, ApiKeyRow, ApiKeyLookup } from "./accountTypes.ts";
 
 export interface ProviderBinding {
   provider_id: string;
@@ -105,16 +81,14 @@ export interface StoreOptions {
  * Durable state. Time: every method that records a time takes an optional trailing `now_ms`;
  * when absent the store's clock (`StoreOptions.now`) is used.
  */
-export interface Store extends IdentityStore, DemoSessionStore, LedgerStore, FeedbackStore, UsageStore, RequestSlotStore, GroupCommitPort {
-  createAccount(input: { name?: string; tier: Tier }, now_ms?: number): { account_id: string };
+export interface Store extends IdentityStore, DemoSessionStore, LedgerStore, FeedbackStore, UsageStore, RequestSlotStore, GroupCommitPort, ApiKeyLookup {
+  createAccount(input: { name?: string; tier: AccountTier }, now_ms?: number): { account_id: string };
   listAccounts(): AccountRow[];
   getAccount(account_id: string): AccountRow | null;
 
   /** Issues a key for an existing account (throws on an unknown account: check first). The raw key
    *  is returned here once and never stored. */
   createApiKey(input: { account_id: string; label?: string }, now_ms?: number): { key_id: string; api_key: string };
-  /** The key's owner, or null for an unknown or revoked key. Records last use at most once a minute. */
-  authenticateApiKey(api_key: string, now_ms?: number): AuthenticatedKey | null;
   /** True when the key exists (revoking twice keeps the first revocation time); false when unknown. */
   revokeApiKey(key_id: string, now_ms?: number): boolean;
   listApiKeys(account_id?: string): ApiKeyRow[];
@@ -147,4 +121,20 @@ export interface Store extends IdentityStore, DemoSessionStore, LedgerStore, Fee
   listCatalogHistory(after_seq?: number): CatalogHistoryEntry[];
 
   close(): void;
+}
+
+/** How a write's outside effect waits for the write to be durable (group commit, src/store/groupCommit.ts). */
+export interface GroupCommitPort {
+  /**
+   * Runs `effect(true)` once every write made so far is durable — synchronously when none is waiting
+   * for a commit — or `effect(false)` when their commit failed.
+   */
+  afterCommit(effect: (committed: boolean) => void): void;
+  /**
+   * `afterCommit` for an effect nobody waits on (the `settled` frame): it asks for no commit of its own
+   * and rides the group's next one — the next urgent effect's, or the lazy one within LAZY_COMMIT_MS.
+   */
+  afterLazyCommit(effect: (committed: boolean) => void): void;
+  /** Commits the open group now (tests, shutdown); runs the waiting effects. */
+  flushCommits(): void;
 }

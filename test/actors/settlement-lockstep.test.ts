@@ -4,6 +4,7 @@
 // the `settle` effects (in order, with the context each saw) and the armed timers. Every transition of
 // the chart must be taken.
 import { describe, expect, test } from "bun:test";
+import type { QuarantineReason } from "../../src/receipts/verify.ts";
 import { createActor, type AnyActorRef } from "xstate";
 import {
   providedSettlementMachine,
@@ -32,7 +33,7 @@ function start(kind: "statechart" | "logic", input: SettlementInput, taken: Set<
   return { actor, clock, effects };
 }
 
-const REASONS = ["bad_signature", "prompt_hash_mismatch", "usage_over_bound"];
+const REASONS: QuarantineReason[] = ["bad_signature", "output_mismatch", "billable_above_observed"];
 
 function nextEvent(r: Random): SettlementEvent {
   return r.pick<() => SettlementEvent>([

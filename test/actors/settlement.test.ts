@@ -1,6 +1,7 @@
 // The settlement actor in isolation: the first terminal outcome is final; the pending deadline is
 // scheduled on the actor system's clock, so SimulatedClock drives it.
 import { beforeAll, describe, expect, test } from "bun:test";
+import type { QuarantineReason } from "../../src/receipts/verify.ts";
 import { createActor, SimulatedClock } from "xstate";
 import {
   providedSettlementMachine,
@@ -33,7 +34,7 @@ function startSettlement(input: Partial<SettlementInput> = {}) {
 /** The pending deadline, as the chart's delayed transition (and the step logic's timer) sends it. */
 const DEADLINE = { type: "xstate.after.pendingDeadline.settlement.pending" } as const;
 const verified = { type: "receipt.judged", verdict: { label: "verified" } } as const;
-const quarantined = (reason: string) => ({ type: "receipt.judged", verdict: { label: "quarantined", reason } }) as const;
+const quarantined = (reason: QuarantineReason) => ({ type: "receipt.judged", verdict: { label: "quarantined", reason } }) as const;
 const ended = (deliveredNothing = false, verdictDue = false) => ({ type: "attempt.ended", deliveredNothing, verdictDue }) as const;
 
 describe.each(VARIANTS)("%s", (variant) => {
@@ -169,7 +170,7 @@ describe("settlementStep (the pure transition function)", () => {
     ["running", context, { type: "attempt.rejected", reason: "measurement_mismatch" }, "quarantined", "measurement_mismatch"],
     ["running", context, DEADLINE, "running", null],
     ["pending", context, verified, "verified", null],
-    ["pending", context, quarantined("prompt_hash_mismatch"), "quarantined", "prompt_hash_mismatch"],
+    ["pending", context, quarantined("output_mismatch"), "quarantined", "output_mismatch"],
     ["pending", context, DEADLINE, "quarantined", "no_receipt"],
     ["pending", { ...context, verdictDue: true }, DEADLINE, "pending", null],
     ["verified", context, quarantined("late"), "verified", null],

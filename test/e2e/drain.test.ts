@@ -4,7 +4,7 @@
 import { afterEach, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import OpenAI, { APIError } from "openai";
-import { PROVIDER_CONNECT_PATH } from "../../src/server.ts";
+import { PROVIDER_CONNECT_PATH } from "../../src/compositionRoot.ts";
 import { collectJsonLines, MAIN, spawnProvider, tempDir, waitFor, type ProviderProcess, type TestGateway } from "../support/harness.ts";
 
 const messages = [{ role: "user" as const, content: "Tell a slow story." }];

@@ -6,7 +6,7 @@ import OpenAI from "openai";
 import { loadConfig } from "../../src/config/index.ts";
 import { createLog } from "../../src/log.ts";
 import { syntheticText } from "../../src/provider/synthetic.ts";
-import { PROVIDER_CONNECT_PATH, startGateway } from "../../src/server.ts";
+import { PROVIDER_CONNECT_PATH, startGateway } from "../../src/compositionRoot.ts";
 import { spawnProvider, tempDir, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";
 
 const PROMPT = "SECRET-PROMPT-7f3a: my bank password is hunter2";

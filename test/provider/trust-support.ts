@@ -10,7 +10,7 @@ import {
   type CatalogModel,
 } from "../../src/catalog/index.ts";
 import { jobRouteOf, promptHash, promptTokenBound, snapshotDigest, verifyReceipt, type RouteSnapshot } from "../../src/receipts/index.ts";
-import type { ReceiptVerdict } from "../../src/receipts/index.ts";
+import type { ReceiptJudgement } from "../../src/receipts/index.ts";
 import { rawPublicKey } from "../../src/wire/handshake.ts";
 import type { ChunkFrame, JobFrame, TerminalState } from "../../src/wire/frames.ts";
 import type { ProviderKey } from "../../src/provider/keys.ts";
@@ -92,7 +92,7 @@ export function judge(
   acceptedModelHash: string,
   delivered: ReturnType<typeof deliveredRecord>,
   arrivalMs = CLOCK_MS,
-): ReceiptVerdict {
+): ReceiptJudgement {
   return verifyReceipt({
     envelope,
     sessionPublicKey: key.publicKeyRaw,

@@ -11,7 +11,7 @@ import {
   verifyReceipt,
   verifySignatureAsync,
   SETTLEMENT_REASONS,
-  type ReceiptVerdict,
+  type ReceiptJudgement,
   type VerifyReceiptInput,
 } from "../../src/receipts/index.ts";
 import { inlineJudge, judgedOf, workerJudge, type JudgedReceipt, type ReceiptJudge } from "../../src/receipts/judge.ts";
@@ -61,7 +61,7 @@ const withFields = (edit: (f: Fields) => Fields) => signFields(edit(fieldsOf(bas
 const flipSignatureChar = (env: string) => env.slice(0, -10) + (env.at(-10) === "A" ? "B" : "A") + env.slice(-9);
 
 /** The gateway's path (src/gateway/settlements.ts): the checks now, the signature off the main thread. */
-async function verifyReceiptAsync(input: VerifyReceiptInput): Promise<ReceiptVerdict> {
+async function verifyReceiptAsync(input: VerifyReceiptInput): Promise<ReceiptJudgement> {
   const check = checkReceipt(input);
   if (check.signature === null) return check.verdict;
   return verdictWithSignature(check, await verifySignatureAsync(check.signature.envelope, check.signature.publicKey));
@@ -75,7 +75,7 @@ const judgeWith = (judge: ReceiptJudge, input: VerifyReceiptInput) =>
   new Promise<JudgedReceipt>((resolve) => void judge.judge(input, resolve));
 
 /** The verdict by the synchronous verifier, and the same by both of the gateway's judges. */
-async function judgedOnEveryPath(input: () => VerifyReceiptInput): Promise<ReceiptVerdict> {
+async function judgedOnEveryPath(input: () => VerifyReceiptInput): Promise<ReceiptJudgement> {
   const verdict = verifyReceipt(input());
   expect(await verifyReceiptAsync(input())).toEqual(verdict);
   expect(await judgeWith(inlineJudge, input())).toEqual(judgedOf(verdict));

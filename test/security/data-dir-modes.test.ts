@@ -5,7 +5,7 @@ import { chmodSync, existsSync, mkdirSync, rmSync, statSync, writeFileSync } fro
 import { join } from "node:path";
 import { loadConfig } from "../../src/config/index.ts";
 import { createLog } from "../../src/log.ts";
-import { startGateway } from "../../src/server.ts";
+import { startGateway } from "../../src/compositionRoot.ts";
 import { openStore } from "../../src/store/index.ts";
 import { catalogModel, tempDir } from "../support/harness.ts";
 

@@ -7,7 +7,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import OpenAI from "openai";
-import { databasePath } from "../../src/server.ts";
+import { databasePath } from "../../src/compositionRoot.ts";
 import { openStore } from "../../src/store/index.ts";
 import { modelHash, spawnGatewayProcess, tempDir, waitFor, type GatewayProcess } from "../support/harness.ts";
 import { ScriptedProvider, type Script } from "../support/scriptedProvider.ts";

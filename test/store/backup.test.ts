@@ -3,7 +3,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { databasePath } from "../../src/server.ts";
+import { databasePath } from "../../src/compositionRoot.ts";
 import { backupDatabase } from "../../src/store/backup.ts";
 import { openStore } from "../../src/store/index.ts";
 import { MAIN, startTestGateway, tempDir as harnessTempDir, type TestGateway } from "../support/harness.ts";

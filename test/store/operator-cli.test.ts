@@ -31,6 +31,14 @@ test("accounts create prints the account id and a working first key", async () =
   expect(store.getAccount(created.account_id)?.name).toBe("Ada Lovelace");
 });
 
+test("accounts create --env prints shell exports of the id and the key", async () => {
+  expect(await runAccountsCommand(["create", "--env"], ctx())).toBe(0);
+  expect(out).toHaveLength(2);
+  const [id, key] = out.map((l) => /^export ([A-Z_]+)=([A-Za-z0-9_-]+)$/.exec(l)!);
+  expect([id![1], key![1]]).toEqual(["ACCOUNT_ID", "GATEWAY_API_KEY"]);
+  expect(store.authenticateApiKey(key![2]!)?.account_id).toBe(id![2]!);
+});
+
 test("accounts create defaults to the free tier and rejects other tiers", async () => {
   expect(await runAccountsCommand(["create"], ctx())).toBe(0);
   expect(store.getAccount(JSON.parse(out[0]!).account_id)?.tier).toBe("free");
@@ -47,7 +55,9 @@ test("accounts list --json prints one object per line", async () => {
   expect(await runAccountsCommand(["list", "--json"], ctx())).toBe(0);
   const rows = jsonLines();
   expect(rows).toHaveLength(2);
-  for (const row of rows) expect(Object.keys(row).sort()).toEqual(["account_id", "created_at_ms", "name", "tier"]);
+  for (const row of rows) {
+    expect(Object.keys(row).sort()).toEqual(["account_id", "active_keys", "balance_credits", "created_at_ms", "name", "spent_credits_today", "tier", "tokens_today"]);
+  }
   expect(rows.map((r) => r.tier).sort()).toEqual(["free", "paid"]);
 });
 

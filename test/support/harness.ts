@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import { loadConfig, type GatewayConfig } from "../../src/config/index.ts";
 import { silentLog } from "../../src/log.ts";
 import type { CatalogModel } from "../../src/catalog/index.ts";
-import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "../../src/server.ts";
+import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "../../src/compositionRoot.ts";
 
 export const MAIN = join(import.meta.dir, "../../src/main.ts");
 

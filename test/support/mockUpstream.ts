@@ -95,6 +95,11 @@ export interface MockUpstreamOptions {
   requireKey?: string;
   /** Keep every request in `requests` (default true; a long benchmark turns it off). */
   record?: boolean;
+  /**
+   * What GET /v1/models lists (Ollama-style, `owned_by: "library"`). Default: one llama-server-style
+   * entry (`owned_by: "llamacpp"`), which, like llama-server, answers whatever model a request names.
+   */
+  models?: readonly string[];
 }
 
 type Step = { write: string | Uint8Array } | { sleepMs: number } | { reset: true } | { hang: true };
@@ -361,6 +366,16 @@ export function startMockUpstream(options: MockUpstreamOptions = {}): MockUpstre
     idleTimeout: 0, // "never" and "stall-mid" must not be rescued by the server's own idle close
     async fetch(req) {
       const path = new URL(req.url).pathname;
+      if (req.method === "GET" && path === "/v1/models") {
+        // The provider runtime's start-up check (src/provider/openai/upstreamCheck.ts).
+        if (options.requireKey !== undefined && req.headers.get("authorization") !== `Bearer ${options.requireKey}`) {
+          return jsonResponse(401, { error: { message: "Invalid API Key", type: "authentication_error" } });
+        }
+        const data = options.models
+          ? options.models.map((id) => ({ id, object: "model", created: 1_790_000_000, owned_by: "library" }))
+          : [{ id: "/models/mock.gguf", object: "model", created: 1_790_000_000, owned_by: "llamacpp" }];
+        return jsonResponse(200, { object: "list", data });
+      }
       if (req.method !== "POST" || !/\/chat\/completions$/.test(path)) return jsonResponse(404, { error: "not found" });
       let body: Record<string, unknown>;
       try {

@@ -5,7 +5,7 @@ import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { loadConfig, type GatewayConfig } from "../../src/config/index.ts";
 import { createLog } from "../../src/log.ts";
-import { PROVIDER_CONNECT_PATH, startGateway } from "../../src/server.ts";
+import { PROVIDER_CONNECT_PATH, startGateway } from "../../src/compositionRoot.ts";
 import { tempDir, type TestGateway } from "./harness.ts";
 
 interface StoredCookie {

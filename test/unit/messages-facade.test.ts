@@ -3,7 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import { messagesRequestChecker, type MessagesRequest } from "../../src/http/messages/schema.ts";
 import { stopReason, translateMessagesRequest } from "../../src/http/messages/translate.ts";
-import type { NormalizedChat } from "../../src/http/chat/normalize.ts";
+import type { NormalizedChat } from "../../src/chat/contract.ts";
 
 const CAP = 4096;
 const noBeta = { anthropicBeta: null };

@@ -113,3 +113,14 @@ test("instances do not share a registry, and the no-op port accepts every call",
   noopMetrics.httpResponse("/x", 500);
   noopMetrics.settlementLabelled("pending");
 });
+
+test("gateway_settlements_total has exactly the final labels docs/operator.md lists, never pending", async () => {
+  const metrics = createPrometheusMetrics(sources([]));
+  const text = await metrics.render();
+  const labels = [...text.matchAll(/^gateway_settlements_total\{label="([a-z_]+)"\}/gm)].map((m) => m[1]);
+  expect(labels.sort()).toEqual(["quarantined", "verified", "zero_settled"]);
+  const doc = await Bun.file(new URL("../../docs/operator.md", import.meta.url)).text();
+  const row = doc.split("\n").find((l) => l.startsWith("| `gateway_settlements_total`"))!;
+  for (const label of labels) expect(row).toContain(`\`${label}\``);
+  expect(row).not.toContain("`pending`/");
+});

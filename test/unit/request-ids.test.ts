@@ -1,5 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { timeOrderedId } from "../../src/gateway/ids.ts";
+import { messageId } from "../../src/http/messages/responders.ts";
+import { responseId } from "../../src/http/responses/responders.ts";
 
 describe("time-ordered request ids", () => {
   test("req_ + 24 hex digits: 12 of milliseconds, then 12 of the random bytes", () => {
@@ -27,4 +29,13 @@ describe("time-ordered request ids", () => {
     const ids = new Set(Array.from({ length: 1000 }, make));
     expect(ids.size).toBe(1000);
   });
+});
+
+test("response ids are as docs/quotas.md says: chatcmpl-req_<hex>, resp_<hex>, msg_<hex>", async () => {
+  const hex = "0123456789abcdcdcdcdcdcd";
+  expect(responseId(`req_${hex}`)).toBe(`resp_${hex}`);
+  expect(messageId(`req_${hex}`)).toBe(`msg_${hex}`);
+  const doc = await Bun.file(new URL("../../docs/quotas.md", import.meta.url)).text();
+  expect(doc).toContain("`resp_<hex>` and `msg_<hex>`");
+  expect(doc).not.toMatch(/resp_req_|msg_req_/);
 });

@@ -3,7 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import { responsesRequestChecker, type ResponsesRequest } from "../../src/http/responses/schema.ts";
 import { translateResponsesRequest } from "../../src/http/responses/translate.ts";
-import type { NormalizedChat } from "../../src/http/chat/normalize.ts";
+import type { NormalizedChat } from "../../src/chat/contract.ts";
 
 const CAP = 4096;
 const base = { model: "m", input: "hi" };

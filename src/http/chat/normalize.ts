@@ -1,15 +1,8 @@
 // Turns a schema-valid chat request into what a provider job carries (pure; DESIGN §7 request rules).
 import { gatewayError, type GatewayError } from "../errors.ts";
 import type { JobMessage, JobParams } from "../../wire/frames.ts";
+import type { NormalizedChat } from "../../chat/contract.ts";
 import type { ChatCompletionRequest } from "./schema.ts";
-
-export interface NormalizedChat {
-  model: string;
-  messages: JobMessage[];
-  params: JobParams;
-  stream: boolean;
-  includeUsage: boolean;
-}
 
 export type NormalizeResult = { ok: true; chat: NormalizedChat } | { ok: false; error: GatewayError };
 

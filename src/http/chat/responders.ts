@@ -3,28 +3,9 @@
 // that point is invisible (DESIGN §7).
 import { errorResponse, inBandErrorFrame, type GatewayError } from "../errors.ts";
 import type { ChunkFrame, ToolCallDelta } from "../../wire/frames.ts";
-import { bufferedJsonResponder, lazyEventStream, type BodyTemplate, type LazyEventStream } from "../output.ts";
+import type { ChatOutcome, ChatUsage } from "../../chat/contract.ts";
+import { bufferedJsonResponder, lazyEventStream, type BodyTemplate, type FacadeResponder, type LazyEventStream } from "../output.ts";
 
-export interface ChatUsage {
-  prompt_tokens: number;
-  completion_tokens: number;
-}
-
-export interface ChatOutcome {
-  finishReason: string;
-  usage: ChatUsage;
-}
-
-export interface ChatResponder {
-  /** Resolves once the buyer-visible response can start (or has failed before its first byte). */
-  readonly response: Promise<Response>;
-  relay(frame: ChunkFrame): void;
-  /** Forgets buffered output of a failed attempt (JSON responses only buffer). */
-  discard(): void;
-  succeed(outcome: ChatOutcome): void;
-  fail(error: GatewayError): void;
-  failMidStream(error: GatewayError): void;
-}
 
 export interface ResponderOptions {
   completionId: string;
@@ -60,12 +41,12 @@ const toolCallDeltas = (calls: ToolCallDelta[]) =>
   });
 
 /** SSE: `data: {chunk}` per delta, a finish chunk, an optional usage chunk, then `[DONE]`. */
-export function streamingResponder(o: ResponderOptions): ChatResponder {
+export function streamingResponder(o: ResponderOptions): FacadeResponder {
   return new ChatStreamResponder(o);
 }
 
 /** One per live stream, so a class: its methods are shared instead of closures made per stream (issue 7). */
-class ChatStreamResponder implements ChatResponder {
+class ChatStreamResponder implements FacadeResponder {
   private readonly out: LazyEventStream;
   private sentRole = false;
   /** Everything but the choices is the same on every chunk: built once. */
@@ -128,7 +109,7 @@ class ChatStreamResponder implements ChatResponder {
 }
 
 /** One JSON body, written only when the whole completion is known. */
-export function jsonResponder(o: ResponderOptions): ChatResponder {
+export function jsonResponder(o: ResponderOptions): FacadeResponder {
   return bufferedJsonResponder({
     headers: o.headers,
     record: o.record,

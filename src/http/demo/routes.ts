@@ -8,7 +8,7 @@ import { parseJsonBody, readBody } from "../body.ts";
 import { ipKey } from "../clientIp.ts";
 import { errorResponse, gatewayError } from "../errors.ts";
 import { demoTokenKey, signDemoToken } from "./token.ts";
-import { DEMO_PAGE_HTML, DEMO_PAGE_SCRIPT } from "./page.ts";
+import { DEMO_PAGE_SCRIPT, demoPageHtml } from "./page.ts";
 import type { Store } from "../../store/index.ts";
 
 /** The hourly window of the per-IP session limit (spec §8). */
@@ -21,6 +21,8 @@ export interface DemoRouteDeps {
   gatewaySecret: Uint8Array;
   now: () => number;
   sessionsPerHour: number;
+  /** Sign-up through an identity provider is configured: the page links to /account. */
+  signupEnabled: boolean;
   /** The X-Request-ID value of a request (error envelopes carry it). */
   requestId: (request: Request) => string;
 }
@@ -41,6 +43,7 @@ const PAGE_HEADERS = {
 
 export function demoRoutes(deps: DemoRouteDeps) {
   const key = demoTokenKey(deps.gatewaySecret);
+  const pageHtml = demoPageHtml({ signupEnabled: deps.signupEnabled });
 
   async function issue(request: Request): Promise<Response> {
     const rid = deps.requestId(request);
@@ -104,7 +107,7 @@ export function demoRoutes(deps: DemoRouteDeps) {
 
   return new Elysia()
     .post("/auth/demo-session", ({ request }) => issue(request), { parse: "none" })
-    .get("/demo", () => new Response(DEMO_PAGE_HTML, { headers: { "content-type": "text/html; charset=utf-8", ...PAGE_HEADERS } }))
+    .get("/demo", () => new Response(pageHtml, { headers: { "content-type": "text/html; charset=utf-8", ...PAGE_HEADERS } }))
     .get("/demo/app.js", () => new Response(DEMO_PAGE_SCRIPT, { headers: { "content-type": "text/javascript; charset=utf-8", ...PAGE_HEADERS } }));
 }
 

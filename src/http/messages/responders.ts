@@ -3,8 +3,8 @@
 // (DESIGN §7), so failover before it stays invisible; a failure after it is an `event: error` with no
 // message_stop.
 import { messagesErrorEnvelope, messagesErrorResponse, type GatewayError } from "../errors.ts";
-import type { ChatOutcome, ChatResponder } from "../chat/responders.ts";
-import { bufferedJsonResponder, lazyEventStream } from "../output.ts";
+import type { ChatOutcome } from "../../chat/contract.ts";
+import { bufferedJsonResponder, lazyEventStream, type FacadeResponder } from "../output.ts";
 import { ToolCallStarts } from "../toolCallStarts.ts";
 import type { ResponderContext } from "../pipeline.ts";
 import { stopReason } from "./translate.ts";
@@ -30,7 +30,7 @@ function inputObject(args: string): Record<string, unknown> {
   }
 }
 
-export function messagesStreamResponder(o: MessagesResponderOptions): ChatResponder {
+export function messagesStreamResponder(o: MessagesResponderOptions): FacadeResponder {
   const { ids } = o.context;
   const out = lazyEventStream(o.context);
   const id = messageId(ids.requestId);
@@ -127,7 +127,7 @@ export function messagesStreamResponder(o: MessagesResponderOptions): ChatRespon
 }
 
 /** One message object, written only when the whole result is known. */
-export function messagesJsonResponder(o: MessagesResponderOptions): ChatResponder {
+export function messagesJsonResponder(o: MessagesResponderOptions): FacadeResponder {
   const { ids, headers, record } = o.context;
   return bufferedJsonResponder({
     headers,

@@ -1,9 +1,10 @@
-// POST /v1/messages (spec §4.2, mounted only when the operator enables the facade): the shared
-// admission checks with x-api-key accepted too, this facade's schema and translation, then the shared
-// pipeline with a messages responder. Every error uses the messages envelope (spec §7.1).
+// POST /v1/messages (docs/facades.md; mounted only when the operator enables the facade): credentials
+// from x-api-key too, this facade's schema and translation, and a messages responder, on the shared
+// entrypoint handler (src/http/entrypoint.ts). Every error uses the messages envelope.
 import { authenticateBuyer, type AuthResult } from "../auth.ts";
 import { gatewayError, messagesErrorResponse } from "../errors.ts";
-import { admitBuyerRequest, runChatPipeline, type PipelineDeps, type RequestIds } from "../pipeline.ts";
+import { entrypointHandler } from "../entrypoint.ts";
+import { admitBuyerRequest, type PipelineDeps } from "../pipeline.ts";
 import { requestTokenCapFor } from "../quotas.ts";
 import { describeSchemaError } from "../schemaErrors.ts";
 import type { Store } from "../../store/index.ts";
@@ -34,29 +35,17 @@ export function authenticateMessagesBuyer(store: Store, request: Request): AuthR
 }
 
 export function messagesHandler(deps: PipelineDeps) {
-  return async (request: Request, ids: RequestIds): Promise<Response> => {
-    const rid = ids.responseRequestId;
-    const admitted = await admitBuyerRequest(deps, request, authenticateMessagesBuyer);
-    if (!admitted.ok) return messagesErrorResponse(admitted.error, rid);
-    const { json } = admitted;
-    if (!messagesRequestChecker.Check(json)) {
-      const { message, param } = describeSchemaError(messagesRequestChecker, json);
-      return messagesErrorResponse(gatewayError("invalid_request", message, { param }), rid);
-    }
-    const translated = translateMessagesRequest(json, { anthropicBeta: request.headers.get("anthropic-beta") }, requestTokenCapFor(deps, admitted.principal));
-    if (!translated.ok) return messagesErrorResponse(translated.error, rid);
-    const { chat } = translated;
-
-    return runChatPipeline(deps, {
-      request,
-      ids,
-      principal: admitted.principal,
-      chat,
-      refuse: (error) => messagesErrorResponse(error, rid),
-      buyerRoute: MESSAGES_ROUTE,
-      responder: (context) => (chat.stream ? messagesStreamResponder({ context, model: chat.model }) : messagesJsonResponder({ context, model: chat.model })),
-    });
-  };
+  return entrypointHandler(deps, {
+    route: MESSAGES_ROUTE,
+    authenticate: authenticateMessagesBuyer,
+    checker: messagesRequestChecker,
+    describeSchemaError: (body) => describeSchemaError(messagesRequestChecker, body),
+    translate: (body, request, requestTokenCap) =>
+      translateMessagesRequest(body, { anthropicBeta: request.headers.get("anthropic-beta") }, requestTokenCap),
+    errorResponse: messagesErrorResponse,
+    responder: ({ chat }, context) =>
+      chat.stream ? messagesStreamResponder({ context, model: chat.model }) : messagesJsonResponder({ context, model: chat.model }),
+  });
 }
 
 /**

@@ -2,8 +2,8 @@
 // events carrying `type` and `sequence_number`. Nothing is written before the first delta (DESIGN
 // §7); a failure after it is a `response.failed` event (error code provider_disconnected) and the end.
 import { errorEnvelope, errorResponse, type GatewayError } from "../errors.ts";
-import type { ChatOutcome, ChatResponder, ChatUsage } from "../chat/responders.ts";
-import { bufferedJsonResponder, lazyEventStream } from "../output.ts";
+import type { ChatOutcome, ChatUsage } from "../../chat/contract.ts";
+import { bufferedJsonResponder, lazyEventStream, type FacadeResponder } from "../output.ts";
 import { ToolCallStarts } from "../toolCallStarts.ts";
 import type { ResponderContext } from "../pipeline.ts";
 import type { ResponseEcho } from "./translate.ts";
@@ -89,7 +89,7 @@ function responseObject(o: ResponsesResponderOptions, f: ResponseFields) {
   };
 }
 
-export function responsesStreamResponder(o: ResponsesResponderOptions): ChatResponder {
+export function responsesStreamResponder(o: ResponsesResponderOptions): FacadeResponder {
   const { ids } = o.context;
   const out = lazyEventStream(o.context);
   const items: ItemState[] = [];
@@ -193,7 +193,7 @@ export function responsesStreamResponder(o: ResponsesResponderOptions): ChatResp
 }
 
 /** One response object, written only when the whole result is known. */
-export function responsesJsonResponder(o: ResponsesResponderOptions): ChatResponder {
+export function responsesJsonResponder(o: ResponsesResponderOptions): FacadeResponder {
   const { ids, headers, record } = o.context;
   return bufferedJsonResponder({
     headers,

@@ -1,9 +1,9 @@
-// POST /v1/responses (spec §4.3, mounted only when the operator enables the responses flag): the
-// shared admission checks (bearer credentials), this facade's schema and translation, then the shared
-// pipeline with a responses responder. Errors use the chat-completions envelope (spec §7.1).
-import { errorResponse, gatewayError } from "../errors.ts";
-import { admitBuyerRequest, runChatPipeline, type PipelineDeps, type RequestIds } from "../pipeline.ts";
-import { requestTokenCapFor } from "../quotas.ts";
+// POST /v1/responses (docs/facades.md; mounted only when the operator enables the responses flag):
+// bearer credentials, this facade's schema and translation, and a responses responder, on the shared
+// entrypoint handler (src/http/entrypoint.ts). Errors use the chat-completions envelope.
+import { entrypointHandler } from "../entrypoint.ts";
+import { errorResponse } from "../errors.ts";
+import type { PipelineDeps } from "../pipeline.ts";
 import { describeSchemaError } from "../schemaErrors.ts";
 import { responsesJsonResponder, responsesStreamResponder } from "./responders.ts";
 import { responsesRequestChecker } from "./schema.ts";
@@ -12,30 +12,15 @@ import { translateResponsesRequest } from "./translate.ts";
 export const RESPONSES_ROUTE = "/v1/responses";
 
 export function responsesHandler(deps: PipelineDeps) {
-  return async (request: Request, ids: RequestIds): Promise<Response> => {
-    const rid = ids.responseRequestId;
-    const admitted = await admitBuyerRequest(deps, request);
-    if (!admitted.ok) return errorResponse(admitted.error, rid);
-    const { json } = admitted;
-    if (!responsesRequestChecker.Check(json)) {
-      const { message, param } = describeSchemaError(responsesRequestChecker, json);
-      return errorResponse(gatewayError("invalid_request", message, { param }), rid);
-    }
-    const translated = translateResponsesRequest(json, requestTokenCapFor(deps, admitted.principal));
-    if (!translated.ok) return errorResponse(translated.error, rid);
-    const { chat, echo } = translated;
-
-    return runChatPipeline(deps, {
-      request,
-      ids,
-      principal: admitted.principal,
-      chat,
-      refuse: (error) => errorResponse(error, rid),
-      buyerRoute: RESPONSES_ROUTE,
-      responder: (context) => {
-        const options = { context, model: chat.model, echo };
-        return chat.stream ? responsesStreamResponder(options) : responsesJsonResponder(options);
-      },
-    });
-  };
+  return entrypointHandler(deps, {
+    route: RESPONSES_ROUTE,
+    checker: responsesRequestChecker,
+    describeSchemaError: (body) => describeSchemaError(responsesRequestChecker, body),
+    translate: (body, _request, requestTokenCap) => translateResponsesRequest(body, requestTokenCap),
+    errorResponse,
+    responder: ({ chat, echo }, context) => {
+      const options = { context, model: chat.model, echo };
+      return chat.stream ? responsesStreamResponder(options) : responsesJsonResponder(options);
+    },
+  });
 }

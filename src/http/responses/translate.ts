@@ -2,7 +2,7 @@
 // the full input comes with every request. Stateful or unoffered parameters are refused here, before
 // any dispatch, with unsupported_parameter naming them; hosted and unknown tools are dropped.
 import { gatewayError, type GatewayError } from "../errors.ts";
-import type { NormalizedChat } from "../chat/normalize.ts";
+import type { NormalizedChat } from "../../chat/contract.ts";
 import type { JobMessage, JobParams } from "../../wire/frames.ts";
 import {
   functionCallItemChecker,

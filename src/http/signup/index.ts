@@ -1,5 +1,5 @@
 // Public face of sign-up, demo sessions and the client-IP edge, as the composition root
-// (src/server.ts) wires them: settings checked once at start, routes for the HTTP app, and the binder
+// (src/compositionRoot.ts) wires them: settings checked once at start, routes for the HTTP app, and the binder
 // that gives each request its client IP before routing.
 import type { GatewayConfig } from "../../config/index.ts";
 import type { Log } from "../../log.ts";
@@ -70,7 +70,7 @@ export function createBuyerSurface(input: {
       randomBytes: input.randomBytes,
       log: input.log,
     },
-    demo: { store: input.store, gatewaySecret: input.gatewaySecret, now: input.now, sessionsPerHour: config.demoSessionsPerHour },
+    demo: { store: input.store, gatewaySecret: input.gatewaySecret, now: input.now, sessionsPerHour: config.demoSessionsPerHour, signupEnabled: idps.providers.length > 0 },
     bind,
     listening(port) {
       if (publicBaseUrl !== "") return;

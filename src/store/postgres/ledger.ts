@@ -1,5 +1,5 @@
 // Settlements, reservations and the double-entry ledger on PostgreSQL: the same semantics as the
-// SQLite ledger (src/store/ledger.ts), with the same guards in the schema (postgres/migrations.ts).
+// SQLite ledger (src/store/ledgerStore.ts), with the same guards in the schema (postgres/migrations.ts).
 // SQLite serialises every write with BEGIN IMMEDIATE; here several nodes write at once, so each
 // transaction takes transaction-scoped advisory locks instead, always in this order:
 // - the buyer account's lock (`a:<account>`) where a balance is read or changed (reserve, a buyer's
@@ -12,7 +12,7 @@
 import type { SQL } from "bun";
 import { createHash } from "node:crypto";
 import { priceUsage, type Charge } from "../../ledger/money.ts";
-import { buyerAccount, FUNDING_ACCOUNT, PLATFORM_ACCOUNT, PROMOTION_ACCOUNT, providerAccount } from "../ledger.ts";
+import { buyerAccount, chargeAllowed, FUNDING_ACCOUNT, payingAccount, type Payer, type SettlementMode, PLATFORM_ACCOUNT, PROMOTION_ACCOUNT, providerAccount } from "../../ledger/charges.ts";
 import type {
   LedgerAccountKind,
   LedgerAuditData,
@@ -192,9 +192,8 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
         let charge: Charge | null = null;
         const billed = input.billed ?? null;
         if (billed !== null && (billed.prompt_tokens !== 0 || billed.completion_tokens !== 0)) {
-          // enforce: only verified work is charged; observe: observed usage is. Never zero_settled.
-          const allowed = input.label === "verified" || (row.mode === "observe" && input.label === "quarantined");
-          if (!allowed) return { ok: false, code: "charge_not_allowed" };
+          // The settlement's own rule (src/ledger/charges.ts), checked again where the charge is written.
+          if (!chargeAllowed(input.label, row.mode as SettlementMode)) return { ok: false, code: "charge_not_allowed" };
           const priced = priceUsage(billed.prompt_tokens, billed.completion_tokens, {
             prompt_credits_per_million: num(row.prompt_credits_per_million),
             completion_credits_per_million: num(row.completion_credits_per_million),
@@ -228,7 +227,7 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
           RETURNING *`;
         let posting_id: number | null = null;
         if (charge !== null && charge.debit_credits > 0) {
-          const payer = row.payer === "buyer" ? buyerAccount(row.account_id as string) : PROMOTION_ACCOUNT;
+          const payer = payingAccount(row.payer as Payer, row.account_id as string);
           posting_id = await post(
             tx,
             "settlement",

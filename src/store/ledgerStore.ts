@@ -10,6 +10,7 @@
 //   the transaction that adds the entries (never written by code).
 import type { Database, Statement } from "bun:sqlite";
 import { createHash } from "node:crypto";
+import { buyerAccount, chargeAllowed, FUNDING_ACCOUNT, payingAccount, PLATFORM_ACCOUNT, PROMOTION_ACCOUNT, providerAccount } from "../ledger/charges.ts";
 import { priceUsage, type Charge } from "../ledger/money.ts";
 import type {
   DeliveredRecord,
@@ -25,32 +26,27 @@ import type {
   ReserveResult,
   SettleInput,
   SettleResult,
-  SettlementLabel,
+  SettlementRates,
   SettlementRow,
 } from "./ledgerTypes.ts";
 
-export const PLATFORM_ACCOUNT = "platform";
-export const PROMOTION_ACCOUNT = "promotion";
-/** The outside world: where granted credits come from, so every posting still sums to zero. */
-export const FUNDING_ACCOUNT = "funding";
-export const buyerAccount = (account_id: string) => `buyer:${account_id}`;
-export const providerAccount = (provider_id: string) => `provider:${provider_id}`;
+export { buyerAccount, FUNDING_ACCOUNT, PLATFORM_ACCOUNT, PROMOTION_ACCOUNT, providerAccount } from "../ledger/charges.ts";
 
 const isCount = (n: number) => Number.isSafeInteger(n) && n >= 0;
 
-interface SettlementDbRow {
-  request_id: string;
-  attempt_n: number;
-  provider_id: string;
-  account_id: string;
-  payer: "buyer" | "promotion";
-  mode: "observe" | "enforce";
-  prompt_credits_per_million: number;
-  completion_credits_per_million: number;
-  provider_share_bps: number;
-  label: SettlementLabel;
-  reason: string | null;
-  accepted_model_hash: string | null;
+/** A settlements row as SQLite returns it: a SettlementRow with its rates and delivered record as columns. */
+type SettlementDbRow = Omit<SettlementRow, "rates" | "delivered" | "receipt"> &
+  SettlementRates &
+  DeliveredColumns & {
+    /** The deciding envelope as stored in the row (settlements settled before migration 8), else null. */
+    receipt: string | null;
+    /** The deciding envelope's row in the arrival log (receipts_received), and its text from there. */
+    receipt_id: number | null;
+    receipt_envelope?: string | null;
+  };
+
+/** A delivered record as settlement columns (null until the attempt ended). */
+interface DeliveredColumns {
   delivered_output_hash: string | null;
   delivered_start_byte: number | null;
   delivered_end_byte: number | null;
@@ -59,21 +55,6 @@ interface SettlementDbRow {
   delivered_finish_reason: string | null;
   delivered_tool_calls: number | null;
   reported_input_tokens: number | null;
-  ended_at_ms: number | null;
-  pending_deadline_at_ms: number | null;
-  /** The deciding envelope as stored in the row (settlements settled before migration 8), else null. */
-  receipt: string | null;
-  /** The deciding envelope's row in the arrival log (receipts_received), and its text from there. */
-  receipt_id: number | null;
-  receipt_envelope?: string | null;
-  receipt_received_at_ms: number | null;
-  billed_prompt_tokens: number;
-  billed_completion_tokens: number;
-  debit_credits: number;
-  provider_credits: number;
-  platform_credits: number;
-  created_at_ms: number;
-  settled_at_ms: number | null;
 }
 
 function toSettlement(r: SettlementDbRow): SettlementRow {
@@ -280,9 +261,8 @@ function post(
 }
 
 function settlementEntries(row: SettlementDbRow, charge: Charge): [string, number][] {
-  const payer = row.payer === "buyer" ? buyerAccount(row.account_id) : PROMOTION_ACCOUNT;
   return [
-    [payer, -charge.debit_credits],
+    [payingAccount(row.payer, row.account_id), -charge.debit_credits],
     [providerAccount(row.provider_id), charge.provider_credits],
     [PLATFORM_ACCOUNT, charge.platform_credits],
   ];
@@ -345,9 +325,8 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
     let charge: Charge | null = null;
     const billed = input.billed ?? null;
     if (billed !== null && (billed.prompt_tokens !== 0 || billed.completion_tokens !== 0)) {
-      // enforce: only verified work is charged; observe: observed usage is (DESIGN §4). Never zero_settled.
-      const allowed = input.label === "verified" || (row.mode === "observe" && input.label === "quarantined");
-      if (!allowed) return { ok: false, code: "charge_not_allowed" };
+      // The settlement's own rule (src/ledger/charges.ts), checked again where the charge is written.
+      if (!chargeAllowed(input.label, row.mode)) return { ok: false, code: "charge_not_allowed" };
       const priced = priceUsage(billed.prompt_tokens, billed.completion_tokens, {
         prompt_credits_per_million: row.prompt_credits_per_million,
         completion_credits_per_million: row.completion_credits_per_million,

@@ -12,7 +12,7 @@ import { createHttpApp } from "./http/app.ts";
 import { createReplayCache } from "./http/idempotency.ts";
 import { quotaPolicy } from "./http/quotas.ts";
 import { createBuyerSurface } from "./http/signup/index.ts";
-import { errorResponse, gatewayError } from "./http/errors.ts";
+import { errorResponse, errorTable, gatewayError } from "./http/errors.ts";
 import { createLog, type Log } from "./log.ts";
 import { createPrometheusMetrics, type PrometheusMetrics } from "./metrics.ts";
 import { openStore, type Store } from "./store/index.ts";
@@ -156,6 +156,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     metrics,
     monotonicNow,
     settlements,
+    failureStatus: (code) => errorTable[code].status,
   });
 
   const newRequestId = timeOrderedId("req_", now, random);

@@ -1,10 +1,11 @@
 // `gateway serve`: configuration, the gateway, the optional demo providers, and signal handling.
 import { createHash } from "node:crypto";
-import { join } from "node:path";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { configUsage, loadConfig, type GatewayConfig } from "./config/index.ts";
 import { inspectorUrlProblem, startInspector } from "./inspect.ts";
 import { createLog, type Log, type LogFields } from "./log.ts";
-import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "./server.ts";
+import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "./compositionRoot.ts";
 import { loadOrCreateProviderKey } from "./provider/keys.ts";
 import { startProviderWithCatalogFeed, type CatalogProvider } from "./provider/withCatalogFeed.ts";
 import { createSyntheticEngine } from "./provider/synthetic.ts";
@@ -29,15 +30,26 @@ const DEMO_CATALOG_MODELS: CatalogModel[] = DEMO_MODELS.map((m) => ({
 }));
 
 const DEMO_KEY_LABEL = "demo-dev-key";
+/** The demo's dev key in plain text, so a restart on the same data folder prints the same key. */
+const DEMO_KEY_FILE = "demo-dev-key";
 
-/** A fresh dev key for the demo account; earlier demo keys are revoked so only the printed one works. */
-function demoApiKey(store: Store): string {
+/**
+ * The demo account's dev key: the one saved in the data folder while it still works, else a new one
+ * (saved 0600; earlier demo keys are revoked so only the printed one works). Demo data only: a real
+ * gateway never keeps a key in plain text.
+ */
+function demoApiKey(store: Store, dataDir: string): string {
+  const file = join(dataDir, DEMO_KEY_FILE);
+  const saved = existsSync(file) ? readFileSync(file, "utf8").trim() : "";
+  if (saved !== "" && store.authenticateApiKey(saved)?.tier === "free") return saved;
   let account = store.listAccounts().find((a) => a.name === "demo-dev");
   account ??= { ...store.createAccount({ name: "demo-dev", tier: "free" }), name: "demo-dev", tier: "free", created_at_ms: 0 };
   for (const key of store.listApiKeys(account.account_id)) {
     if (key.label === DEMO_KEY_LABEL && key.revoked_at_ms === null) store.revokeApiKey(key.key_id);
   }
-  return store.createApiKey({ account_id: account.account_id, label: DEMO_KEY_LABEL }).api_key;
+  const apiKey = store.createApiKey({ account_id: account.account_id, label: DEMO_KEY_LABEL }).api_key;
+  writeFileSync(file, `${apiKey}\n`, { mode: 0o600 });
+  return apiKey;
 }
 
 /**
@@ -102,23 +114,7 @@ export async function runServe(argv: string[]): Promise<number> {
   // After gateway_listening, the first line: every line of the log is one JSON object of one format.
   if (inspector) log.info("inspector_attached", { url: config.inspect!, relay: "bun run inspect:relay (docs/inspector.md)" });
   const demo: CatalogProvider[] = [];
-  if (config.demo) {
-    demo.push(...(await startDemoProviders(config, gateway, log)));
-    const apiKey = demoApiKey(gateway.store);
-    const base = `http://${config.host}:${gateway.port}`;
-    console.error(
-      [
-        "",
-        `Demo gateway ready on ${base}  (models: ${DEMO_MODELS.map((m) => m.model_id).join(", ")}; synthetic text, not a real model)`,
-        `Dev API key: ${apiKey}`,
-        "Try:",
-        `  curl -s ${base}/v1/chat/completions -H "Authorization: Bearer ${apiKey}" -H "Content-Type: application/json" \\`,
-        `    -d '{"model":"demo-chat","messages":[{"role":"user","content":"Hello!"}],"stream":true}'`,
-        "",
-      ].join("\n"),
-    );
-  }
-
+  // Signal handlers before anything is printed: a SIGTERM right after the banner must drain, not kill.
   const done = new Promise<number>((resolve) => {
     let stopping = false;
     const shutdown = async (signal: string) => {
@@ -135,5 +131,26 @@ export async function runServe(argv: string[]): Promise<number> {
     process.on("SIGTERM", () => void shutdown("SIGTERM"));
     process.on("SIGINT", () => void shutdown("SIGINT"));
   });
+  if (config.demo) {
+    demo.push(...(await startDemoProviders(config, gateway, log)));
+    const apiKey = demoApiKey(gateway.store, config.dataDir);
+    const base = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${gateway.port}`;
+    console.error(
+      [
+        "",
+        `Demo gateway ready on ${base}  (models: ${DEMO_MODELS.map((m) => m.model_id).join(", ")}; synthetic text, not a real model)`,
+        `Data: ${resolve(config.dataDir)}  (database, keys, catalog; the same folder keeps the same dev key; delete it to start over)`,
+        `Dev API key: ${apiKey}`,
+        "For the SDK examples in the README:",
+        `  export GATEWAY_API_KEY=${apiKey}`,
+        `  export OPENAI_BASE_URL=${base}/v1`,
+        "Try:",
+        `  curl -s ${base}/v1/chat/completions -H "Authorization: Bearer ${apiKey}" -H "Content-Type: application/json" \\`,
+        `    -d '{"model":"demo-chat","messages":[{"role":"user","content":"Hello!"}],"stream":true}'`,
+        `Browser demo: ${base}/demo   API reference: ${base}/docs`,
+        "",
+      ].join("\n"),
+    );
+  }
   return done;
 }

@@ -1,0 +1,54 @@
+// What the HTTP layer and the gateway agree on for one chat request: the normalised request every
+// entrypoint produces, the responder every facade implements and the gateway drives, and the failure
+// codes the gateway reports (http/ maps them to statuses and envelopes: src/http/errors.ts).
+import type { ChunkFrame, JobMessage, JobParams } from "../wire/frames.ts";
+
+/** A buyer's chat request in the form a provider job carries. */
+export interface NormalizedChat {
+  model: string;
+  messages: JobMessage[];
+  params: JobParams;
+  stream: boolean;
+  includeUsage: boolean;
+}
+
+/** Why the gateway could not serve a request. */
+export type FailureCode =
+  | "internal_error"
+  | "model_not_available"
+  | "coordinator_unavailable"
+  | "context_length_exceeded"
+  | "unsupported_parameter"
+  | "provider_disconnected";
+
+/** A request failure as the gateway reports it; `message` is buyer-facing text. */
+export interface RequestFailure {
+  code: FailureCode;
+  message: string;
+}
+
+export interface ChatUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+}
+
+export interface ChatOutcome {
+  finishReason: string;
+  usage: ChatUsage;
+}
+
+/**
+ * Writes one request's answer in an entrypoint's wire format. The gateway drives it with
+ * `RequestFailure`s; a facade implements it over its own error values (`Failure`), and the pipeline
+ * maps one to the other (src/http/pipeline.ts).
+ */
+export interface ChatResponder<Failure = RequestFailure> {
+  /** Resolves once the buyer-visible response can start (or has failed before its first byte). */
+  readonly response: Promise<Response>;
+  relay(frame: ChunkFrame): void;
+  /** Forgets buffered output of a failed attempt (JSON responses only buffer). */
+  discard(): void;
+  succeed(outcome: ChatOutcome): void;
+  fail(failure: Failure): void;
+  failMidStream(failure: Failure): void;
+}

@@ -1,0 +1,36 @@
+// What the request edge keeps per live buyer request, beside its actor.
+import type { ActorRefFrom } from "xstate";
+import type { RequestLogic } from "../../actors/request.ts";
+import type { ChatResponder, NormalizedChat } from "../chat/contract.ts";
+import type { Payer } from "../ledger/charges.ts";
+import type { ChunkFrame, EndFrame } from "../wire/frames.ts";
+import type { ChunkMeter } from "./chunkMeter.ts";
+import type { RequestTiming } from "./requestReport.ts";
+
+export interface RequestSpec {
+  requestId: string;
+  chat: NormalizedChat;
+  promptBound: number;
+  responder: ChatResponder;
+  /** The buyer's account (logged; never a key). */
+  accountId?: string;
+  /** When the HTTP request arrived, on the runner's `monotonicNow` clock; default: when `start` runs. */
+  arrivedAt?: number;
+  /** The buyer route, for metrics labels; default /v1/chat/completions. */
+  buyerRoute?: string;
+  /** Who pays the request's attempts (the reservation was taken at admission). */
+  payer?: Payer;
+}
+
+export interface RequestHandle extends RequestSpec {
+  actor: ActorRefFrom<RequestLogic>;
+  startedAtMs: number;
+  lastEnd: EndFrame | null;
+  timing: RequestTiming;
+  /** The current (or last) attempt's chunk count: replaced at each dispatch. */
+  meter: ChunkMeter;
+  /** Adds a relayed chunk to the current attempt's delivered prefix (settlement); replaced at each dispatch. */
+  toPrefix: (frame: ChunkFrame) => void;
+  /** The dispatch of the current `routing` visit; `stopped` once the actor left `routing`. */
+  dispatch: { stopped: boolean };
+}

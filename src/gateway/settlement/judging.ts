@@ -1,0 +1,90 @@
+// Receipts reaching an open attempt: kept until the attempt is released, judged by the pure verifier
+// (src/receipts/verify.ts) on the judging thread, and the verdict handed to the attempt's actor.
+import type { JudgedReceipt, ReceiptJudge } from "../../receipts/judge.ts";
+import type { Log } from "../../log.ts";
+import type { Store } from "../../store/index.ts";
+import { attemptKey } from "../registry.ts";
+import type { JudgedEnvelope, OpenAttempt, OpenAttempts } from "./attempt.ts";
+
+export interface JudgingDeps {
+  store: Store;
+  now: () => number;
+  log: Log;
+  judge: ReceiptJudge;
+  open: OpenAttempts;
+}
+
+/**
+ * A receipt (in `end` or a late `receipt` frame) for an attempt of this provider id: logged as
+ * arrived-after-final or for an unknown attempt when no open attempt of the provider has it, kept
+ * until release when the attempt is still live, judged otherwise.
+ */
+export function receiptArrived(deps: JudgingDeps, providerId: string, requestId: string, attemptN: number, envelope: string): void {
+  const att = deps.open.get(attemptKey(requestId, attemptN));
+  if (!att || att.providerId !== providerId) {
+    const known = deps.store.getSettlement(requestId, attemptN);
+    const disposition = known && known.provider_id === providerId ? "after_final" : "unknown_attempt";
+    deps.store.recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition }, deps.now());
+    return;
+  }
+  if (att.judged) {
+    deps.store.recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition: "after_final" }, deps.now());
+    return;
+  }
+  if (!att.delivered) {
+    att.earlyReceipt ??= envelope;
+    return;
+  }
+  if (judgeReceipt(deps, att, envelope)) att.actor.send({ type: "receipt.arrived" });
+}
+
+/**
+ * Judges a receipt on the judging thread (or where `deps.judge` says). Everything a duplicate receipt
+ * reads (`judged`) is fixed now; the verdict and the billable usage come with the judgement. Returns
+ * whether that is later: the caller then tells the actor (`attempt.ended` or `receipt.arrived`),
+ * which holds the pending deadline for it.
+ */
+export function judgeReceipt(deps: JudgingDeps, att: OpenAttempt, envelope: string): boolean {
+  const arrival = deps.now();
+  const arrivalId = deps.store.recordReceiptArrival(
+    { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, envelope, disposition: "judged" },
+    arrival,
+  );
+  const record: JudgedEnvelope = { envelope, arrivalId, receivedAtMs: arrival, billable: null };
+  att.judged = record;
+  return deps.judge.judge(
+    {
+      envelope,
+      sessionPublicKey: att.providerPublicKey,
+      snapshot: att.snapshot,
+      snapshotDigest: att.digest,
+      acceptedModelHash: att.acceptedHash,
+      delivered: att.delivered!,
+      promptTokenBound: att.snapshot.prompt_token_bound,
+      requestStartMs: att.snapshot.request_started_at_unix_ms,
+      arrivalMs: arrival,
+      expected: {
+        request_id: att.requestId,
+        attempt_n: att.attemptN,
+        provider_id: att.providerId,
+        account_scope: att.snapshot.account_scope,
+      },
+      pendingDeadlineMs: att.deadlineAtMs ?? undefined,
+    },
+    (result) => {
+      record.billable = result.billable;
+      verdictReached(deps, att, result.verdict);
+    },
+  );
+}
+
+/**
+ * A receipt's verdict reaches the attempt's actor — unless the attempt is no longer open: it settled
+ * meanwhile (zero_settled), or the settlements stopped, and then nothing is sent or written.
+ */
+function verdictReached(deps: JudgingDeps, att: OpenAttempt, verdict: JudgedReceipt["verdict"]): void {
+  if (verdict.label === "quarantined") {
+    deps.log.warn("receipt_quarantined", { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, reason: verdict.reason });
+  }
+  if (deps.open.get(attemptKey(att.requestId, att.attemptN)) === att) att.actor.send({ type: "receipt.judged", verdict });
+}

@@ -1,0 +1,96 @@
+// An attempt's final label written to the ledger — the charge decided by src/ledger/charges.ts — in one
+// transaction, and announced to its provider (`settled`) once that transaction is durable.
+import { billedUsage, type FinalLabel, type SettlementMode } from "../../ledger/charges.ts";
+import { observedBilling } from "../../ledger/money.ts";
+import type { Log } from "../../log.ts";
+import type { SettlementRow, Store } from "../../store/index.ts";
+import { encodeFrame } from "../../wire/codec.ts";
+import type { OpenAttempt } from "./attempt.ts";
+
+export interface OutcomeDeps {
+  store: Store;
+  now: () => number;
+  mode: SettlementMode;
+  log: Log;
+  /** Sends a frame to the provider id's live session, when it has one. */
+  sendToProvider: (providerId: string, frame: Uint8Array) => void;
+  /** Called once per attempt with its final label (metrics). */
+  onSettled?: (label: FinalLabel) => void;
+}
+
+/** What the attempt is charged for: the usage the gateway observed, or the verified receipt's. */
+function chargedUsage(mode: SettlementMode, label: FinalLabel, att: OpenAttempt) {
+  return billedUsage(label, mode, {
+    observed: () =>
+      observedBilling({
+        delivered_tokens: att.delivered?.tokens ?? 0,
+        reported_input_tokens: att.end?.usage.input_tokens ?? att.judged?.billable?.prompt_tokens ?? 0,
+        prompt_token_bound: att.snapshot.prompt_token_bound,
+      }),
+    verified: att.judged?.billable ?? null,
+  });
+}
+
+/** Persists the delivered record if the settlement did not (the attempt now waits for its receipt). */
+export function writeDeliveredRecord(store: Store, att: OpenAttempt): void {
+  const end = att.unwrittenEnd;
+  if (end === null) return;
+  att.unwrittenEnd = null;
+  store.recordAttemptEnd(att.requestId, att.attemptN, end.delivered, end.pending_deadline_at_ms, end.ended_at_ms);
+}
+
+/** The settlement actor reached a final state: one ledger transaction, then the `settled` frame. */
+export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null): void {
+  const result = deps.store.settleAttempt(
+    {
+      request_id: att.requestId,
+      attempt_n: att.attemptN,
+      label,
+      reason,
+      receipt: att.judged ? { envelope: att.judged.envelope, received_at_ms: att.judged.receivedAtMs, arrival_id: att.judged.arrivalId } : undefined,
+      billed: chargedUsage(deps.mode, label, att),
+      ended: att.unwrittenEnd ?? undefined,
+    },
+    deps.now(),
+  );
+  if (!result.ok) {
+    deps.log.error("settlement_not_written", { request_id: att.requestId, attempt_n: att.attemptN, code: result.code });
+    // Nothing was written: the delivered record still is, as it would have been without the outcome.
+    writeDeliveredRecord(deps.store, att);
+    return;
+  }
+  att.unwrittenEnd = null;
+  // The outcome is announced only once it is durable; no buyer waits for it, so it rides the next
+  // group commit instead of asking for one (src/store/groupCommit.ts).
+  deps.store.afterLazyCommit((committed) => {
+    if (!committed) {
+      deps.log.error("settlement_not_written", { request_id: att.requestId, attempt_n: att.attemptN, code: "commit_failed" });
+      return;
+    }
+    announceSettled(deps, att, label, reason, result.settlement);
+  });
+}
+
+function announceSettled(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null, settlement: SettlementRow): void {
+  deps.onSettled?.(label);
+  deps.log.info("attempt_settled", {
+    request_id: att.requestId,
+    attempt_n: att.attemptN,
+    provider_id: att.providerId,
+    label,
+    reason,
+    debit_credits: settlement.debit_credits,
+    provider_credits: settlement.provider_credits,
+  });
+  deps.sendToProvider(
+    att.providerId,
+    encodeFrame({
+      type: "settled",
+      request_id: att.requestId,
+      attempt_n: att.attemptN,
+      label,
+      reason,
+      provider_credits: settlement.provider_credits,
+    }),
+  );
+}

@@ -1,0 +1,71 @@
+// After a restart: attempts still pending resume their deadline (a late receipt can still settle
+// them); attempts the gateway was still relaying when it stopped have no delivered record and are
+// never charged.
+import { DeliveredPrefixBuilder, type RouteSnapshot } from "../../receipts/index.ts";
+import type { SettlementRow, Store } from "../../store/index.ts";
+import type { TerminalState } from "../../wire/frames.ts";
+import type { OpenAttempt } from "./attempt.ts";
+
+/** An attempt record, less its actor, resumed from a pending settlement row. */
+export type ResumedAttempt = Omit<OpenAttempt, "actor">;
+
+/** Settles the interrupted pending attempts and hands each other one to `resume`, with its deadline. */
+export function recoverPending(store: Store, now: () => number, resume: (att: ResumedAttempt) => void): { resumed: number; interrupted: number } {
+  let resumed = 0;
+  let interrupted = 0;
+  const pending = store.listSettlements({ label: "pending" });
+  for (const row of pending) {
+    const stored = store.getRouteSnapshot(row.request_id, row.attempt_n);
+    const snapshot = stored ? (JSON.parse(stored.snapshot_json) as RouteSnapshot) : null;
+    if (!row.delivered || !snapshot || !stored) {
+      store.settleAttempt({ request_id: row.request_id, attempt_n: row.attempt_n, label: "quarantined", reason: "interrupted", billed: null }, now());
+      interrupted++;
+      continue;
+    }
+    resume(resumedAttempt(row, snapshot, stored.digest, now()));
+    resumed++;
+  }
+  // No request outlives the process: each of these will start no more attempts, so its reservation
+  // resolves with its last settlement (now, for interrupted ones) instead of staying held forever.
+  // The same holds for requests cut before or between attempts, which have no pending attempt at all.
+  const cut = new Set([...pending.map((row) => row.request_id), ...store.unendedHeldReservations()]);
+  for (const requestId of cut) store.markRequestEnded(requestId, now());
+  return { resumed, interrupted };
+}
+
+function resumedAttempt(row: SettlementRow, snapshot: RouteSnapshot, digest: string, nowMs: number): ResumedAttempt {
+  const delivered = row.delivered!;
+  return {
+    requestId: row.request_id,
+    attemptN: row.attempt_n,
+    providerId: row.provider_id,
+    providerPublicKey: new Uint8Array(Buffer.from(snapshot.provider_public_key, "base64")),
+    snapshot,
+    digest,
+    builder: new DeliveredPrefixBuilder(0),
+    acceptedHash: row.accepted_model_hash,
+    cancelReason: null,
+    end:
+      delivered.reported_input_tokens === null
+        ? null
+        : {
+            type: "end",
+            request_id: row.request_id,
+            attempt_n: row.attempt_n,
+            terminal_state: delivered.terminal_state as TerminalState,
+            finish_reason: delivered.finish_reason,
+            usage: { input_tokens: delivered.reported_input_tokens, output_tokens: delivered.tokens },
+          },
+    delivered: {
+      output_hash: delivered.output_hash,
+      start_byte: delivered.start_byte,
+      end_byte: delivered.end_byte,
+      tokens: delivered.tokens,
+      terminal_state: delivered.terminal_state as TerminalState,
+    },
+    deadlineAtMs: row.pending_deadline_at_ms ?? nowMs,
+    unwrittenEnd: null,
+    earlyReceipt: null,
+    judged: null,
+  };
+}
