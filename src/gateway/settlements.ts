@@ -143,6 +143,7 @@ export function createSettlements(deps: SettlementDeps) {
         deadlineAtMs: null,
         unwrittenEnd: null,
         earlyReceipt: null,
+        crossedEnd: false,
         judged: null,
       },
       null,
