@@ -137,14 +137,40 @@ describe.skipIf(!hasChromium)("demo page refusals and sign-up (headless Chromium
       expect(await page.getAttribute("a#get-key", "href")).toBe("/account");
       await page.evaluate('document.getElementById("model").innerHTML = "<option>test-model</option>"'); // no provider needed to be refused
       await send(page, "hello");
-      await page.waitForSelector('#status[data-state="refused"]', { timeout: 10_000 });
+      await page.waitForSelector('#status[data-state="refused"]', { timeout: 20_000 });
       const refusal = (await page.textContent("#refusal"))!;
+      expect(refusal).toStartWith("This network address has started 0 demo sessions in the last hour. You can send again at ");
       expect(refusal).toMatch(/You can send again at \d{1,2}:\d{2}/);
       expect(refusal).not.toContain("Retry-After");
       expect(await page.getAttribute("#refusal a", "href")).toBe("/account");
       expect(await page.isDisabled("#send")).toBe(true);
       const retryAt = Date.parse((await page.getAttribute("#refusal", "data-retry-at"))!);
       expect(retryAt).toBeGreaterThan(Date.now() + 30 * 60_000); // the oldest session of the hour leaves it
+    } finally {
+      await gw.close();
+    }
+  }, 30_000);
+
+  test("out of the day's demo tokens: the same refusal, with the time the quota resets", async () => {
+    const gw = await startTestGateway({ demoDailyTokens: 10 });
+    try {
+      const page = await browser.newPage();
+      await page.goto(`${gw.url}/demo`);
+      await page.evaluate('document.getElementById("model").innerHTML = "<option>test-model</option>"');
+      await send(page, "hello");
+      await page.waitForSelector('#status[data-state="refused"]', { timeout: 20_000 });
+      const refusal = (await page.textContent("#refusal"))!;
+      expect(refusal).toStartWith("The daily token quota (10) is used up for this request");
+      expect(refusal).toMatch(/You can send again at \d{1,2}:\d{2}/);
+      expect(refusal).toContain("ask this gateway's operator for an API key");
+      expect(await page.isDisabled("#send")).toBe(true);
+      // The time shown is the quota's reset: the next 00:00 UTC.
+      const retryAt = new Date((await page.getAttribute("#refusal", "data-retry-at"))!);
+      const midnight = new Date();
+      midnight.setUTCHours(24, 0, 0, 0);
+      expect(Math.abs(retryAt.getTime() - midnight.getTime())).toBeLessThan(5_000);
+      // The refusal is also in the answer's own bubble.
+      expect(await page.textContent(".turn.assistant.error")).toContain("daily token quota");
     } finally {
       await gw.close();
     }

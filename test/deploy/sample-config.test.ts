@@ -14,10 +14,18 @@ const docKeys = doc.split("\n").flatMap((line) => /^\| `([a-zA-Z]+)` \| `--/.exe
 /** `"key": value,` lines, whether set or commented out with `//`. */
 const sampleKeys = [...sample.matchAll(/^\s*(?:\/\/\s*)?"([a-zA-Z]+)":/gm)].map((m) => m[1]!);
 
+/** The lines a setting has in the sample: its help as a comment, then the key with its default. */
+function sampleLines(key: string): string {
+  const spec = settingSpecs.find((s) => s.key === key);
+  if (!spec) return `  // "${key}": …,`;
+  const value = spec.default === undefined ? `  // "${key}": "…",` : `  "${key}": ${JSON.stringify(spec.default)},`;
+  return `  // ${spec.help}\n${value}`;
+}
+
 test("every key of the sample is a documented setting, and every documented setting is in it once", () => {
   const missing = docKeys.filter((k) => !sampleKeys.includes(k));
-  // The message says what to paste: a setting added to docs/configuration.md needs its sample line.
-  expect({ missingFromSample: missing }).toEqual({ missingFromSample: [] });
+  // The failure prints what to paste into deploy/gateway.jsonc for a setting added to the table.
+  expect({ "paste into deploy/gateway.jsonc": missing.map(sampleLines) }).toEqual({ "paste into deploy/gateway.jsonc": [] });
   expect(sampleKeys.filter((k) => !docKeys.includes(k))).toEqual([]);
   expect(sampleKeys.length).toBe(new Set(sampleKeys).size);
   expect(docKeys.sort()).toEqual(settingSpecs.map((s) => s.key).sort());

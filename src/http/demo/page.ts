@@ -169,7 +169,7 @@ export const DEMO_PAGE_SCRIPT = `"use strict";
     const box = $("refusal");
     box.hidden = false;
     // The gateway's first sentence says what ran out; the rest of its message names headers for API users.
-    box.textContent = refusal.message.split(/(?<=\.)\s/)[0] + " You can send again at " + at + " (your time). ";
+    box.textContent = refusal.message.split(/(?<=\\.)\\s/)[0] + " You can send again at " + at + " (your time). ";
     const getKey = $("get-key");
     if (getKey && getKey.tagName === "A") {
       const link = document.createElement("a");
