@@ -52,7 +52,12 @@ describe("a live request's prompt", () => {
     expect(res.status).toBe(200);
     const reader = res.body!.getReader();
     const decoder = new TextDecoder();
-    for (let seen = ""; !seen.includes('"content":"'); ) seen += decoder.decode((await reader.read()).value);
+    for (let seen = ""; !seen.includes('"content":"'); ) {
+      // A stream that ended must end the loop: a read after the end resolves at once, forever.
+      const { value, done } = await reader.read();
+      if (done) throw new Error(`the stream ended before its first delta: ${seen}`);
+      seen += decoder.decode(value);
+    }
 
     // The control: it can still fail over until its body is written, so its prompt stays.
     const pending = post(jsonMarker, false, jsonAbort.signal).catch((e: unknown) => e);

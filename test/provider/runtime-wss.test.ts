@@ -57,7 +57,12 @@ test.skipIf(!tls)("an untrusted certificate is refused: no session, the runtime 
     const decoder = new TextDecoder();
     const reader = (proc.stdout as ReadableStream<Uint8Array>).getReader();
     await withTimeout((async () => {
-      while ((out.match(/"event":"reconnect_scheduled"/g) ?? []).length < 2) out += decoder.decode((await reader.read()).value, { stream: true });
+      while ((out.match(/"event":"reconnect_scheduled"/g) ?? []).length < 2) {
+        // A stream that ended must end the loop: a read after the end resolves at once, forever.
+        const { value, done } = await reader.read();
+        if (done) throw new Error(`the provider exited before two reconnects: ${out}`);
+        out += decoder.decode(value, { stream: true });
+      }
     })(), 5000, "two reconnects");
     expect(gateway.sessions.every((s) => s.hello === null)).toBe(true);
     expect(proc.exitCode).toBeNull();
