@@ -22,6 +22,7 @@ import { buildRateCard, RateRowConfig } from "./ledger/index.ts";
 import { createSettlements, type Settlements } from "./gateway/settlements.ts";
 import { workerJudge } from "./receipts/judge.ts";
 import { hexId, timeOrderedId } from "./gateway/ids.ts";
+import { CONSOLE_PATH, createConsole, teeMetrics } from "./console/index.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
 
@@ -113,7 +114,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   ).start();
   const accepting = () => supervisor.getSnapshot().matches("running");
   const monotonicNow = ports.monotonicNow ?? (() => performance.now());
-  const metrics = createPrometheusMetrics({
+  const prometheus = createPrometheusMetrics({
     providerViews: () => registry.providerViews(),
     handshakingSessions: () => registry.sessions.size - registry.admittedByProvider.size,
     ignoredFrames: () => registry.ignoredFrames,
@@ -135,6 +136,18 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     onSettled: (label) => metrics.settlementLabelled(label),
     judge: workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
   });
+  // The operator console (/console) sees what the metrics see: the prometheus port, teed.
+  const operatorConsole = createConsole({
+    consoleToken: config.consoleToken,
+    store,
+    registry,
+    supervisor,
+    runner: () => runner,
+    settlements,
+    log,
+    now,
+  });
+  const metrics = teeMetrics(prometheus, operatorConsole.live);
   const resumed = settlements.resumePending();
   if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
   const stopCatalogPoll = pollCatalog(catalog, (result) =>
@@ -235,7 +248,9 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     // Streams may wait long for a cold provider's first token (no keep-alive bytes before it).
     idleTimeout: 0,
     fetch(request, srv) {
-      if (new URL(request.url).pathname === PROVIDER_CONNECT_PATH) {
+      const pathname = new URL(request.url).pathname;
+      if (pathname === CONSOLE_PATH || pathname.startsWith(`${CONSOLE_PATH}/`)) return operatorConsole.handle(request).then((r) => r ?? handleHttp(request));
+      if (pathname === PROVIDER_CONNECT_PATH) {
         if (srv.upgrade(request, { data: {} })) return undefined;
         return errorResponse(gatewayError("invalid_request", "Expected a WebSocket upgrade."), newRequestId());
       }

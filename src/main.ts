@@ -18,6 +18,7 @@ import { processIo, runVerifyReceipt } from "./receipts/verifyCli.ts";
 import { databasePath } from "./compositionRoot.ts";
 import { openStore } from "./store/index.ts";
 import { runServe } from "./serveCommand.ts";
+import { runConsoleCommand } from "./console/cli.ts";
 
 const USAGE = `usage: gateway <command> [options]
 
@@ -34,6 +35,7 @@ commands:
   ledger        audit the ledger against stored receipts (gateway ledger audit)
   verify-receipt  check a receipt offline (gateway verify-receipt --help)
   backup        copy the gateway's database while it runs (gateway backup --to FILE)
+  console       the operator console at /console: gateway console token prints its token
 
 operator commands read --data-dir DIR (env GATEWAY_DATA_DIR, default ./data).`;
 
@@ -93,6 +95,8 @@ async function main(argv: string[]): Promise<number> {
       );
     case "verify-receipt":
       return runVerifyReceipt(rest, processIo);
+    case "console":
+      return runOperator(runConsoleCommand, rest);
     case "backup": {
       const { dataDir, rest: args } = takeDataDir(rest);
       return runBackupCommand(args, { databasePath: databasePath(dataDir), stdout: (l) => console.log(l), stderr: (l) => console.error(l) });

@@ -73,7 +73,8 @@ const round3 = (ms: number) => Math.round(ms * 1000) / 1000;
 export interface MetricsPort {
   httpResponse(route: string, status: number): void;
   requestCompleted(summary: RequestSummary): void;
-  attemptFinished(outcome: AttemptOutcome): void;
+  /** `providerId`: whose attempt it was (the console counts recent failures per provider). */
+  attemptFinished(outcome: AttemptOutcome, providerId?: string): void;
   /** A new attempt was dispatched after `after` ended the previous one before the first byte. */
   failover(after: AttemptOutcome): void;
   settlementLabelled(label: SettlementLabel): void;

@@ -34,6 +34,7 @@ const PROVIDERS_USAGE = [
   "usage: gateway providers pin ID --public-key B64",
   "       gateway providers unpin ID",
   "       gateway providers ban ID",
+  "       gateway providers unban ID",
   "       gateway providers list [--json]",
 ];
 
@@ -62,6 +63,7 @@ export function runProvidersCommand(argv: readonly string[], ctx: OperatorContex
     pin: providersPin,
     unpin: providersUnpin,
     ban: providersBan,
+    unban: providersUnban,
     list: providersList,
   });
 }
@@ -350,6 +352,15 @@ const providersBan: Subcommand = (argv, ctx, usage) => {
   const p = providerIdArg(argv, ctx, usage);
   if (typeof p === "number") return p;
   ctx.stdout(json(providerJson(ctx.store.banProvider(p.id))));
+  return EXIT_OK;
+};
+
+const providersUnban: Subcommand = (argv, ctx, usage) => {
+  const p = providerIdArg(argv, ctx, usage);
+  if (typeof p === "number") return p;
+  const binding = ctx.store.unbanProvider(p.id);
+  if (!binding) return failure(ctx, `unknown provider ${p.id}`);
+  ctx.stdout(json(providerJson(binding)));
   return EXIT_OK;
 };
 

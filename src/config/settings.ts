@@ -54,6 +54,7 @@ export const settingSpecs = [
   s("inspect", "string", undefined, "Attach the XState inspector at this WebSocket URL (flag without value: ws://127.0.0.1:8090)."),
   s("logLevel", "enum", "info", "Least severe log level written.", { values: ["debug", "info", "warn", "error"] }),
   s("metricsToken", "string", undefined, "When set, GET /metrics needs the header 'Authorization: Bearer TOKEN' with this value (set it by env or config file: flags show in ps)."),
+  s("consoleToken", "string", undefined, "The operator console's token (/console; docs/console.md). Default: one generated once and kept in the database, printed by 'gateway console token'. Prefer the env or config file: flags show in ps."),
   s("publicBaseUrl", "string", undefined, "Public base URL buyers' browsers reach the gateway at (https://gw.example.com); sign-up redirect URIs are this + /auth/<idp>/callback. Default http://<host>:<port>."),
   s("oidcProviders", "string", undefined, "Sign-up identity providers: a JSON array of {name, issuer, clientId, clientSecret} (see docs/signup.md). Prefer the env or config file: flags show in ps."),
   s("trustedProxies", "string", undefined, "Comma-separated IPs/CIDRs of reverse proxies whose X-Forwarded-For names the client (default: none; the socket address is the client)."),
@@ -96,6 +97,7 @@ export interface GatewayConfig {
   inspect: string | undefined;
   logLevel: "debug" | "info" | "warn" | "error";
   metricsToken: string | undefined;
+  consoleToken: string | undefined;
   publicBaseUrl: string | undefined;
   oidcProviders: string | undefined;
   trustedProxies: string | undefined;

@@ -206,7 +206,7 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
         stopWaiting(handle.timing, clock());
         handle.timing.lastAttemptOutcome = outcome;
       }
-      metrics.attemptFinished(outcome);
+      metrics.attemptFinished(outcome, context.current!.providerId);
     },
   };
 }
@@ -292,7 +292,12 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
     return { abort: () => actor.send({ type: "buyer.aborted" }) };
   }
 
-  return { start, liveRequests: () => handles.size };
+  /** The live request actors by request id (the operator console counts and follows them). */
+  function* actors(): Generator<[string, RequestHandle["actor"]]> {
+    for (const [id, handle] of handles) yield [id, handle.actor];
+  }
+
+  return { start, liveRequests: () => handles.size, actors };
 }
 
 export type RequestRunner = ReturnType<typeof createRequestRunner>;

@@ -170,6 +170,10 @@ export function createSettlements(deps: SettlementDeps) {
     afterCommit: (effect: (committed: boolean) => void) => deps.store.afterCommit(effect),
     /** Attempts not settled yet (metrics, tests). */
     openCount: () => open.size,
+    /** The live settlement actors by attempt key (the operator console counts and follows them). */
+    *actors(): Generator<[string, OpenAttempt["actor"]]> {
+      for (const [key, att] of open) yield [key, att.actor];
+    },
     stop: () => {
       parts.judge.stop();
       for (const att of open.values()) att.actor.stop();

@@ -88,6 +88,7 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
       providers.pinProvider(db, provider_id, public_key, now_ms),
     unpinProvider: (provider_id, now_ms = clock()) => providers.unpinProvider(db, provider_id, now_ms),
     banProvider: (provider_id, now_ms = clock()) => providers.banProvider(db, provider_id, now_ms),
+    unbanProvider: (provider_id, now_ms = clock()) => providers.unbanProvider(db, provider_id, now_ms),
     listProviders: () => providers.listProviders(db),
 
     getOrCreateSecret: (name, byteLength) => getOrCreateSecret(db, random, name, byteLength),

@@ -117,6 +117,16 @@ export function banProvider(db: Database, provider_id: string, now_ms: number): 
     .immediate();
 }
 
+/** Lifts a ban; null when the id has no binding. */
+export function unbanProvider(db: Database, provider_id: string, now_ms: number): ProviderBinding | null {
+  return db
+    .transaction(() => {
+      db.query("UPDATE provider_bindings SET banned = 0, updated_at_ms = ? WHERE provider_id = ?").run(now_ms, provider_id);
+      return getProviderBinding(db, provider_id);
+    })
+    .immediate();
+}
+
 export function listProviders(db: Database): ProviderBinding[] {
   const rows = db.query(`SELECT ${COLUMNS} FROM provider_bindings ORDER BY provider_id`).all() as BindingRow[];
   return rows.map(toBinding);

@@ -104,6 +104,8 @@ export interface Store extends IdentityStore, DemoSessionStore, LedgerStore, Fee
   unpinProvider(provider_id: string, now_ms?: number): ProviderBinding | null;
   /** Marks the id banned, creating a keyless row when it was never seen. */
   banProvider(provider_id: string, now_ms?: number): ProviderBinding;
+  /** Lifts a ban (the id keeps its key and tier); null when the id has no binding. */
+  unbanProvider(provider_id: string, now_ms?: number): ProviderBinding | null;
   listProviders(): ProviderBinding[];
 
   /** The named secret, generated with `byteLength` random bytes on first use and persisted. */
