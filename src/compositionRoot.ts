@@ -118,6 +118,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     providerViews: () => registry.providerViews(),
     handshakingSessions: () => registry.sessions.size - registry.admittedByProvider.size,
     ignoredFrames: () => registry.ignoredFrames,
+    ignoredReceipts: () => registry.ignoredReceipts,
     liveRequests: () => runner.liveRequests(),
     draining: () => supervisor.getSnapshot().matches("draining"),
   });
@@ -185,6 +186,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
       },
     },
     maxBodyBytes: config.maxBodyBytes,
+    requestBodyTimeoutMs: config.requestBodyTimeoutMs,
+    stream: { maxBufferedBytes: config.streamBufferBytes, stallMs: config.streamStallMs },
     requestTokenCap: config.requestTokenCap,
     settlementMode: config.settlementMode,
     accepting,
@@ -231,6 +234,9 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     handshakeTimeoutMs: config.handshakeTimeoutMs,
     catalogId: () => catalog.current()?.catalog_id ?? "",
     settlements,
+    now,
+    receiptFrames: { perSecond: config.receiptFramesPerSecond, burst: config.receiptFrameBurst },
+    maxChunkBytesPerToken: config.maxChunkBytesPerToken,
     onAdmitted: () => supervisor.send({ type: "session.admitted" }),
     onClosed: (_session, wasAdmitted) => {
       if (wasAdmitted) supervisor.send({ type: "session.closed" });

@@ -94,6 +94,8 @@ export interface MetricsSources {
   /** Provider sockets still in the handshake. */
   handshakingSessions(): number;
   ignoredFrames(): number;
+  /** Receipt frames counted and not stored, by reason; absent = none counted. */
+  ignoredReceipts?(): Readonly<Record<string, number>>;
   liveRequests(): number;
   draining(): boolean;
 }
@@ -270,6 +272,17 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
       // The registry owns the count; mirror it (a counter cannot be set, so reset and add).
       this.reset();
       this.inc(sources.ignoredFrames());
+    },
+  });
+
+  new Counter({
+    name: "gateway_receipts_not_stored_total",
+    help: "Receipt frames not stored: a duplicate for an open attempt, one after the attempt's final outcome (answered with its settled frame), or one for no attempt of that provider.",
+    labelNames: ["reason"] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const [reason, n] of Object.entries(sources.ignoredReceipts?.() ?? {})) this.inc({ reason }, n);
     },
   });
 

@@ -71,6 +71,12 @@ export const settingSpecs = [
   s("demoRequestTokenCap", "integer", 512, "Largest max_tokens one demo request may ask for (an absent max_tokens reserves up to it).", { min: 1 }),
   s("demoConcurrentRequests", "integer", 2, "Requests one demo client IP (/32 or /64) may have running at once.", { min: 1 }),
   s("feedbackPerHour", "integer", 60, "POST /v1/feedback submissions accepted per client IP (/32 or /64) per hour.", { min: 0 }),
+  s("requestBodyTimeoutMs", "integer", 30_000, "Longest a buyer may take to send a request body (after valid credentials) before 408 request_timeout.", { min: 1 }),
+  s("streamBufferBytes", "integer", 1024 * 1024, "Bytes of a stream's output that may wait unsent for a buyer that does not read; past it the attempt is cancelled (see docs/reliability.md).", { min: 1024 }),
+  s("streamStallMs", "integer", 30_000, "How long a stream's output may wait unsent for a buyer that does not read before the attempt is cancelled.", { min: 1 }),
+  s("maxChunkBytesPerToken", "integer", 1024, "Largest content and tool-call bytes a provider chunk may carry per token it claims (a chunk of 0 tokens counts as 1); a bigger chunk closes the session (1008).", { min: 16 }),
+  s("receiptFramesPerSecond", "integer", 200, "Receipt frames that settle nothing (duplicates, after the final outcome, unknown attempts) a provider session may send per second on average; past the burst the session is closed (1008).", { min: 1 }),
+  s("receiptFrameBurst", "integer", 2000, "Receipt frames that settle nothing a provider session may send at once (an outbox re-sent after a reconnect) before the per-second rate applies.", { min: 1 }),
 ] as const satisfies readonly SettingSpec[];
 
 export interface GatewayConfig {
@@ -114,6 +120,12 @@ export interface GatewayConfig {
   demoRequestTokenCap: number;
   demoConcurrentRequests: number;
   feedbackPerHour: number;
+  requestBodyTimeoutMs: number;
+  streamBufferBytes: number;
+  streamStallMs: number;
+  maxChunkBytesPerToken: number;
+  receiptFramesPerSecond: number;
+  receiptFrameBurst: number;
 }
 
 export const DEFAULT_INSPECT_URL = "ws://127.0.0.1:8090";

@@ -41,6 +41,8 @@ export class Registry {
   readonly attempts = new Map<string, AttemptHandle>();
   /** Frames about jobs a session does not hold: ignored, and counted (DESIGN §3). */
   ignoredFrames = 0;
+  /** Receipt frames counted and not stored, by why (src/gateway/settlements.ts receiptArrived). */
+  readonly ignoredReceipts = { duplicate: 0, after_final: 0, unknown_attempt: 0 };
   /** Sessions whose attempts changed this event-loop turn; their actors hear the count at its end. */
   private readonly uncounted = new Set<SessionHandle>();
 

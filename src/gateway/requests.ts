@@ -3,7 +3,7 @@
 // releasing attempts. An attempt's chunks after its first never reach the actor: `chunkArrived` checks
 // and counts them with the attempt's ChunkMeter and relays them here, sending the actor only what
 // changes its state. Failures reach the responder as codes (src/chat/contract.ts); http/ maps them.
-import { createActor, type InspectionEvent } from "xstate";
+import { createActor, type ActorOptions, type AnyActorLogic, type InspectionEvent } from "xstate";
 import { requestLogic, streamIdleCheckMs, type RequestContext, type RequestLogic } from "../../actors/request.ts";
 import type { FailureCode, NormalizedChat, RequestFailure } from "../chat/contract.ts";
 import { cancelAbandonsOutput } from "../ledger/charges.ts";
@@ -28,6 +28,8 @@ export interface RequestRunnerDeps {
   streamIdleTimeoutMs: number;
   requestDeadlineMs: number;
   inspect?: (event: InspectionEvent) => void;
+  /** The clock of the request actors' timers (tests inject a SimulatedClock); default the real one. */
+  actorClock?: ActorOptions<AnyActorLogic>["clock"];
   onClosed: () => void;
   log: Log;
   metrics?: MetricsPort;
@@ -260,6 +262,7 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
     const actor = createActor(logic, {
       input: { requestId: spec.requestId, streaming: spec.chat.stream, maxTokens: spec.chat.params.max_tokens, maxAttempts: deps.maxAttempts },
       inspect: deps.inspect,
+      ...(deps.actorClock ? { clock: deps.actorClock } : {}),
     });
     const timing = newTiming(spec.arrivedAt ?? clock());
     const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing, meter: new ChunkMeter(spec.chat.params.max_tokens), toPrefix: noPrefix, dispatch: { stopped: true } };

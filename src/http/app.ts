@@ -2,7 +2,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { Elysia } from "elysia";
 import { authenticateBuyer, bearerToken } from "./auth.ts";
-import { errorResponse, gatewayError, messagesErrorResponse } from "./errors.ts";
+import { errorResponse, errorTable, gatewayError, messagesErrorResponse } from "./errors.ts";
 import { chatCompletionsHandler, type ChatRouteDeps } from "./chat/route.ts";
 import { COUNT_TOKENS_ROUTE, countTokensHandler, messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
 import { responsesHandler, RESPONSES_ROUTE } from "./responses/route.ts";
@@ -123,6 +123,7 @@ export function createHttpApp(deps: HttpDeps) {
     arrivals.set(ids.requestId, arrivedAt);
     try {
       const response = await handler(request, ids);
+      if (response.status === errorTable.client_closed_request.status) deps.log.info("client_aborted_upload", { request_id: ids.responseRequestId, route });
       // A replayed result (DESIGN §7) ran no request: it is neither a rejection nor a second request.
       if (arrivals.has(ids.requestId) && !response.headers.has(REPLAYED_HEADER)) await reportRejected(route, ids.requestId, response, arrivedAt);
       return response;
@@ -212,10 +213,18 @@ export function createHttpApp(deps: HttpDeps) {
 
   const feedback = feedbackHandler({ store: deps.store, now: deps.now, perHour: deps.feedbackPerHour ?? 60 });
 
-  const app = new Elysia()
+  // Elysia finds the path from index 11 of the URL by default ("http://a.bc"), so a Host shorter than
+  // four characters (`a`, `x.y`) made every route 404. Bun.serve here is plain HTTP (TLS ends at the
+  // load balancer), so the path starts after "http://" + host: index 7 is always safe.
+  const app = new Elysia({ handler: { standardHostname: false } })
     .onError(({ code, request, error }) => {
       const rid = idsOf(request).responseRequestId;
       if (code === "NOT_FOUND") return errorResponse(gatewayError("not_found", "The requested route does not exist."), rid);
+      // A body read that failed because the client left (any route that reads one) is the client's doing.
+      if (request.signal.aborted) {
+        deps.log.info("client_aborted_upload", { request_id: rid, code: String(code) });
+        return errorResponse(gatewayError("client_closed_request", "The client closed the connection."), rid);
+      }
       deps.log.error("http_handler_failed", { request_id: rid, code: String(code), error: String(error) });
       return errorResponse(gatewayError("internal_error", "The gateway hit an internal error. Retry the request."), rid);
     })

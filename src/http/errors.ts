@@ -9,6 +9,10 @@ export const errorTable = {
   invalid_request: { status: 400, type: "invalid_request_error", retryable: false },
   unsupported_content_shape: { status: 400, type: "invalid_request_error", retryable: false },
   request_too_large: { status: 413, type: "invalid_request_error", retryable: false },
+  request_timeout: { status: 408, type: "invalid_request_error", retryable: true },
+  // The client left while sending its request (nginx's 499): no one reads this response; it exists so
+  // metrics and logs count the request as the client's doing, not as a gateway failure.
+  client_closed_request: { status: 499, type: "invalid_request_error", retryable: false },
   not_found: { status: 404, type: "not_found_error", retryable: false },
   // A facade the operator has not enabled: the path exists in this build, but not on this gateway.
   endpoint_disabled: { status: 404, type: "not_found_error", retryable: false },

@@ -2,12 +2,13 @@
 // same admission checks, the same request actor, the same cancellation. An entrypoint only parses its
 // own wire shape into a NormalizedChat and supplies a responder that writes its own wire shape back.
 import { authenticateBuyer, type AuthResult, type BuyerPrincipal } from "./auth.ts";
-import { parseJsonBody, readBody } from "./body.ts";
+import { parseJsonBody, readBodyWithin, type BodyRead } from "./body.ts";
 import { failureError, gatewayError, type GatewayError } from "./errors.ts";
 import { promptTokenBound } from "./chat/normalize.ts";
 import type { ChatOutcome, ChatResponder, NormalizedChat, RequestFailure } from "../chat/contract.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
-import type { BodyTemplate, FacadeResponder } from "./output.ts";
+import type { BodyTemplate, FacadeResponder, StreamFlow } from "./output.ts";
+import type { Log } from "../log.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
 import type { Store } from "../store/index.ts";
 import type { Settlements } from "../gateway/settlements.ts";
@@ -31,6 +32,11 @@ export interface PipelineDeps {
   quotas?: QuotaPolicy;
   /** Retries replayed instead of re-run (DESIGN §7); absent = every request runs. */
   replays?: ReplayCache;
+  /** Deadline for the whole request body (default 30 s). */
+  requestBodyTimeoutMs?: number;
+  /** Bounds on a stream's output waiting for a buyer that does not read (absent = unbounded). */
+  stream?: { maxBufferedBytes: number; stallMs: number };
+  log?: Log;
 }
 
 /** Raw body bytes of admitted requests: what retries are matched on (same body bytes, DESIGN §7). */
@@ -48,9 +54,10 @@ export type Authenticate = (store: Store, request: Request) => AuthResult;
 export type AdmittedBody = { ok: true; principal: BuyerPrincipal; json: unknown } | { ok: false; error: GatewayError };
 
 /**
- * The checks every buyer POST shares, in this order: the gateway is accepting, the body is within the
- * byte limit, the credentials are valid, the body is JSON within the nesting limit. Entrypoints differ
- * only in where credentials may come from (`authenticate`) and in how they render the error.
+ * The checks every buyer POST shares, in this order: the gateway is accepting, the credentials are
+ * valid, the body arrives within its deadline and byte limit, the body is JSON within the nesting
+ * limit. Entrypoints differ only in where credentials may come from (`authenticate`) and in how they
+ * render the error.
  */
 export async function admitBuyerRequest(
   deps: PipelineDeps,
@@ -61,16 +68,30 @@ export async function admitBuyerRequest(
   if (!deps.accepting()) {
     return { ok: false, error: gatewayError("coordinator_unavailable", "The gateway is shutting down. Retry shortly.", { retryAfterSeconds: 5 }) };
   }
-  const body = await readBody(request, deps.maxBodyBytes);
-  if (!body) {
-    return { ok: false, error: gatewayError("request_too_large", `The request body is larger than ${deps.maxBodyBytes} bytes.`) };
-  }
+  // Credentials first: a client without them never gets to hold a connection open with a slow body.
   const auth = authenticate(deps.store, request);
   if (!auth.ok) return auth;
+  const read = await readBodyWithin(request, deps.maxBodyBytes, deps.requestBodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS);
+  if (!read.ok) return { ok: false, error: bodyReadError(read.reason, deps.maxBodyBytes) };
+  const body = read.body;
   const parsed = parseJsonBody(body);
   if (!parsed.ok) return parsed;
   rawBodies.set(request, body);
   return { ok: true, principal: auth.principal, json: parsed.json };
+}
+
+/** The `requestBodyTimeoutMs` setting's default, for apps built without it. */
+const DEFAULT_BODY_TIMEOUT_MS = 30_000;
+
+function bodyReadError(reason: Extract<BodyRead, { ok: false }>["reason"], limit: number): GatewayError {
+  switch (reason) {
+    case "too_large":
+      return gatewayError("request_too_large", `The request body is larger than ${limit} bytes.`);
+    case "timeout":
+      return gatewayError("request_timeout", "The request body did not arrive in time.");
+    case "aborted":
+      return gatewayError("client_closed_request", "The client closed the connection before the request body arrived.");
+  }
 }
 
 /** What the pipeline hands an entrypoint's responder factory. */
@@ -86,6 +107,8 @@ export interface ResponderContext {
   record: (text: string) => void;
   /** The same for a templated piece (src/http/output.ts BodyTemplate), which the copy keeps smaller. */
   recordFilled?: (template: BodyTemplate, hole: string) => void;
+  /** Backpressure bounds for a streamed body (src/http/output.ts StreamFlow). */
+  flow?: StreamFlow;
 }
 
 export interface PipelineRequest {
@@ -166,6 +189,11 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
       },
       record: tracker ? tracker.record : ignoreBody,
       recordFilled: tracker ? tracker.recordFilled : ignoreFilled,
+      flow: deps.stream && {
+        ...deps.stream,
+        now: deps.now,
+        onStalled: (why) => deps.log?.info("buyer_stream_stalled", { request_id: ids.requestId, why }),
+      },
     }),
     end,
   );

@@ -125,13 +125,14 @@ export class ReceiptOutbox {
   }
 
   /**
-   * Sends every kept receipt not yet sent on `session` as a `receipt` frame. `send` returns false when
-   * the frame could not be handed to the socket; such entries stay unsent for the next try.
+   * Sends kept receipts not yet sent on `session` as `receipt` frames, at most `limit`. `send` returns
+   * false when the frame could not be handed to the socket; such entries stay unsent for the next try.
    */
-  flush(session: object, send: (frame: ProviderFrame) => boolean): number {
+  flush(session: object, send: (frame: ProviderFrame) => boolean, limit = Number.POSITIVE_INFINITY): number {
     this.expire();
     let sent = 0;
     for (const entry of this.entries.values()) {
+      if (sent >= limit) break;
       if (entry.sentOn === session) continue;
       const frame: ReceiptFrame = { type: "receipt", request_id: entry.request_id, attempt_n: entry.attempt_n, receipt: entry.receipt };
       if (!send(frame)) break;

@@ -76,6 +76,9 @@ export interface ProviderRuntimeOptions {
  * silence is measured on the wall clock, which keeps running while a machine sleeps (a monotonic clock
  * may not), so the first tick after a wake-up reconnects at once.
  */
+/** Receipts re-sent per second at most: half the gateway's default budget (receiptFramesPerSecond). */
+export const OUTBOX_RESEND_PER_SECOND = 100;
+
 export const DEFAULT_WATCHDOG = { pingIntervalMs: 5_000, timeoutMs: 15_000 } as const;
 
 export interface ProviderRuntime {
@@ -140,6 +143,8 @@ class Runtime implements ProviderRuntime {
   private session: Session | null = null;
   private stopped = false;
   private reconnectTimer: unknown = null;
+  /** The next paced outbox flush, while receipts wait for it. */
+  private flushTimer: unknown = null;
   private failures = 0; // connection attempts since the last welcome: the backoff exponent
   private readonly signer: ReceiptSigner;
   private readonly outbox: ReceiptOutbox;
@@ -230,6 +235,8 @@ class Runtime implements ProviderRuntime {
     this.stopped = true;
     if (this.reconnectTimer !== null) this.timers.clearTimeout(this.reconnectTimer);
     this.reconnectTimer = null;
+    if (this.flushTimer !== null) this.timers.clearTimeout(this.flushTimer);
+    this.flushTimer = null;
     const session = this.session;
     if (session && session.phase !== "closed") {
       session.ws.close(CloseCode.normal, "provider stopping");
@@ -403,11 +410,20 @@ class Runtime implements ProviderRuntime {
     this.reconnectTimer = this.timers.setTimeout(() => this.connect(), delayMs);
   }
 
-  /** Sends held receipts on the current session, when one is admitted (DESIGN §3 `receipt`). */
+  /**
+   * Sends held receipts on the current session, when one is admitted (DESIGN §3 `receipt`), at most
+   * OUTBOX_RESEND_PER_SECOND a second: the gateway closes a session that sends receipts settling
+   * nothing faster than its budget (docs/reliability.md), and a large outbox may be mostly those.
+   */
   private flushOutbox(): void {
     const session = this.session;
     if (session?.phase !== "admitted") return;
-    this.outbox.flush(session, (frame) => this.send(session, frame));
+    const sent = this.outbox.flush(session, (frame) => this.send(session, frame), OUTBOX_RESEND_PER_SECOND);
+    if (sent < OUTBOX_RESEND_PER_SECOND || this.flushTimer !== null) return;
+    this.flushTimer = this.timers.setTimeout(() => {
+      this.flushTimer = null;
+      this.flushOutbox();
+    }, 1000);
   }
 
   // ---- jobs ----

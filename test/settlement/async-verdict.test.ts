@@ -292,14 +292,16 @@ describe("orderings", () => {
     deliver(rig, a.requestId);
     endAndRelease(rig, a.requestId, undefined);
     const honest = receiptFor(rig, a);
-    rig.settlements.receiptArrived(PROVIDER, a.requestId, 0, flipSignatureChar(honest));
-    rig.settlements.receiptArrived(PROVIDER, a.requestId, 0, honest);
+    expect(rig.settlements.receiptArrived(PROVIDER, a.requestId, 0, flipSignatureChar(honest))).toBe("stored");
+    expect(rig.settlements.receiptArrived(PROVIDER, a.requestId, 0, honest)).toBe("duplicate");
     expect(await settledRow(rig, a.requestId)).toMatchObject({ label: "quarantined", reason: "bad_signature" });
-    rig.settlements.receiptArrived(PROVIDER, a.requestId, 0, honest);
-    expect(dispositions(rig, a.requestId)).toEqual(["judged", "after_final", "after_final"]);
     await waitFor(() => rig.settled.length === 1);
+    // After the final outcome: not stored, answered with that outcome again (issue 26, defect 3).
+    expect(rig.settlements.receiptArrived(PROVIDER, a.requestId, 0, honest)).toBe("after_final");
+    expect(dispositions(rig, a.requestId)).toEqual(["judged"]);
+    await waitFor(() => rig.settled.length === 2);
     await settle();
-    expect(rig.settled.map((f) => f.reason)).toEqual(["bad_signature"]);
+    expect(rig.settled.map((f) => f.reason)).toEqual(["bad_signature", "bad_signature"]);
   });
 
   test("stop() with a verification in flight: nothing more is written; after a restart the re-sent receipt settles", async () => {

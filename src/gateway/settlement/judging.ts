@@ -4,7 +4,9 @@ import { parseEnvelope } from "../../receipts/index.ts";
 import type { JudgedReceipt, ReceiptJudge } from "../../receipts/judge.ts";
 import type { Log } from "../../log.ts";
 import type { Store } from "../../store/index.ts";
+import type { FinalLabel } from "../../ledger/charges.ts";
 import { attemptKey } from "../registry.ts";
+import { sendSettled } from "./outcome.ts";
 import type { JudgedEnvelope, OpenAttempt, OpenAttempts } from "./attempt.ts";
 
 export interface JudgingDeps {
@@ -13,28 +15,38 @@ export interface JudgingDeps {
   log: Log;
   judge: ReceiptJudge;
   open: OpenAttempts;
+  /** Sends a frame to the provider id's live session, when it has one. */
+  sendToProvider: (providerId: string, frame: Uint8Array) => void;
 }
 
+/** What became of a receipt: stored (and judged), or only counted and why. */
+export type ReceiptArrival = "stored" | "duplicate" | "after_final" | "unknown_attempt";
+
 /**
- * A receipt (in `end` or a late `receipt` frame) for an attempt of this provider id: logged as
- * arrived-after-final or for an unknown attempt when no open attempt of the provider has it, kept
- * until release when the attempt is still live, judged otherwise.
+ * A receipt (in `end` or a late `receipt` frame) for an attempt of this provider id (from any of its
+ * sessions). Only the first receipt of an open attempt is stored: kept until release when the attempt
+ * is still live, judged otherwise. Any other is counted by the caller (the disposition says why) and
+ * never stored, so a provider cannot grow the database with them. One for an attempt that already has
+ * its final outcome is answered with that outcome's `settled` frame, so the provider's runtime drops
+ * it instead of re-sending it on every reconnect.
  */
-export function receiptArrived(deps: JudgingDeps, providerId: string, requestId: string, attemptN: number, envelope: string): void {
+export function receiptArrived(deps: JudgingDeps, providerId: string, requestId: string, attemptN: number, envelope: string): ReceiptArrival {
   const att = deps.open.get(attemptKey(requestId, attemptN));
   if (!att || att.providerId !== providerId) {
     const known = deps.store.getSettlement(requestId, attemptN);
-    const disposition = known && known.provider_id === providerId ? "after_final" : "unknown_attempt";
-    deps.store.recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition }, deps.now());
-    return;
+    if (!known || known.provider_id !== providerId || known.label === "pending") return "unknown_attempt";
+    const final = known;
+    // Announced only once durable, like the first `settled` frame (the row may be this turn's).
+    deps.store.afterLazyCommit((committed) => {
+      if (committed) sendSettled(deps, providerId, final.request_id, final.attempt_n, final.label as FinalLabel, final.reason, final.provider_credits);
+    });
+    return "after_final";
   }
-  if (att.judged) {
-    deps.store.recordReceiptArrival({ request_id: requestId, attempt_n: attemptN, provider_id: providerId, envelope, disposition: "after_final" }, deps.now());
-    return;
-  }
+  // The first receipt decides; the attempt's `settled` frame answers the duplicates too once it settles.
+  if (att.judged || att.earlyReceipt !== null) return "duplicate";
   if (!att.delivered) {
-    att.earlyReceipt ??= envelope;
-    return;
+    att.earlyReceipt = envelope;
+    return "stored";
   }
   if (att.crossedEnd && bindsOtherEnd(envelope, att.delivered.terminal_state)) {
     // The receipt of an `end` that crossed our cancel binds output the buyer never got: the provider
@@ -43,6 +55,7 @@ export function receiptArrived(deps: JudgingDeps, providerId: string, requestId:
     return;
   }
   if (judgeReceipt(deps, att, envelope)) att.actor.send({ type: "receipt.arrived" });
+  return "stored";
 }
 
 /** Whether a readable receipt names a terminal state other than `expected` (an unreadable one is judged). */

@@ -4,7 +4,7 @@
 import { errorResponse, inBandErrorFrame, type GatewayError } from "../errors.ts";
 import type { ChunkFrame, ToolCallDelta } from "../../wire/frames.ts";
 import type { ChatOutcome, ChatUsage } from "../../chat/contract.ts";
-import { bufferedJsonResponder, lazyEventStream, type BodyTemplate, type FacadeResponder, type LazyEventStream } from "../output.ts";
+import { bufferedJsonResponder, lazyEventStream, type BodyTemplate, type FacadeResponder, type LazyEventStream, type StreamFlow } from "../output.ts";
 
 
 export interface ResponderOptions {
@@ -19,6 +19,8 @@ export interface ResponderOptions {
   record: (text: string) => void;
   /** The same for the templated content deltas. */
   recordFilled?: (template: BodyTemplate, hole: string) => void;
+  /** Backpressure bounds for the stream. */
+  flow?: StreamFlow;
   requestId: string;
 }
 
