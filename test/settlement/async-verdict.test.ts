@@ -282,6 +282,8 @@ describe("orderings", () => {
     expect(rig.store.getSettlement(a.requestId, 0)).toMatchObject({ label: "zero_settled", reason: "nothing_delivered" });
     // The verdict is still logged, as it was when judging was synchronous.
     expect(rig.warnings).toEqual([{ event: "receipt_quarantined", reason: "bad_signature" }]);
+    // The settled frame follows the WAL sync of the posting's group (docs/decisions.md, durability tiers).
+    await waitFor(() => rig.settled.length === 1);
     expect(rig.settled.map((f) => f.label)).toEqual(["zero_settled"]);
     expect(rig.receiptEvents).toEqual([{ type: "attempt.ended (verdict due)", status: "active" }]);
   });

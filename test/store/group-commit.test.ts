@@ -97,7 +97,7 @@ test("a lazy effect asks for no commit: it runs with the group's next commit, ur
   await new Promise((r) => setImmediate(r));
   expect(lazy).toEqual([true]);
   expect(committedReservations(path)).toEqual([]);
-  // A later urgent effect commits the group: both effects run, the lazy one first (queued first).
+  // A later urgent effect commits the group: both effects run.
   store.reserve(reservation("req_z2", account_id));
   const urgent: boolean[] = [];
   store.afterCommit((committed) => urgent.push(committed));

@@ -52,7 +52,7 @@ export function receiptArrived(deps: JudgingDeps, providerId: string, requestId:
     // The receipt of an `end` that crossed our cancel binds output the buyer never got: the provider
     // answers the cancel with one bound to the delivered prefix, which is awaited until the deadline.
     deps.log.info("receipt_superseded", { request_id: requestId, attempt_n: attemptN, provider_id: providerId });
-    return;
+    return "duplicate"; // counted, never stored
   }
   if (judgeReceipt(deps, att, envelope)) att.actor.send({ type: "receipt.arrived" });
   return "stored";
