@@ -140,6 +140,7 @@ export function createSettlements(deps: SettlementDeps) {
         deadlineAtMs: null,
         unwrittenEnd: null,
         earlyReceipt: null,
+        crossedEnd: false,
         judged: null,
       },
       null,

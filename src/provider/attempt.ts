@@ -37,6 +37,12 @@ export interface Attempt {
    * binds exactly the chunks within `deliveredOutputBytes`.
    */
   cancel(reason: CancelFrame["reason"], deliveredOutputBytes?: number): void;
+  /**
+   * A `cancel` that crossed this attempt's `end` (docs/protocol.md): the receipt binding the prefix the
+   * buyer received (the chunks within `deliveredOutputBytes`), with the cancel's reason as its terminal
+   * state. Null unless the attempt already sent `end` uncancelled, or without a signer.
+   */
+  receiptAfterEnd(reason: CancelFrame["reason"], deliveredOutputBytes: number): IssuedReceipt | null;
   /** The session is lost: stop work, send nothing. */
   abandon(): void;
   /** Settles when the engine has returned and the last frame was sent. */
@@ -66,6 +72,8 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
   let cancelReason: CancelFrame["reason"] | null = null;
   let cancelBytes: number | null = null;
   let accepted = false;
+  /** The engine's prompt-token count once `end` went out uncancelled: a crossing cancel's receipt uses it. */
+  let endedInputTokens: number | null = null;
   let nextSeq = 0;
   let sentTokens = 0;
   // What reached the socket, kept until the end: a cancel binds a prefix of it (chunksWithinBytes).
@@ -176,6 +184,7 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
     // response waits on `end` only, not on signing here nor on the gateway's judging there.
     const endSent = deps.send({ type: "end", ...ids, terminal_state, finish_reason, usage }) !== false;
     const receipt = sign(terminal_state, finish_reason, result.usage.input_tokens, cancelReason !== null ? cancelBytes : null, terminalAtMs);
+    if (endSent && cancelReason === null) endedInputTokens = result.usage.input_tokens;
     const delivered = endSent && receipt !== null && deps.send({ type: "receipt", ...ids, receipt: receipt.envelope }) !== false;
     deps.log("job_ended", { ...ids, terminal_state, finish_reason, chunks: nextSeq, ...usage, receipt: receipt !== null });
     if (receipt !== null && !receipt.deliveredNothing) deps.keep?.(receipt, delivered);
@@ -201,11 +210,15 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
 
   return {
     cancel(reason, deliveredOutputBytes) {
-      if (cancelReason !== null || signal.aborted) return;
+      if (cancelReason !== null || signal.aborted || endedInputTokens !== null) return;
       cancelReason = reason;
       // Without a byte count (never from the wire: the schema requires it) nothing is claimed as delivered.
       cancelBytes = deliveredOutputBytes ?? 0;
       controller.abort(reason);
+    },
+    receiptAfterEnd(reason, deliveredOutputBytes) {
+      if (endedInputTokens === null) return null;
+      return sign(reason, null, endedInputTokens, deliveredOutputBytes);
     },
     abandon() {
       controller.abort("session_closed");

@@ -66,6 +66,29 @@ function toolCallBytes(call: unknown): number {
 const textBytes = (value: unknown): number =>
   value === undefined || value === null ? 0 : Buffer.byteLength(typeof value === "string" ? value : (JSON.stringify(value) ?? ""), "utf8");
 
+/**
+ * Tokens a detokenizer may hold back in the middle of a character (a multi-byte character split over
+ * tokens) on top of one token per delivered byte (DESIGN §4).
+ */
+export const OUTPUT_TOKEN_ALLOWANCE = 4;
+
+/**
+ * The most output tokens an attempt can have produced for what it delivered (DESIGN §4): a token
+ * decodes to at least one byte, apart from special tokens, which are never content. So: delivered
+ * content bytes + tool-call bytes (toolCallDeltaBytes) + OUTPUT_TOKEN_ALLOWANCE.
+ */
+export const outputTokenBound = (contentBytes: number, toolCallBytes: number): number => contentBytes + toolCallBytes + OUTPUT_TOKEN_ALLOWANCE;
+
+/** UTF-8 bytes of the model output in tool-call deltas: every `name` and `arguments` fragment (ids are the server's). */
+export function toolCallDeltaBytes(deltas: readonly ToolCallDelta[]): number {
+  let bytes = 0;
+  for (const d of deltas) {
+    if (d.name !== undefined) bytes += Buffer.byteLength(d.name, "utf8");
+    if (d.arguments !== undefined) bytes += Buffer.byteLength(d.arguments, "utf8");
+  }
+  return bytes;
+}
+
 /** One delivered tool call as it enters output_hash: arguments are the raw concatenated text. */
 export interface DeliveredToolCall {
   index: number;
@@ -132,6 +155,8 @@ export interface DeliveredPrefix {
   finish_reason: string | null;
   /** True when at least one tool-call delta was delivered. */
   tool_calls_delivered: boolean;
+  /** UTF-8 bytes of the delivered tool-call names and arguments (toolCallDeltaBytes): the output-token bound's share. */
+  tool_call_bytes: number;
 }
 
 /** The object whose JCS is hashed into `output_hash` (docs/receipts.md). */
@@ -178,6 +203,7 @@ export class DeliveredPrefixBuilder {
   /** UTF-8 bytes of the content already hashed. */
   private hashedBytes = 0;
   private tokens = 0;
+  private toolCallBytes = 0;
 
   /** @param startByte bytes the request delivered before this attempt (0 while failover precedes the first byte). */
   constructor(private readonly startByte = 0) {}
@@ -190,7 +216,10 @@ export class DeliveredPrefixBuilder {
       this.pending += content;
       if (this.pending.length >= HASH_BATCH_UNITS || ++this.pendingPieces >= HASH_BATCH_PIECES) this.hashPending("");
     }
-    if (chunk.tool_calls !== undefined) this.toolCalls.add(chunk.tool_calls);
+    if (chunk.tool_calls !== undefined) {
+      this.toolCalls.add(chunk.tool_calls);
+      this.toolCallBytes += toolCallDeltaBytes(chunk.tool_calls);
+    }
     this.tokens += chunk.tokens;
   }
 
@@ -230,6 +259,7 @@ export class DeliveredPrefixBuilder {
       terminal_state,
       finish_reason,
       tool_calls_delivered: this.toolCalls.any,
+      tool_call_bytes: this.toolCallBytes,
     };
   }
 }

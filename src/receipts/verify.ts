@@ -1,7 +1,7 @@
 // The settlement verdict for one receipt (docs/receipts.md): pure — every input is a value the gateway
 // persisted before the receipt arrived, so a receipt judged after a restart gets the same verdict.
 import { parseEnvelope, verifySignature, type ParsedEnvelope } from "./envelope.ts";
-import { receiptKeyId, type DeliveredPrefix } from "./hashes.ts";
+import { outputTokenBound, receiptKeyId, type DeliveredPrefix } from "./hashes.ts";
 import type { ReceiptBody } from "./schema.ts";
 import type { RouteSnapshot } from "./snapshot.ts";
 
@@ -28,7 +28,7 @@ export const SETTLEMENT_REASONS = [
   "terminal_state_mismatch", // terminal_state ≠ how the gateway saw the attempt end
   "byte_range", // output_prefix_*_byte / delivered_output_bytes ≠ what the gateway delivered
   "output_mismatch", // output_hash ≠ the hash of what the gateway delivered
-  "output_tokens_inflated", // observed or billable output tokens above the delivered chunk tokens
+  "output_tokens_inflated", // output tokens above the delivered chunk tokens, or billable above the bytes' bound
   "output_tokens_mismatch", // observed output tokens below the delivered chunk tokens
   "input_tokens_inflated", // billable prompt tokens above the gateway's own bound for the prompt
   "billable_above_observed", // billable input or output above observed
@@ -58,8 +58,13 @@ export interface VerifyReceiptInput {
   snapshotDigest: string;
   /** `accepted.model_hash`, persisted when it arrived; null when the attempt was never accepted. */
   acceptedModelHash: string | null;
-  /** What the gateway itself delivered for this attempt. */
-  delivered: Pick<DeliveredPrefix, "output_hash" | "start_byte" | "end_byte" | "tokens" | "terminal_state">;
+  /**
+   * What the gateway itself delivered for this attempt. The output-token bound needs its tool-call
+   * bytes: known when the record says no tool call was delivered (0), or when `tool_call_bytes` is
+   * given; otherwise (a record persisted without them) only the edge's per-chunk check applied.
+   */
+  delivered: Pick<DeliveredPrefix, "output_hash" | "start_byte" | "end_byte" | "tokens" | "terminal_state"> &
+    Partial<Pick<DeliveredPrefix, "tool_calls_delivered" | "tool_call_bytes">>;
   /** The gateway's own prompt-token bound for this prompt. */
   promptTokenBound: number;
   requestStartMs: number;
@@ -176,6 +181,7 @@ function afterSignature(input: VerifyReceiptInput, r: ReceiptBody): ReceiptJudge
 
   const u = r.usage;
   if (u.observed_output_tokens > d.tokens || u.billable_output_tokens > d.tokens) return q("output_tokens_inflated");
+  if (u.billable_output_tokens > deliveredOutputBound(d)) return q("output_tokens_inflated");
   if (u.observed_output_tokens !== d.tokens) return q("output_tokens_mismatch");
   if (u.billable_input_tokens > input.promptTokenBound) return q("input_tokens_inflated");
   if (u.billable_input_tokens > u.observed_input_tokens || u.billable_output_tokens > u.observed_output_tokens) {
@@ -195,6 +201,12 @@ function afterSignature(input: VerifyReceiptInput, r: ReceiptBody): ReceiptJudge
     return q("issued_at_out_of_window");
   }
   return { label: "verified", receipt: r };
+}
+
+/** The output-token bound of a delivered record (outputTokenBound), Infinity when its tool-call bytes are unknown. */
+function deliveredOutputBound(d: VerifyReceiptInput["delivered"]): number {
+  const toolCallBytes = d.tool_call_bytes ?? (d.tool_calls_delivered === false ? 0 : null);
+  return toolCallBytes === null ? Infinity : outputTokenBound(d.end_byte - d.start_byte, toolCallBytes);
 }
 
 /**

@@ -1,5 +1,6 @@
 // Receipts reaching an open attempt: kept until the attempt is released, judged by the pure verifier
 // (src/receipts/verify.ts) on the judging thread, and the verdict handed to the attempt's actor.
+import { parseEnvelope } from "../../receipts/index.ts";
 import type { JudgedReceipt, ReceiptJudge } from "../../receipts/judge.ts";
 import type { Log } from "../../log.ts";
 import type { Store } from "../../store/index.ts";
@@ -47,8 +48,20 @@ export function receiptArrived(deps: JudgingDeps, providerId: string, requestId:
     att.earlyReceipt = envelope;
     return "stored";
   }
+  if (att.crossedEnd && bindsOtherEnd(envelope, att.delivered.terminal_state)) {
+    // The receipt of an `end` that crossed our cancel binds output the buyer never got: the provider
+    // answers the cancel with one bound to the delivered prefix, which is awaited until the deadline.
+    deps.log.info("receipt_superseded", { request_id: requestId, attempt_n: attemptN, provider_id: providerId });
+    return "duplicate"; // counted, never stored
+  }
   if (judgeReceipt(deps, att, envelope)) att.actor.send({ type: "receipt.arrived" });
   return "stored";
+}
+
+/** Whether a readable receipt names a terminal state other than `expected` (an unreadable one is judged). */
+function bindsOtherEnd(envelope: string, expected: string): boolean {
+  const parsed = parseEnvelope(envelope);
+  return parsed.ok && parsed.envelope.body.terminal_state !== expected;
 }
 
 /**
