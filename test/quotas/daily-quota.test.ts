@@ -61,7 +61,7 @@ describe("free tier: tokens per UTC day", () => {
     // Drain to 949: one request reserving 950 (424 + 526) that uses 424 prompt + 525 completion tokens.
     const long = "x".repeat(400);
     gate.answer = (a: ScriptedAttempt) => {
-      a.chunk("y", 525);
+      a.chunk("y".repeat(525), 525); // a token decodes to at least one byte (docs/receipts.md)
       a.end({ inputTokens: 424 });
     };
     gate.open();

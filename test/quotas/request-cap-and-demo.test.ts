@@ -96,7 +96,7 @@ describe("demo mode", () => {
     const token = await demoToken(ip);
     // Use 538 tokens: 26 prompt (the whole bound) + 512 completion.
     gate.answer = (a) => {
-      a.chunk("y", 512);
+      a.chunk("y".repeat(512), 512); // a token decodes to at least one byte (docs/receipts.md)
       a.end({ inputTokens: boundOf("hi") });
     };
     expect((await chat(gw, token, { model: MODEL, messages }, from(ip))).status).toBe(200);
