@@ -7,7 +7,7 @@ import type { ChunkFrame } from "../wire/frames.ts";
 
 /**
  * What the edge does with a chunk: relay it, or end the attempt (the chunk itself is never relayed).
- * `tokens_inflated`: the attempt's tokens would pass what its delivered bytes can hold (DESIGN §4's
+ * `tokens_inflated`: the attempt's tokens would pass what its delivered bytes can hold (docs/receipts.md's
  * output-token bound) — a provider failure, like a bad seq.
  */
 export type ChunkVerdict = "relay" | "seq_error" | "tokens_inflated" | "length_limited";

@@ -68,12 +68,12 @@ const textBytes = (value: unknown): number =>
 
 /**
  * Tokens a detokenizer may hold back in the middle of a character (a multi-byte character split over
- * tokens) on top of one token per delivered byte (DESIGN §4).
+ * tokens) on top of one token per delivered byte (docs/receipts.md).
  */
 export const OUTPUT_TOKEN_ALLOWANCE = 4;
 
 /**
- * The most output tokens an attempt can have produced for what it delivered (DESIGN §4): a token
+ * The most output tokens an attempt can have produced for what it delivered (docs/receipts.md): a token
  * decodes to at least one byte, apart from special tokens, which are never content. So: delivered
  * content bytes + tool-call bytes (toolCallDeltaBytes) + OUTPUT_TOKEN_ALLOWANCE.
  */

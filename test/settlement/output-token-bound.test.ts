@@ -1,4 +1,4 @@
-// The output-token bound (DESIGN §4, docs/receipts.md): a token decodes to at least one byte, so the
+// The output-token bound (docs/receipts.md): a token decodes to at least one byte, so the
 // tokens an attempt claims are bounded by its delivered content bytes + tool-call bytes + 4. A chunk
 // whose running count passes that bound ends the attempt as a provider failure — failover before the
 // first byte, the in-band error after it — and is never relayed or billed. A scripted provider claims
