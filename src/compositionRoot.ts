@@ -24,6 +24,7 @@ import { buildRateCard, RateRowConfig } from "./ledger/index.ts";
 import { createSettlements, type Settlements } from "./gateway/settlements.ts";
 import { workerJudge } from "./receipts/judge.ts";
 import { hexId, timeOrderedId } from "./gateway/ids.ts";
+import { CONSOLE_PATH, createConsole, teeMetrics } from "./console/index.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
 
@@ -120,10 +121,11 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
   ).start();
   const accepting = () => supervisor.getSnapshot().matches("running");
   const monotonicNow = ports.monotonicNow ?? (() => performance.now());
-  const metrics = createPrometheusMetrics({
+  const prometheus = createPrometheusMetrics({
     providerViews: () => registry.providerViews(),
     handshakingSessions: () => registry.sessions.size - registry.admittedByProvider.size,
     ignoredFrames: () => registry.ignoredFrames,
+    ignoredReceipts: () => registry.ignoredReceipts,
     liveRequests: () => runner.liveRequests(),
     draining: () => supervisor.getSnapshot().matches("draining"),
     storeUp: () => store.health().up,
@@ -143,6 +145,18 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     onSettled: (label) => metrics.settlementLabelled(label),
     judge: workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
   });
+  // The operator console (/console) sees what the metrics see: the prometheus port, teed.
+  const operatorConsole = await createConsole({
+    consoleToken: config.consoleToken,
+    store,
+    registry,
+    supervisor,
+    runner: () => runner,
+    settlements,
+    log,
+    now,
+  });
+  const metrics = teeMetrics(prometheus, operatorConsole.live);
   const resumed = await settlements.resumePending();
   if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
   const stopCatalogPoll = pollCatalog(catalog, (result) =>
@@ -180,6 +194,8 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
       },
     },
     maxBodyBytes: config.maxBodyBytes,
+    requestBodyTimeoutMs: config.requestBodyTimeoutMs,
+    stream: { maxBufferedBytes: config.streamBufferBytes, stallMs: config.streamStallMs },
     requestTokenCap: config.requestTokenCap,
     settlementMode: config.settlementMode,
     accepting,
@@ -226,6 +242,9 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     handshakeTimeoutMs: config.handshakeTimeoutMs,
     catalogId: () => catalog.current()?.catalog_id ?? "",
     settlements,
+    now,
+    receiptFrames: { perSecond: config.receiptFramesPerSecond, burst: config.receiptFrameBurst },
+    maxChunkBytesPerToken: config.maxChunkBytesPerToken,
     onAdmitted: () => supervisor.send({ type: "session.admitted" }),
     onClosed: (_session, wasAdmitted) => {
       if (wasAdmitted) supervisor.send({ type: "session.closed" });
@@ -243,7 +262,9 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     // Streams may wait long for a cold provider's first token (no keep-alive bytes before it).
     idleTimeout: 0,
     fetch(request, srv) {
-      if (new URL(request.url).pathname === PROVIDER_CONNECT_PATH) {
+      const pathname = new URL(request.url).pathname;
+      if (pathname === CONSOLE_PATH || pathname.startsWith(`${CONSOLE_PATH}/`)) return operatorConsole.handle(request).then((r) => r ?? handleHttp(request));
+      if (pathname === PROVIDER_CONNECT_PATH) {
         if (srv.upgrade(request, { data: {} })) return undefined;
         return errorResponse(gatewayError("invalid_request", "Expected a WebSocket upgrade."), newRequestId());
       }

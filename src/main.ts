@@ -1,5 +1,5 @@
 #!/usr/bin/env bun
-// `gateway` — one entry point for every subcommand (DESIGN §2).
+// `gateway` — one entry point for every subcommand (docs/operator.md).
 import { configUsage } from "./config/index.ts";
 import { runCatalogCommand } from "./catalog/cli.ts";
 import {
@@ -22,6 +22,7 @@ import { openPostgresStore } from "./store/postgres/index.ts";
 import { runStoreCommand } from "./cli/storeMigrate.ts";
 import { runPgDump } from "./cli/pgBackup.ts";
 import { runServe } from "./serveCommand.ts";
+import { runConsoleCommand } from "./console/cli.ts";
 
 const USAGE = `usage: gateway <command> [options]
 
@@ -39,6 +40,7 @@ commands:
   verify-receipt  check a receipt offline (gateway verify-receipt --help)
   backup        copy the gateway's database while it runs (gateway backup --to FILE)
   store         move a single node's store into PostgreSQL (gateway store migrate --to postgres://…)
+  console       the operator console at /console: gateway console token prints its token
 
 operator commands read --data-dir DIR (env GATEWAY_DATA_DIR, default ./data), or with
 --database-url URL (env GATEWAY_DATABASE_URL) a cluster's PostgreSQL database.`;
@@ -116,6 +118,8 @@ async function main(argv: string[]): Promise<number> {
       }, rest);
     case "verify-receipt":
       return runVerifyReceipt(rest, processIo);
+    case "console":
+      return runOperator(runConsoleCommand, rest);
     case "backup": {
       const { dataDir, databaseUrl, rest: args } = takeDataDir(rest);
       const io = { stdout: (l: string) => console.log(l), stderr: (l: string) => console.error(l) };

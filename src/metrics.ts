@@ -73,7 +73,8 @@ const round3 = (ms: number) => Math.round(ms * 1000) / 1000;
 export interface MetricsPort {
   httpResponse(route: string, status: number): void;
   requestCompleted(summary: RequestSummary): void;
-  attemptFinished(outcome: AttemptOutcome): void;
+  /** `providerId`: whose attempt it was (the console counts recent failures per provider). */
+  attemptFinished(outcome: AttemptOutcome, providerId?: string): void;
   /** A new attempt was dispatched after `after` ended the previous one before the first byte. */
   failover(after: AttemptOutcome): void;
   settlementLabelled(label: SettlementLabel): void;
@@ -93,6 +94,8 @@ export interface MetricsSources {
   /** Provider sockets still in the handshake. */
   handshakingSessions(): number;
   ignoredFrames(): number;
+  /** Receipt frames counted and not stored, by reason; absent = none counted. */
+  ignoredReceipts?(): Readonly<Record<string, number>>;
   liveRequests(): number;
   draining(): boolean;
   /** Whether the durable store's database answers (always on the embedded store). */
@@ -273,12 +276,23 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
   });
   new Counter({
     name: "gateway_provider_frames_ignored_total",
-    help: "Provider frames about jobs the session does not hold (DESIGN §3).",
+    help: "Provider frames about jobs the session does not hold (docs/protocol.md).",
     registers,
     collect() {
       // The registry owns the count; mirror it (a counter cannot be set, so reset and add).
       this.reset();
       this.inc(sources.ignoredFrames());
+    },
+  });
+
+  new Counter({
+    name: "gateway_receipts_not_stored_total",
+    help: "Receipt frames not stored: a duplicate for an open attempt, one after the attempt's final outcome (answered with its settled frame), or one for no attempt of that provider.",
+    labelNames: ["reason"] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const [reason, n] of Object.entries(sources.ignoredReceipts?.() ?? {})) this.inc({ reason }, n);
     },
   });
 

@@ -1,4 +1,4 @@
-// `gateway catalog init|add|remove|show|sign|history|pubkey` (DESIGN §2, §5). Exit codes as the other
+// `gateway catalog init|add|remove|show|sign|history|pubkey` (docs/operator.md, docs/catalog.md). Exit codes as the other
 // operator commands: 0 done, 1 the operation failed, 64 usage error. JSON on stdout; messages on
 // stderr. Invariant: the operator's private key is never written to stdout or stderr.
 import { randomBytes as cryptoRandomBytes } from "node:crypto";

@@ -125,7 +125,7 @@ export async function setUpOperatorKey(dataDir: string, store: Pick<AsyncStore, 
 }
 
 /**
- * What `gateway serve` does at start (DESIGN §2): the operator key and an empty signed catalog on an
+ * What `gateway serve` does at start (docs/operator.md): the operator key and an empty signed catalog on an
  * empty data dir; with `models` (the demo's), those are added or updated in the catalog; then the
  * live handle the gateway routes by (poll it with pollCatalog, reload it on SIGHUP).
  */

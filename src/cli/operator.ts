@@ -1,4 +1,4 @@
-// Operator subcommands `gateway accounts|keys|providers …` (DESIGN §2). Each returns an exit code:
+// Operator subcommands `gateway accounts|keys|providers …` (docs/operator.md). Each returns an exit code:
 // 0 done, 1 the operation failed (unknown id, store error), 64 usage error (EX_USAGE).
 // JSON goes to stdout where a program reads it; messages and usage go to stderr.
 
@@ -19,7 +19,7 @@ export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 64;
 
-/** DESIGN §3: provider ids on the wire and on the command line. */
+/** docs/protocol.md: provider ids on the wire and on the command line. */
 const PROVIDER_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
 const ACCOUNTS_USAGE = [
@@ -35,6 +35,7 @@ const PROVIDERS_USAGE = [
   "usage: gateway providers pin ID --public-key B64",
   "       gateway providers unpin ID",
   "       gateway providers ban ID",
+  "       gateway providers unban ID",
   "       gateway providers list [--json]",
 ];
 
@@ -63,6 +64,7 @@ export function runProvidersCommand(argv: readonly string[], ctx: OperatorContex
     pin: providersPin,
     unpin: providersUnpin,
     ban: providersBan,
+    unban: providersUnban,
     list: providersList,
   });
 }
@@ -138,7 +140,7 @@ const json = (value: unknown) => JSON.stringify(value);
 
 // ── credits ───────────────────────────────────────────────────────────────────────────────────────
 
-/** Prepaid credits of a paid account (DESIGN §6): a balanced posting funding → buyer. */
+/** Prepaid credits of a paid account (docs/ledger.md): a balanced posting funding → buyer. */
 const creditsGrant: Subcommand = async (argv, ctx, usage) => {
   const p = parse(argv, { account: { kind: "string" }, credits: { kind: "string" }, memo: { kind: "string" } }, [], ctx, usage);
   if (typeof p === "number") return p;
@@ -352,6 +354,15 @@ const providersBan: Subcommand = async (argv, ctx, usage) => {
   const p = providerIdArg(argv, ctx, usage);
   if (typeof p === "number") return p;
   ctx.stdout(json(providerJson(await ctx.store.banProvider(p.id))));
+  return EXIT_OK;
+};
+
+const providersUnban: Subcommand = async (argv, ctx, usage) => {
+  const p = providerIdArg(argv, ctx, usage);
+  if (typeof p === "number") return p;
+  const binding = await ctx.store.unbanProvider(p.id);
+  if (!binding) return failure(ctx, `unknown provider ${p.id}`);
+  ctx.stdout(json(providerJson(binding)));
   return EXIT_OK;
 };
 

@@ -1,4 +1,4 @@
-// Gateway configuration: defaults < --config FILE (JSON or JSONC) < environment < flags (DESIGN §2).
+// Gateway configuration: defaults < --config FILE (JSON or JSONC) < environment < flags (docs/operator.md).
 // The only module that reads process.env for the gateway.
 import { readFileSync } from "node:fs";
 import { DEFAULT_INSPECT_URL, settingSpecs, type GatewayConfig, type SettingSpec } from "./settings.ts";

@@ -1,4 +1,4 @@
-// Every gateway setting, once: its config-file key, flag, env name, kind and default (DESIGN §2).
+// Every gateway setting, once: its config-file key, flag, env name, kind and default (docs/operator.md).
 // docs/configuration.md is the reference for operators; a test checks it lists every row here.
 
 export type SettingKind = "string" | "integer" | "boolean" | "enum";
@@ -55,6 +55,7 @@ export const settingSpecs = [
   s("inspect", "string", undefined, "Attach the XState inspector at this WebSocket URL (flag without value: ws://127.0.0.1:8090)."),
   s("logLevel", "enum", "info", "Least severe log level written.", { values: ["debug", "info", "warn", "error"] }),
   s("metricsToken", "string", undefined, "When set, GET /metrics needs the header 'Authorization: Bearer TOKEN' with this value (set it by env or config file: flags show in ps)."),
+  s("consoleToken", "string", undefined, "The operator console's token (/console; docs/console.md). Default: one generated once and kept in the database, printed by 'gateway console token'. Prefer the env or config file: flags show in ps."),
   s("publicBaseUrl", "string", undefined, "Public base URL buyers' browsers reach the gateway at (https://gw.example.com); sign-up redirect URIs are this + /auth/<idp>/callback. Default http://<host>:<port>."),
   s("oidcProviders", "string", undefined, "Sign-up identity providers: a JSON array of {name, issuer, clientId, clientSecret} (see docs/signup.md). Prefer the env or config file: flags show in ps."),
   s("trustedProxies", "string", undefined, "Comma-separated IPs/CIDRs of reverse proxies whose X-Forwarded-For names the client (default: none; the socket address is the client)."),
@@ -72,6 +73,12 @@ export const settingSpecs = [
   s("demoConcurrentRequests", "integer", 2, "Requests one demo client IP (/32 or /64) may have running at once.", { min: 1 }),
   s("feedbackPerHour", "integer", 60, "POST /v1/feedback submissions accepted per client IP (/32 or /64) per hour.", { min: 0 }),
   s("redisUrl", "string", undefined, "Redis URL (redis://HOST:PORT) of a cluster: concurrency slots, retry results, the provider registry and node-to-node forwarding live there (docs/scale-out.md)."),
+  s("requestBodyTimeoutMs", "integer", 30_000, "Longest a buyer may take to send a request body (after valid credentials) before 408 request_timeout.", { min: 1 }),
+  s("streamBufferBytes", "integer", 1024 * 1024, "Bytes of a stream's output that may wait unsent for a buyer that does not read; past it the attempt is cancelled (see docs/reliability.md).", { min: 1024 }),
+  s("streamStallMs", "integer", 30_000, "How long a stream's output may wait unsent for a buyer that does not read before the attempt is cancelled.", { min: 1 }),
+  s("maxChunkBytesPerToken", "integer", 1024, "Largest content and tool-call bytes a provider chunk may carry per token it claims (a chunk of 0 tokens counts as 1); a bigger chunk closes the session (1008).", { min: 16 }),
+  s("receiptFramesPerSecond", "integer", 200, "Receipt frames that settle nothing (duplicates, after the final outcome, unknown attempts) a provider session may send per second on average; past the burst the session is closed (1008).", { min: 1 }),
+  s("receiptFrameBurst", "integer", 2000, "Receipt frames that settle nothing a provider session may send at once (an outbox re-sent after a reconnect) before the per-second rate applies.", { min: 1 }),
 ] as const satisfies readonly SettingSpec[];
 
 export interface GatewayConfig {
@@ -99,6 +106,7 @@ export interface GatewayConfig {
   inspect: string | undefined;
   logLevel: "debug" | "info" | "warn" | "error";
   metricsToken: string | undefined;
+  consoleToken: string | undefined;
   publicBaseUrl: string | undefined;
   oidcProviders: string | undefined;
   trustedProxies: string | undefined;
@@ -116,6 +124,12 @@ export interface GatewayConfig {
   demoConcurrentRequests: number;
   feedbackPerHour: number;
   redisUrl: string | undefined;
+  requestBodyTimeoutMs: number;
+  streamBufferBytes: number;
+  streamStallMs: number;
+  maxChunkBytesPerToken: number;
+  receiptFramesPerSecond: number;
+  receiptFrameBurst: number;
 }
 
 export const DEFAULT_INSPECT_URL = "ws://127.0.0.1:8090";

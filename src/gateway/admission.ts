@@ -1,4 +1,4 @@
-// Provider admission (DESIGN §3): proof of possession first, then ban, key binding, provisional limits.
+// Provider admission (docs/protocol.md): proof of possession first, then ban, key binding, provisional limits.
 import type { AdmissionInput, AdmissionVerdict } from "../../actors/providerSession.ts";
 import type { AsyncStore as Store } from "../store/asyncStore.ts";
 import { CloseCode } from "../wire/frames.ts";

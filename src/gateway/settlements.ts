@@ -23,9 +23,6 @@ import { admitModel, expectedHash, pricing, type PricingSources } from "./settle
 import { recoverPending } from "./settlement/recovery.ts";
 import { accountScopes, buildRouteSnapshot } from "./settlement/routeSnapshot.ts";
 
-export type { SettlementMode } from "../ledger/charges.ts";
-export type { ModelAdmission } from "./settlement/pricing.ts";
-
 export interface SettlementDeps {
   store: Store;
   now: () => number;
@@ -149,6 +146,7 @@ export function createSettlements(deps: SettlementDeps) {
         deadlineAtMs: null,
         unwrittenEnd: null,
         earlyReceipt: null,
+        crossedEnd: false,
         judged: null,
       },
       null,
@@ -178,6 +176,10 @@ export function createSettlements(deps: SettlementDeps) {
     afterCommit: (effect: (committed: boolean) => void) => deps.store.afterCommit(effect),
     /** Attempts not settled yet (metrics, tests). */
     openCount: () => open.size,
+    /** The live settlement actors by attempt key (the operator console counts and follows them). */
+    *actors(): Generator<[string, OpenAttempt["actor"]]> {
+      for (const [key, att] of open) yield [key, att.actor];
+    },
     stop: () => {
       writes.stop();
       parts.judge.stop();

@@ -2,7 +2,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { Elysia } from "elysia";
 import { authenticateBuyer, bearerToken } from "./auth.ts";
-import { errorResponse, gatewayError, messagesErrorResponse } from "./errors.ts";
+import { errorResponse, errorTable, gatewayError, messagesErrorResponse } from "./errors.ts";
 import { storeUnavailable } from "./pipeline.ts";
 import { isStoreUnavailable } from "../store/asyncStore.ts";
 import { chatCompletionsHandler, type ChatRouteDeps } from "./chat/route.ts";
@@ -37,9 +37,9 @@ export interface HttpDeps extends ChatRouteDeps {
   metricsToken?: string;
   /** High-resolution clock (ms), shared with the request runner so arrival times compare. */
   monotonicNow?: () => number;
-  /** Mount POST /v1/messages (spec §4.2); off → the path is not_found. */
+  /** Mount POST /v1/messages (docs/facades.md); off → the path is not_found. */
   messagesFacade?: boolean;
-  /** Mount POST /v1/responses (spec §4.3); off → the path is not_found. */
+  /** Mount POST /v1/responses (docs/facades.md); off → the path is not_found. */
   responsesFacade?: boolean;
   /** Sign-up and the account page (/auth/<idp>/…, /account); absent → not mounted. */
   signup?: SignupOptions;
@@ -125,7 +125,8 @@ export function createHttpApp(deps: HttpDeps) {
     arrivals.set(ids.requestId, arrivedAt);
     try {
       const response = await handler(request, ids);
-      // A replayed result (DESIGN §7) ran no request: it is neither a rejection nor a second request.
+      if (response.status === errorTable.client_closed_request.status) deps.log.info("client_aborted_upload", { request_id: ids.responseRequestId, route });
+      // A replayed result (docs/buyer-api.md) ran no request: it is neither a rejection nor a second request.
       if (arrivals.has(ids.requestId) && !response.headers.has(REPLAYED_HEADER)) await reportRejected(route, ids.requestId, response, arrivedAt);
       return response;
     } finally {
@@ -214,12 +215,20 @@ export function createHttpApp(deps: HttpDeps) {
 
   const feedback = feedbackHandler({ store: deps.store, now: deps.now, perHour: deps.feedbackPerHour ?? 60 });
 
-  const app = new Elysia()
+  // Elysia finds the path from index 11 of the URL by default ("http://a.bc"), so a Host shorter than
+  // four characters (`a`, `x.y`) made every route 404. Bun.serve here is plain HTTP (TLS ends at the
+  // load balancer), so the path starts after "http://" + host: index 7 is always safe.
+  const app = new Elysia({ handler: { standardHostname: false } })
     .onError(({ code, request, error }) => {
       const rid = idsOf(request).responseRequestId;
       if (code === "NOT_FOUND") return errorResponse(gatewayError("not_found", "The requested route does not exist."), rid);
       // Any route whose store call found the database unreachable: a clear retryable 503, not a 500.
       if (isStoreUnavailable(error)) return errorResponse(storeUnavailable(), rid);
+      // A body read that failed because the client left (any route that reads one) is the client's doing.
+      if (request.signal.aborted) {
+        deps.log.info("client_aborted_upload", { request_id: rid, code: String(code) });
+        return errorResponse(gatewayError("client_closed_request", "The client closed the connection."), rid);
+      }
       deps.log.error("http_handler_failed", { request_id: rid, code: String(code), error: String(error) });
       return errorResponse(gatewayError("internal_error", "The gateway hit an internal error. Retry the request."), rid);
     })
@@ -284,7 +293,7 @@ export function createHttpApp(deps: HttpDeps) {
       return new Response(await deps.exposition.render(), { headers: { "content-type": deps.exposition.contentType, "x-request-id": rid } });
     });
 
-  // The compatibility facades run only when the operator enables them (spec §4); both run on the same
+  // The compatibility facades run only when the operator enables them (docs/buyer-api.md); both run on the same
   // runner and pipeline as chat. A disabled one still answers, in its own error style, that it exists
   // but is off here, so an SDK user is not left guessing at a bare 404.
   if (deps.messagesFacade) {

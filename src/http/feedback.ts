@@ -1,5 +1,5 @@
-// POST /v1/feedback (spec §4.7): a buyer rates one of their own requests for operator review. API
-// keys and demo tokens (spec §5). Idempotent per request id: sending it again replaces the rating,
+// POST /v1/feedback (docs/usage.md): a buyer rates one of their own requests for operator review. API
+// keys and demo tokens (docs/buyer-api.md). Idempotent per request id: sending it again replaces the rating,
 // never adds a second one. Limited per client IP key (feedbackPerHour), counted durably in SQLite.
 import { Type, type Static } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";

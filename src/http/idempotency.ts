@@ -1,4 +1,4 @@
-// Retries replayed instead of re-run (DESIGN §7). A request is a new request unless it says it is a
+// Retries replayed instead of re-run (docs/buyer-api.md). A request is a new request unless it says it is a
 // retry:
 // - `Idempotency-Key` (scoped to the account): the first successful result for the same route and body
 //   bytes is replayed; while the first is in flight → 409 duplicate_request_id; the same key with
@@ -13,7 +13,7 @@
 // Results live in process memory only, bounded in bytes and in time: output text is never written to
 // disk for this, and a retry arrives within seconds of the failure it retries. A restart forgets them
 // (docs/quotas.md, "Retries": a retry that crosses a restart runs again). Several nodes would keep
-// these in Redis, or route an account's requests to one node (DESIGN §8).
+// these in Redis, or route an account's requests to one node (docs/architecture.md).
 import { createHash } from "node:crypto";
 import { gatewayError, type GatewayError } from "./errors.ts";
 import type { BodyTemplate } from "./output.ts";

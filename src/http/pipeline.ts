@@ -2,12 +2,13 @@
 // same admission checks, the same request actor, the same cancellation. An entrypoint only parses its
 // own wire shape into a NormalizedChat and supplies a responder that writes its own wire shape back.
 import { authenticateBuyer, type AuthResult, type BuyerPrincipal } from "./auth.ts";
-import { parseJsonBody, readBody } from "./body.ts";
+import { parseJsonBody, readBodyWithin, type BodyRead } from "./body.ts";
 import { failureError, gatewayError, type GatewayError } from "./errors.ts";
 import { promptTokenBound } from "./chat/normalize.ts";
 import type { ChatOutcome, ChatResponder, NormalizedChat, RequestFailure } from "../chat/contract.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
-import type { BodyTemplate, FacadeResponder } from "./output.ts";
+import type { BodyTemplate, FacadeResponder, StreamFlow } from "./output.ts";
+import type { Log } from "../log.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
 import { isStoreUnavailable, type AsyncStore as Store } from "../store/asyncStore.ts";
 import type { Settlements } from "../gateway/settlements.ts";
@@ -27,13 +28,18 @@ export interface PipelineDeps {
   now: () => number;
   /** Route-time pricing and settlement. */
   settlements: Settlements;
-  /** Limits per tier (spec §8): daily tokens, per-request cap, concurrency; absent = none (bare unit apps). */
+  /** Limits per tier (docs/quotas.md): daily tokens, per-request cap, concurrency; absent = none (bare unit apps). */
   quotas?: QuotaPolicy;
-  /** Retries replayed instead of re-run (DESIGN §7); absent = every request runs. */
+  /** Retries replayed instead of re-run (docs/buyer-api.md); absent = every request runs. */
   replays?: ReplayCache;
+  /** Deadline for the whole request body (default 30 s). */
+  requestBodyTimeoutMs?: number;
+  /** Bounds on a stream's output waiting for a buyer that does not read (absent = unbounded). */
+  stream?: { maxBufferedBytes: number; stallMs: number };
+  log?: Log;
 }
 
-/** Raw body bytes of admitted requests: what retries are matched on (same body bytes, DESIGN §7). */
+/** Raw body bytes of admitted requests: what retries are matched on (same body bytes, docs/buyer-api.md). */
 const rawBodies = new WeakMap<Request, Uint8Array>();
 
 export interface RequestIds {
@@ -48,23 +54,21 @@ export type Authenticate = (store: Store, request: Request) => Promise<AuthResul
 export type AdmittedBody = { ok: true; principal: BuyerPrincipal; json: unknown } | { ok: false; error: GatewayError };
 
 /**
- * The checks every buyer POST shares, in this order: the gateway is accepting, the body is within the
- * byte limit, the credentials are valid, the body is JSON within the nesting limit. Entrypoints differ
- * only in where credentials may come from (`authenticate`) and in how they render the error.
+ * The checks every buyer POST shares, in this order: the gateway is accepting, the credentials are
+ * valid, the body arrives within its deadline and byte limit, the body is JSON within the nesting
+ * limit. Entrypoints differ only in where credentials may come from (`authenticate`) and in how they
+ * render the error.
  */
 export async function admitBuyerRequest(
   deps: PipelineDeps,
   request: Request,
-  // Chat completions and responses take demo tokens (spec §5); the messages facade passes its own.
+  // Chat completions and responses take demo tokens (docs/buyer-api.md); the messages facade passes its own.
   authenticate: Authenticate = (store, req) => authenticateBuyer(store, req, "demo_allowed"),
 ): Promise<AdmittedBody> {
   if (!deps.accepting()) {
     return { ok: false, error: gatewayError("coordinator_unavailable", "The gateway is shutting down. Retry shortly.", { retryAfterSeconds: 5 }) };
   }
-  const body = await readBody(request, deps.maxBodyBytes);
-  if (!body) {
-    return { ok: false, error: gatewayError("request_too_large", `The request body is larger than ${deps.maxBodyBytes} bytes.`) };
-  }
+  // Credentials first: a client without them never gets to hold a connection open with a slow body.
   let auth: AuthResult;
   try {
     auth = await authenticate(deps.store, request);
@@ -73,10 +77,27 @@ export async function admitBuyerRequest(
     throw error;
   }
   if (!auth.ok) return auth;
+  const read = await readBodyWithin(request, deps.maxBodyBytes, deps.requestBodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS);
+  if (!read.ok) return { ok: false, error: bodyReadError(read.reason, deps.maxBodyBytes) };
+  const body = read.body;
   const parsed = parseJsonBody(body);
   if (!parsed.ok) return parsed;
   rawBodies.set(request, body);
   return { ok: true, principal: auth.principal, json: parsed.json };
+}
+
+/** The `requestBodyTimeoutMs` setting's default, for apps built without it. */
+const DEFAULT_BODY_TIMEOUT_MS = 30_000;
+
+function bodyReadError(reason: Extract<BodyRead, { ok: false }>["reason"], limit: number): GatewayError {
+  switch (reason) {
+    case "too_large":
+      return gatewayError("request_too_large", `The request body is larger than ${limit} bytes.`);
+    case "timeout":
+      return gatewayError("request_timeout", "The request body did not arrive in time.");
+    case "aborted":
+      return gatewayError("client_closed_request", "The client closed the connection before the request body arrived.");
+  }
 }
 
 /** What the pipeline hands an entrypoint's responder factory. */
@@ -92,6 +113,8 @@ export interface ResponderContext {
   record: (text: string) => void;
   /** The same for a templated piece (src/http/output.ts BodyTemplate), which the copy keeps smaller. */
   recordFilled?: (template: BodyTemplate, hole: string) => void;
+  /** Backpressure bounds for a streamed body (src/http/output.ts StreamFlow). */
+  flow?: StreamFlow;
 }
 
 export interface PipelineRequest {
@@ -136,7 +159,7 @@ async function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: Run
   if (slotLimit !== null && !deps.store.acquireRequestSlot(principal.account_id, ids.requestId, slotLimit).ok) {
     return Promise.resolve(input.refuse(concurrencyRefusal(slotLimit, deps.now())));
   }
-  // Once, when the buyer's response ended (or never started): frees the concurrency slot (DESIGN §7)
+  // Once, when the buyer's response ended (or never started): frees the concurrency slot (docs/buyer-api.md)
   // and tells the replay cache whether this is a result a retry may get.
   let ended = false;
   const end = (ok: boolean) => {
@@ -180,6 +203,11 @@ async function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: Run
       },
       record: tracker ? tracker.record : ignoreBody,
       recordFilled: tracker ? tracker.recordFilled : ignoreFilled,
+      flow: deps.stream && {
+        ...deps.stream,
+        now: deps.now,
+        onStalled: (why) => deps.log?.info("buyer_stream_stalled", { request_id: ids.requestId, why }),
+      },
     }),
     end,
   );
@@ -217,7 +245,7 @@ export const storeUnavailable = () =>
   });
 
 /**
- * Holds the request's worst case at admission (DESIGN §6): prompt bound + max_tokens against the
+ * Holds the request's worst case at admission (docs/ledger.md): prompt bound + max_tokens against the
  * daily token quota, and its price against a paid account's balance. Free-tier and demo traffic is
  * paid from the operator's promotion account.
  */

@@ -1,4 +1,4 @@
-// GET /v1/receipts/{request_id}: a buyer's view of their own request's settlement (spec §3.1) —
+// GET /v1/receipts/{request_id}: a buyer's view of their own request's settlement (docs/receipts.md) —
 // labels, reasons and charges per attempt; never prompts, outputs or provider identities.
 import type { AsyncStore as Store } from "../store/asyncStore.ts";
 

@@ -1,4 +1,4 @@
-// GET /v1/usage (spec §2.4, §4.6): an API-key account's quota, balance and spend, keys, per-model
+// GET /v1/usage (docs/usage.md): an API-key account's quota, balance and spend, keys, per-model
 // usage, rating summary, receipt-label counts and the settlement disclosure. Counts, sums and key
 // prefixes only: never a prompt, an output, a key, a provider identity or a receipt envelope.
 import type { ApiKeyPrincipal } from "./auth.ts";
@@ -19,7 +19,7 @@ export interface UsageContext {
 
 const seconds = (ms: number) => Math.floor(ms / 1000);
 
-/** What each receipt label means to a buyer (spec §3.1). */
+/** What each receipt label means to a buyer (docs/receipts.md). */
 const LABELS = {
   pending: "Receipt verification is incomplete; the reservation is not final usage. Quota or balance may stay reserved.",
   verified: "A settlement-capable receipt matched the route-time catalog snapshot; buyer debit and provider settlement may finalize.",

@@ -1,4 +1,4 @@
-// `gateway receipts list|export` and `gateway ledger audit` (DESIGN §2). Exit codes as the other
+// `gateway receipts list|export` and `gateway ledger audit` (docs/operator.md). Exit codes as the other
 // operator commands: 0 done, 1 failure (or audit findings), 64 usage. JSON on stdout.
 import { parseFlags } from "../cli/flags.ts";
 import type { OperatorContext } from "../cli/operator.ts";
@@ -17,7 +17,7 @@ function usageError(ctx: OperatorContext, usage: readonly string[], message: str
   return 64;
 }
 
-/** One line of `receipts list --json` (DESIGN §2). */
+/** One line of `receipts list --json` (docs/operator.md). */
 export function receiptLine(s: SettlementRow) {
   return {
     request_id: s.request_id,
@@ -84,7 +84,7 @@ export async function runLedgerCommand(
     const p = parseFlags(rest, { json: { kind: "boolean" } });
     if (!p.ok) return usageError(ctx, LEDGER_USAGE, p.message);
     if (p.positionals.length > 0) return usageError(ctx, LEDGER_USAGE, `unexpected argument ${p.positionals[0]}`);
-    // The report is JSON whether or not --json is given: programs read it either way (DESIGN §2).
+    // The report is JSON whether or not --json is given: programs read it either way (docs/operator.md).
     const report = auditLedger(await ctx.store.ledgerAuditData(), deps.catalogLookup);
     ctx.stdout(JSON.stringify(report));
     return report.clean ? 0 : 1;

@@ -1,4 +1,4 @@
-// Provider bindings: provider_id → Ed25519 public key, plus the pinned tier and bans (DESIGN §3).
+// Provider bindings: provider_id → Ed25519 public key, plus the pinned tier and bans (docs/protocol.md).
 // Bindings are durable so a restart never lets another key take over a known id.
 
 import type { Database } from "bun:sqlite";
@@ -113,6 +113,16 @@ export function banProvider(db: Database, provider_id: string, now_ms: number): 
          ON CONFLICT (provider_id) DO UPDATE SET banned = 1, updated_at_ms = excluded.updated_at_ms`,
       ).run(provider_id, now_ms);
       return mustGet(db, provider_id);
+    })
+    .immediate();
+}
+
+/** Lifts a ban; null when the id has no binding. */
+export function unbanProvider(db: Database, provider_id: string, now_ms: number): ProviderBinding | null {
+  return db
+    .transaction(() => {
+      db.query("UPDATE provider_bindings SET banned = 0, updated_at_ms = ? WHERE provider_id = ?").run(now_ms, provider_id);
+      return getProviderBinding(db, provider_id);
     })
     .immediate();
 }

@@ -1,4 +1,4 @@
-// The store's public types: one narrow interface for every durable read and write (DESIGN §8), so a
+// The store's public types: one narrow interface for every durable read and write (docs/architecture.md), so a
 // PostgreSQL implementation can sit behind the same face later. Every method is synchronous because
 // bun:sqlite is, and a transaction must never span an `await`.
 
@@ -30,7 +30,7 @@ export type BindResult =
   | { ok: true; binding: ProviderBinding }
   | { ok: false; code: "already_bound"; binding: ProviderBinding };
 
-/** One accepted catalog feed (DESIGN §5), as kept in the append-only history. */
+/** One accepted catalog feed (docs/catalog.md), as kept in the append-only history. */
 export interface CatalogHistoryEntry {
   /** Position in the history, from 1; a later feed has a larger seq. */
   seq: number;
@@ -75,6 +75,8 @@ export interface StoreOptions {
    * for a long-running process (the gateway): a short one could exit before the turn ends.
    */
   groupCommit?: boolean;
+  /** Runs an open group's lazy commit (default: LAZY_COMMIT_MS later, src/store/groupCommit.ts); tests pass their own clock. */
+  lazyCommitTimer?: (run: () => void) => void;
 }
 
 /**
@@ -104,6 +106,8 @@ export interface Store extends IdentityStore, DemoSessionStore, LedgerStore, Fee
   unpinProvider(provider_id: string, now_ms?: number): ProviderBinding | null;
   /** Marks the id banned, creating a keyless row when it was never seen. */
   banProvider(provider_id: string, now_ms?: number): ProviderBinding;
+  /** Lifts a ban (the id keeps its key and tier); null when the id has no binding. */
+  unbanProvider(provider_id: string, now_ms?: number): ProviderBinding | null;
   listProviders(): ProviderBinding[];
 
   /** The named secret, generated with `byteLength` random bytes on first use and persisted. */

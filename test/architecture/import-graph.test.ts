@@ -63,6 +63,8 @@ const LAYERS: readonly Layer[] = [
       "src/catalog/index.ts",
       "src/ledger/cli.ts",
       "src/receipts/verifyCli.ts",
+      // The operator console reads the live gateway the composition root builds (docs/console.md).
+      "src/console/",
     ],
   },
 ];

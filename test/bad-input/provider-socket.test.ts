@@ -1,5 +1,5 @@
 // Bad provider sockets against a real gateway over real WebSockets: each bad frame or failed
-// handshake closes only that socket, with the close code of DESIGN §3, in the documented order of
+// handshake closes only that socket, with the close code of docs/protocol.md, in the documented order of
 // checks; the gateway keeps admitting and serving healthy providers afterwards.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
@@ -232,7 +232,7 @@ describe("bad frames and failed handshakes close only that socket", () => {
     expect(await socket.closeCode_()).toBe(1008);
   });
 
-  // DESIGN §3 says "a frame that fails its schema → 1008" in general, but lists 4001 invalid_hello
+  // docs/protocol.md says "a frame that fails its schema → 1008" in general, but lists 4001 invalid_hello
   // for the handshake and starts the order of checks with "hello schema (4001)": the specific rule
   // wins for hello. Other frames failing their schema stay 1008 (test above).
   test.each([

@@ -1,4 +1,4 @@
-// The facades are covered paid entrypoints on the same billed pipeline (spec §3.3): their requests
+// The facades are covered paid entrypoints on the same billed pipeline (docs/receipts.md): their requests
 // reserve, settle and post to the same ledger tables as chat completions, at the same prices.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";

@@ -1,4 +1,4 @@
-// Account concurrency (spec §8: 2 concurrent requests per account), end to end with the openai SDK:
+// Account concurrency (docs/quotas.md: 2 concurrent requests per account), end to end with the openai SDK:
 // of 20 simultaneous requests exactly 2 run and 18 get 429 quota_exhausted with the rate-limit
 // headers; the limit is shared by every paid entrypoint (chat, messages, responses); a slot is held
 // until the buyer's response ends and comes back when it does, however it ends.

@@ -1,4 +1,4 @@
-// The daily token quota (spec §8, DESIGN §6) end to end, in enforce mode: each request reserves its
+// The daily token quota (docs/quotas.md, docs/ledger.md) end to end, in enforce mode: each request reserves its
 // prompt bound + max_tokens at admission, atomically in SQLite; settlement finalises the reservation
 // to the verified usage or releases it. A quota drained to its last tokens admits nothing beyond them
 // even under concurrency; pending receipts keep their reservation; quarantined and zero-settled
@@ -61,7 +61,7 @@ describe("free tier: tokens per UTC day", async () => {
     // Drain to 949: one request reserving 950 (424 + 526) that uses 424 prompt + 525 completion tokens.
     const long = "x".repeat(400);
     gate.answer = (a: ScriptedAttempt) => {
-      a.chunk("y", 525);
+      a.chunk("y".repeat(525), 525); // a token decodes to at least one byte (docs/receipts.md)
       a.end({ inputTokens: 424 });
     };
     gate.open();

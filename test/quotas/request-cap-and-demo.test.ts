@@ -1,5 +1,5 @@
-// The per-request cap (DESIGN §7: it limits max_tokens alone; an absent max_tokens means "up to the
-// cap", never a refusal) per tier, and the demo limits of spec §8 (512 tokens per request, 1000
+// The per-request cap (docs/buyer-api.md: it limits max_tokens alone; an absent max_tokens means "up to the
+// cap", never a refusal) per tier, and the demo limits of docs/quotas.md (512 tokens per request, 1000
 // tokens per client IP per UTC day, shared by every demo session of that IP).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { startTestGateway, waitForReadyProviders, type TestGateway } from "../support/harness.ts";
@@ -96,7 +96,7 @@ describe("demo mode", () => {
     const token = await demoToken(ip);
     // Use 538 tokens: 26 prompt (the whole bound) + 512 completion.
     gate.answer = (a) => {
-      a.chunk("y", 512);
+      a.chunk("y".repeat(512), 512); // a token decodes to at least one byte (docs/receipts.md)
       a.end({ inputTokens: boundOf("hi") });
     };
     expect((await chat(gw, token, { model: MODEL, messages }, from(ip))).status).toBe(200);

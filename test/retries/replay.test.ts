@@ -1,4 +1,4 @@
-// Request ids and retries (DESIGN §7) end to end. The official openai SDK with its default automatic
+// Request ids and retries (docs/buyer-api.md) end to end. The official openai SDK with its default automatic
 // retries, behind a TCP proxy that lets the gateway answer in full and then resets the buyer's
 // connection: the SDK's retry (x-stainless-retry-count: 1, same body) gets the stored result replayed
 // and the request is charged once. Identical bodies without a retry mark are separate requests; a

@@ -1,5 +1,5 @@
 // Enforce mode, end to end with the official openai SDK: a completed request settles `verified` and
-// debits the payer rate × tokens (DESIGN §6 rounding), credits the provider 90 % (floor) and the
+// debits the payer rate × tokens (docs/ledger.md rounding), credits the provider 90 % (floor) and the
 // platform the rest; the ledger balances, the audit is clean and GET /v1/rate-card shows the row used.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { catalogModel, startTestGateway, waitForReadyProviders, type TestGateway } from "../support/harness.ts";

@@ -2,7 +2,7 @@
 // `zero_settled` and never charged, whatever its receipt claims; the attempt that served is charged
 // once. An `accepted.model_hash` other than the catalog's ends the attempt before any byte, fails over,
 // is quarantined, and that provider is not routed for the model again on that session until a later
-// heartbeat advertises it (DESIGN §3).
+// heartbeat advertises it (docs/protocol.md).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { startTestGateway, waitFor, waitForReadyProviders, type TestGateway } from "../support/harness.ts";
 import { ScriptedProvider, type Script } from "../support/scriptedProvider.ts";

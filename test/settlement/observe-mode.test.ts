@@ -1,4 +1,4 @@
-// Observe mode, end to end (DESIGN §4: "receipts are checked and recorded but billing follows observed
+// Observe mode, end to end (docs/receipts.md: "receipts are checked and recorded but billing follows observed
 // usage"): every receipt is judged and stored with its verdict, and the payer is debited the observed
 // usage — delivered chunk tokens, and the provider's reported prompt tokens capped at the gateway's
 // bound — whatever the verdict, also when no receipt ever comes. Uncatalogued models route here with

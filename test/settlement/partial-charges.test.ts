@@ -1,6 +1,6 @@
 // Partial charges, end to end (enforce mode, openai SDK): buyer cancel, gateway timeout, provider
 // error, upstream disconnect and a lost socket each charge only the receipt-bound delivered prefix —
-// never what the provider produced but the buyer did not get (DESIGN §4, issue 4 §7).
+// never what the provider produced but the buyer did not get (docs/receipts.md, issue 4 §7).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { APIUserAbortError } from "openai";
 import { startTestGateway, waitFor, waitForReadyProviders, type TestGateway } from "../support/harness.ts";

@@ -14,7 +14,7 @@ let providers: ProviderProcess[] = [];
 let buyer: Buyer;
 
 beforeAll(async () => {
-  // Four requests of one account run in parallel below: above the default 2 concurrent (spec §8).
+  // Four requests of one account run in parallel below: above the default 2 concurrent (docs/quotas.md).
   gw = await startTestGateway({ settlementMode: "enforce", paidConcurrentRequests: 4 }, { catalog: ["test-model", "burst-model"] });
   providers = [
     spawnProvider(gw, { id: "runtime-a", maxConcurrency: 2, tokensPerSecond: 400 }),

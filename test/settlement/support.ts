@@ -1,5 +1,5 @@
 // Shared pieces of the settlement end-to-end tests: buyers, the operator CLI as a child process, and
-// the money rules of DESIGN §6 written out again here (so a shared bug in src/ledger cannot hide).
+// the money rules of docs/ledger.md written out again here (so a shared bug in src/ledger cannot hide).
 import { expect } from "bun:test";
 import OpenAI from "openai";
 import { flushTestGateways, MAIN, type TestGateway } from "../support/harness.ts";
@@ -25,11 +25,11 @@ export function freeBuyer(gw: TestGateway): Buyer {
   return { accountId: gw.accountId, apiKey: gw.apiKey, client: new OpenAI({ apiKey: gw.apiKey, baseURL: gw.baseURL, maxRetries: 0 }) };
 }
 
-/** DESIGN §4's prompt-token bound: UTF-8 bytes of every content + 8 per message + 16 (no tools). */
+/** docs/receipts.md's prompt-token bound: UTF-8 bytes of every content + 8 per message + 16 (no tools). */
 export const promptBound = (messages: readonly { content: string }[]) =>
   messages.reduce((n, m) => n + utf8(m.content) + 8, 16);
 
-/** DESIGN §6: debit rounded half up; provider floor(debit × 9000 / 10000); platform the rest. */
+/** docs/ledger.md: debit rounded half up; provider floor(debit × 9000 / 10000); platform the rest. */
 export function expectedCharge(promptTokens: number, completionTokens: number, promptRate: number, completionRate: number) {
   const micro = BigInt(promptTokens) * BigInt(promptRate) + BigInt(completionTokens) * BigInt(completionRate);
   const whole = micro / 1_000_000n;

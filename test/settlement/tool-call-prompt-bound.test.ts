@@ -1,7 +1,7 @@
 // A tool-heavy conversation, end to end (enforce mode, openai SDK): the gateway's prompt-token bound
 // counts each assistant tool call's name and arguments (+ 8), so a provider that reports the honest
 // prompt count of such a conversation is paid, and one that reports more is still quarantined
-// (`input_tokens_inflated`). The bound is computed here by the independent rule (DESIGN §4).
+// (`input_tokens_inflated`). The bound is computed here by the independent rule (docs/receipts.md).
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { ChatCompletionMessageParam, ChatCompletionTool } from "openai/resources/chat/completions";
 import { startTestGateway, waitForReadyProviders, type TestGateway } from "../support/harness.ts";

@@ -96,6 +96,16 @@ test("ban marks a known id and records an unknown one without a key", async () =
   await store.close();
 });
 
+test("unban lifts a ban and keeps the key and tier; an unknown id has nothing to unban", async () => {
+  const store = (await b.fresh()).store;
+  const k = key();
+  await store.pinProvider("known", k, 1_000);
+  await store.banProvider("known", 2_000);
+  expect(await store.unbanProvider("known", 3_000)).toMatchObject({ public_key: k, pinned: true, banned: false, updated_at_ms: 3_000 });
+  expect(await store.unbanProvider("nobody", 3_000)).toBeNull();
+  await store.close();
+});
+
 test("bans survive a reopen", async () => {
   const path = await b.location();
   const store = await b.open(path);

@@ -58,7 +58,7 @@ export interface TestGatewayOptions {
 
 /**
  * A gateway on a random port. Settlement runs in observe mode unless the test asks for enforce: most
- * tests use uncatalogued models and test something other than billing (DESIGN §4 lets observe route them).
+ * tests use uncatalogued models and test something other than billing (docs/receipts.md lets observe route them).
  */
 export async function startTestGateway(overrides: Partial<GatewayConfig> = {}, options: TestGatewayOptions = {}): Promise<TestGateway> {
   const dataDir = tempDir();

@@ -1,4 +1,4 @@
-// POST /v1/feedback (spec §4.7): a rating of one of the caller's own requests, with an API key or a
+// POST /v1/feedback (docs/usage.md): a rating of one of the caller's own requests, with an API key or a
 // demo token; validated (TypeBox), idempotent per request id, limited per client IP per hour; and
 // `gateway feedback list` for operators.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";

@@ -1,4 +1,4 @@
-// GET /v1/usage (spec §2.4, §4.6) after a mixed run — two models, three entrypoints, verified,
+// GET /v1/usage (docs/usage.md) after a mixed run — two models, three entrypoints, verified,
 // quarantined, zero-settled and pending outcomes, a refused request, two keys (one revoked), ratings —
 // checked number by number against the ledger and the settlement rows. No prompt or output text
 // appears in any usage or receipt surface, and only API keys may read usage.

@@ -103,15 +103,18 @@ function announceSettled(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel,
     debit_credits: settlement.debit_credits,
     provider_credits: settlement.provider_credits,
   });
-  deps.sendToProvider(
-    att.providerId,
-    encodeFrame({
-      type: "settled",
-      request_id: att.requestId,
-      attempt_n: att.attemptN,
-      label,
-      reason,
-      provider_credits: settlement.provider_credits,
-    }),
-  );
+  sendSettled(deps, att.providerId, att.requestId, att.attemptN, label, reason, settlement.provider_credits);
+}
+
+/** The `settled` frame of an attempt's final outcome (also the answer to a receipt that came after it). */
+export function sendSettled(
+  deps: Pick<OutcomeDeps, "sendToProvider">,
+  providerId: string,
+  requestId: string,
+  attemptN: number,
+  label: FinalLabel,
+  reason: string | null,
+  providerCredits: number,
+): void {
+  deps.sendToProvider(providerId, encodeFrame({ type: "settled", request_id: requestId, attempt_n: attemptN, label, reason, provider_credits: providerCredits }));
 }

@@ -67,10 +67,12 @@ function resumedAttempt(row: SettlementRow, snapshot: RouteSnapshot, digest: str
       end_byte: delivered.end_byte,
       tokens: delivered.tokens,
       terminal_state: delivered.terminal_state as TerminalState,
+      tool_calls_delivered: delivered.tool_calls_delivered,
     },
     deadlineAtMs: row.pending_deadline_at_ms ?? nowMs,
     unwrittenEnd: null,
     earlyReceipt: null,
+    crossedEnd: false,
     judged: null,
   };
 }

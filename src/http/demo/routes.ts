@@ -11,7 +11,7 @@ import { demoTokenKey, signDemoToken } from "./token.ts";
 import { DEMO_PAGE_SCRIPT, demoPageHtml } from "./page.ts";
 import type { AsyncStore as Store } from "../../store/asyncStore.ts";
 
-/** The hourly window of the per-IP session limit (spec §8). */
+/** The hourly window of the per-IP session limit (docs/quotas.md). */
 export const DEMO_SESSION_WINDOW_MS = 60 * 60_000;
 /** A demo token lives as long as the window it was counted in. */
 export const DEMO_TOKEN_TTL_MS = 60 * 60_000;

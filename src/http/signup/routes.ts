@@ -1,4 +1,4 @@
-// Sign-up through an external identity provider (spec §1.8, §4.9) and the account page.
+// Sign-up through an external identity provider (docs/signup.md) and the account page.
 //
 //   GET  /auth/<idp>/start     → 303 to the IdP: authorization code + PKCE (S256) + state + nonce.
 //   GET  /auth/<idp>/callback  → checks everything (via openid-client), finds or creates the account

@@ -288,6 +288,13 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
       );
       return toBinding(row as Row);
     },
+    async unbanProvider(provider_id, now_ms = clock()) {
+      const [row] = await sql.unsafe(
+        `UPDATE provider_bindings SET banned = false, updated_at_ms = $1 WHERE provider_id = $2 RETURNING ${BINDING_COLUMNS}`,
+        [now_ms, provider_id],
+      );
+      return row === undefined ? null : toBinding(row as Row);
+    },
     async listProviders() {
       return ((await sql.unsafe(`SELECT ${BINDING_COLUMNS} FROM provider_bindings ORDER BY provider_id COLLATE "C"`)) as Row[]).map(toBinding);
     },
