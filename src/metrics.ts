@@ -94,10 +94,14 @@ export interface MetricsSources {
   /** Provider sockets still in the handshake. */
   handshakingSessions(): number;
   ignoredFrames(): number;
+  /** Receipt frames counted and not stored, by reason; absent = none counted. */
+  ignoredReceipts?(): Readonly<Record<string, number>>;
   liveRequests(): number;
   draining(): boolean;
   /** Engines the node depends on (Redis in a cluster), and whether each is reachable now. */
   engines?(): Record<string, boolean>;
+  /** Whether the durable store's database answers (always on the embedded store). */
+  storeUp?(): boolean;
 }
 
 export interface PrometheusMetrics extends MetricsPort {
@@ -274,14 +278,33 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
       this.set(sources.draining() ? 1 : 0);
     },
   });
+  new Gauge({
+    name: "gateway_store_up",
+    help: "1 while the durable store's database answers (PostgreSQL on a cluster node; always 1 on SQLite), else 0.",
+    registers,
+    collect() {
+      this.set(sources.storeUp?.() === false ? 0 : 1);
+    },
+  });
   new Counter({
     name: "gateway_provider_frames_ignored_total",
-    help: "Provider frames about jobs the session does not hold (DESIGN §3).",
+    help: "Provider frames about jobs the session does not hold (docs/protocol.md).",
     registers,
     collect() {
       // The registry owns the count; mirror it (a counter cannot be set, so reset and add).
       this.reset();
       this.inc(sources.ignoredFrames());
+    },
+  });
+
+  new Counter({
+    name: "gateway_receipts_not_stored_total",
+    help: "Receipt frames not stored: a duplicate for an open attempt, one after the attempt's final outcome (answered with its settled frame), or one for no attempt of that provider.",
+    labelNames: ["reason"] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const [reason, n] of Object.entries(sources.ignoredReceipts?.() ?? {})) this.inc({ reason }, n);
     },
   });
 

@@ -10,7 +10,7 @@ import { decodeProviderFrame, encodeFrame } from "../wire/codec.ts";
 import type { ProviderFrame } from "../wire/frames.ts";
 import { attemptFrame, type EndpointCluster } from "./providerEndpoint.ts";
 import { attemptKey, isRemote, type Registry, type RemoteSession } from "./registry.ts";
-import type { RemoteProviders } from "./requests.ts";
+import type { RemoteProviders } from "./dispatch.ts";
 import type { ProviderView } from "./routing.ts";
 import type { Settlements } from "./settlements.ts";
 
@@ -206,9 +206,14 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
   /** A frame the provider sent on this node's session about an attempt that a dead node owned. */
   function adoptLocally(providerId: string, frame: ProviderFrame): void {
     if (frame.type !== "end" && frame.type !== "receipt") return;
-    settlements.adopt(frame.request_id, frame.attempt_n);
-    if (frame.type === "end") settlements.endReceived(providerId, frame);
-    else settlements.receiptArrived(providerId, frame.request_id, frame.attempt_n, frame.receipt);
+    // Every frame of the attempt waits for the one adoption, so they are handled in arrival order.
+    void settlements
+      .adopt(frame.request_id, frame.attempt_n)
+      .then(() => {
+        if (frame.type === "end") settlements.endReceived(providerId, frame);
+        else settlements.receiptArrived(providerId, frame.request_id, frame.attempt_n, frame.receipt);
+      })
+      .catch((error) => log.warn("cluster_adoption_failed", { request_id: frame.request_id, attempt_n: frame.attempt_n, error: String(error) }));
   }
 
   const endpoint: EndpointCluster = {
@@ -288,7 +293,7 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
       const parsed = parseKey(member);
       if (!parsed) continue;
       requests.add(parsed.requestId);
-      if (settlements.adopt(parsed.requestId, parsed.attemptN)) resumed++;
+      if (await settlements.adopt(parsed.requestId, parsed.attemptN).catch(() => false)) resumed++;
       else interrupted++;
     }
     for (const requestId of requests) deps.requestEnded(requestId);

@@ -5,7 +5,7 @@ import type { ServerWebSocket, WebSocketHandler } from "bun";
 import { createActor, fromPromise, type InspectionEvent, type Observer } from "xstate";
 import { providerSessionMachine, type AdmissionInput, type AdmissionVerdict } from "../../actors/providerSession.ts";
 import { decodeProviderFrame, encodeFrame } from "../wire/codec.ts";
-import { CloseCode, MAX_FRAME_BYTES, type ProviderFrame } from "../wire/frames.ts";
+import { CloseCode, MAX_FRAME_BYTES, type ChunkFrame, type ProviderFrame } from "../wire/frames.ts";
 import { attemptKey, type Registry, type RemoteSession, type SessionHandle } from "./registry.ts";
 import type { Log } from "../log.ts";
 import type { Settlements } from "./settlements.ts";
@@ -16,7 +16,7 @@ export interface SocketData {
 
 export interface ProviderEndpointDeps {
   registry: Registry;
-  admit: (input: AdmissionInput) => AdmissionVerdict;
+  admit: (input: AdmissionInput) => Promise<AdmissionVerdict>;
   newSessionId: () => string;
   randomBytes: (n: number) => Uint8Array;
   heartbeatIntervalMs: number;
@@ -30,6 +30,12 @@ export interface ProviderEndpointDeps {
   settlements: Pick<Settlements, "accepted" | "endReceived" | "receiptArrived">;
   /** A cluster node's side (src/gateway/clusterBridge.ts): frames of attempts other nodes own. */
   cluster?: EndpointCluster;
+  /** Wall clock (ms) for the receipt budget. */
+  now: () => number;
+  /** Receipt frames that settle nothing a session may send: per second on average, and at once. */
+  receiptFrames: { perSecond: number; burst: number };
+  /** Largest content and tool-call bytes a chunk may carry per token it claims (0 tokens count as 1). */
+  maxChunkBytesPerToken: number;
 }
 
 /** What the endpoint asks of the cluster for frames that are not about this node's own attempts. */
@@ -77,6 +83,39 @@ export function attemptFrame(deps: AttemptFrameDeps, providerId: string, session
     case "end":
       return attempt.request.send({ type: "provider.ended", frame });
   }
+}
+
+/** A token bucket: `burst` at once, refilled at `perSecond`. */
+export class TokenBucket {
+  private tokens: number;
+  private at: number | null = null;
+
+  constructor(private readonly perSecond: number, private readonly burst: number) {
+    this.tokens = burst;
+  }
+
+  /** Takes one token; false when none is left. */
+  take(nowMs: number): boolean {
+    if (this.at !== null) this.tokens = Math.min(this.burst, this.tokens + ((nowMs - this.at) * this.perSecond) / 1000);
+    this.at = nowMs;
+    if (this.tokens < 1) return false;
+    this.tokens -= 1;
+    return true;
+  }
+}
+
+/** Content and tool-call bytes of a chunk, or more than `bound` as soon as that is sure (cheap per token). */
+export function chunkBytesExceed(frame: ChunkFrame, bound: number): boolean {
+  let units = frame.content?.length ?? 0;
+  for (const call of frame.tool_calls ?? []) units += (call.id?.length ?? 0) + (call.name?.length ?? 0) + (call.arguments?.length ?? 0);
+  // A UTF-16 unit is at most 3 UTF-8 bytes and at least 1: most chunks are decided without encoding.
+  if (units * 3 <= bound) return false;
+  if (units > bound) return true;
+  let bytes = frame.content === undefined ? 0 : Buffer.byteLength(frame.content, "utf8");
+  for (const call of frame.tool_calls ?? []) {
+    bytes += Buffer.byteLength(call.id ?? "", "utf8") + Buffer.byteLength(call.name ?? "", "utf8") + Buffer.byteLength(call.arguments ?? "", "utf8");
+  }
+  return bytes > bound;
 }
 
 /** Builds the Bun WebSocket handler for provider connections. */
@@ -162,8 +201,22 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
     }
   }
 
+  const receiptBudgets = new WeakMap<SessionHandle, TokenBucket>();
+  const receiptBudget = (session: SessionHandle): TokenBucket => {
+    let bucket = receiptBudgets.get(session);
+    if (!bucket) receiptBudgets.set(session, (bucket = new TokenBucket(deps.receiptFrames.perSecond, deps.receiptFrames.burst)));
+    return bucket;
+  };
+
   function onFrame(session: SessionHandle, frame: ProviderFrame, raw: Uint8Array): void {
     if (frame.type === "chunk") {
+      // A chunk may carry at most maxChunkBytesPerToken per token it claims: what a buyer is sent (and
+      // a non-streaming response buffers) stays bounded by max_tokens. A bigger one is a protocol violation.
+      if (chunkBytesExceed(frame, Math.max(1, frame.tokens) * deps.maxChunkBytesPerToken)) {
+        log.warn("provider_chunk_too_large", { session_id: session.sessionId, request_id: frame.request_id, tokens: frame.tokens });
+        session.close(CloseCode.policyViolation, "chunk_too_large");
+        return;
+      }
       // The per-token path: an attempt lives on a session only while that session is admitted (routing
       // picks admitted sessions; losing the session releases its attempts), so a chunk for one of this
       // session's attempts needs no session-state check. Anything else takes the full path below.
@@ -205,7 +258,17 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         // in a cluster, of any node (the cluster finds the attempt's owner, or adopts it).
         const providerId = snapshot.context.hello!.provider_id;
         if (deps.cluster?.receipt(providerId, frame, raw)) return;
-        deps.settlements.receiptArrived(providerId, frame.request_id, frame.attempt_n, frame.receipt);
+        const arrival = deps.settlements.receiptArrived(providerId, frame.request_id, frame.attempt_n, frame.receipt);
+        if (arrival === "stored") return;
+        // A store that answers later (PostgreSQL) counts the closed attempt's receipt when it knows.
+        if (typeof arrival === "string") registry.ignoredReceipts[arrival]++;
+        else void arrival.then((known) => registry.ignoredReceipts[known]++);
+        // Receipts that settle nothing cost a lookup each: a session sending more than its budget of
+        // them is flooding (an honest runtime paces its re-sent outbox below the default rate).
+        if (!receiptBudget(session).take(deps.now())) {
+          log.warn("provider_receipt_flood", { session_id: session.sessionId, provider_id: providerId });
+          session.close(CloseCode.policyViolation, "receipt_rate_exceeded");
+        }
         return;
       }
       default: {

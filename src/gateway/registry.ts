@@ -15,7 +15,7 @@ export interface SessionHandle {
   close(code: number, reason: string): void;
   /** Keys of attempts in flight on this session. */
   attempts: Set<string>;
-  /** Models this session measured with a hash other than the catalog's: not routed here until a later heartbeat advertises them (DESIGN §3). */
+  /** Models this session measured with a hash other than the catalog's: not routed here until a later heartbeat advertises them (docs/protocol.md). */
   refusedModels: Set<string>;
 }
 
@@ -76,8 +76,10 @@ export class Registry {
   readonly remoteSessions = new Map<string, RemoteSession>();
   /** Told when a local session's slots change (the cluster shares them with the other nodes). */
   sessionChanged: ((sessionId: string) => void) | null = null;
-  /** Frames about jobs a session does not hold: ignored, and counted (DESIGN §3). */
+  /** Frames about jobs a session does not hold: ignored, and counted (docs/protocol.md). */
   ignoredFrames = 0;
+  /** Receipt frames counted and not stored, by why (src/gateway/settlements.ts receiptArrived). */
+  readonly ignoredReceipts = { duplicate: 0, after_final: 0, unknown_attempt: 0 };
   /** Sessions whose attempts changed this event-loop turn; their actors hear the count at its end. */
   private readonly uncounted = new Set<SessionHandle>();
 
@@ -158,8 +160,8 @@ export class Registry {
   /**
    * The session actor learns its in-flight count at the end of an event-loop turn in which it changed,
    * and only when the count moves it between `ready` and `busy` — all the count decides there (routing
-   * reads the live count). An event per attempt was ~5 % of the gateway's main thread under load, and
-   * one per turn still two machine steps a request at one request at a time (issue 7).
+   * reads the live count); an event per attempt, or per turn, cost the main thread more than it
+   * told the machine (docs/benchmarks.md, Measurements behind the code).
    */
   private countLater(session: SessionHandle): void {
     if (this.uncounted.size === 0) {

@@ -3,7 +3,7 @@
 // releasing attempts. An attempt's chunks after its first never reach the actor: `chunkArrived` checks
 // and counts them with the attempt's ChunkMeter and relays them here, sending the actor only what
 // changes its state. Failures reach the responder as codes (src/chat/contract.ts); http/ maps them.
-import { createActor, type InspectionEvent } from "xstate";
+import { createActor, type ActorOptions, type AnyActorLogic, type InspectionEvent } from "xstate";
 import { requestLogic, streamIdleCheckMs, type RequestContext, type RequestLogic } from "../../actors/request.ts";
 import type { FailureCode, NormalizedChat, RequestFailure } from "../chat/contract.ts";
 import { cancelAbandonsOutput } from "../ledger/charges.ts";
@@ -18,9 +18,6 @@ import type { Settlements } from "./settlements.ts";
 import type { Log } from "../log.ts";
 import { noopMetrics, requestLogFields, type MetricsPort, type RequestOutcome } from "../metrics.ts";
 
-export type { RequestSpec } from "./requestHandle.ts";
-export type { RemoteProviders } from "./dispatch.ts";
-
 export interface RequestRunnerDeps {
   registry: Registry;
   now: () => number;
@@ -29,6 +26,8 @@ export interface RequestRunnerDeps {
   streamIdleTimeoutMs: number;
   requestDeadlineMs: number;
   inspect?: (event: InspectionEvent) => void;
+  /** The clock of the request actors' timers (tests inject a SimulatedClock); default the real one. */
+  actorClock?: ActorOptions<AnyActorLogic>["clock"];
   onClosed: () => void;
   log: Log;
   metrics?: MetricsPort;
@@ -71,8 +70,15 @@ function relay(clock: () => number, handle: RequestHandle, frame: ChunkFrame): v
  * changes state); later ones are judged by the meter, and the actor hears only of a bad seq, the
  * length cap, and the first chunk of each idle-check window.
  */
-function chunkArrived(clock: () => number, handle: RequestHandle, meter: ChunkMeter, frame: ChunkFrame): void {
+function chunkArrived(clock: () => number, log: Log, handle: RequestHandle, meter: ChunkMeter, frame: ChunkFrame): void {
   if (!meter.started) {
+    // A first chunk claiming more tokens than its bytes can hold (docs/receipts.md): refused before
+    // any byte, as a refused measurement is — the attempt is cancelled and the request fails over.
+    if (ChunkMeter.inflatesFirst(frame)) {
+      log.warn("output_tokens_inflated", { request_id: frame.request_id, attempt_n: frame.attempt_n, tokens: frame.tokens });
+      handle.actor.send({ type: "provider.rejected" });
+      return;
+    }
     handle.actor.send({ type: "provider.chunk", frame });
     return;
   }
@@ -82,6 +88,11 @@ function chunkArrived(clock: () => number, handle: RequestHandle, meter: ChunkMe
       if (meter.markProgress()) handle.actor.send({ type: "stream.progress" });
       return;
     case "seq_error":
+      handle.actor.send({ type: "stream.seqError" });
+      return;
+    case "tokens_inflated":
+      // A provider failure, ended as a bad seq is: failover before a written body, the in-band error after.
+      log.warn("output_tokens_inflated", { request_id: frame.request_id, attempt_n: frame.attempt_n, tokens: meter.deliveredTokens + frame.tokens });
       handle.actor.send({ type: "stream.seqError" });
       return;
     case "length_limited":
@@ -141,7 +152,14 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       // Prompt tokens as the provider reports them, never above the gateway's own bound.
       const promptTokens = Math.min(end?.usage.input_tokens ?? 0, handle.promptBound);
       handle.timing.inputTokens = promptTokens;
-      handle.responder.succeed({ finishReason, usage: { prompt_tokens: promptTokens, completion_tokens: handle.meter.deliveredTokens } });
+      const outcome = { finishReason, usage: { prompt_tokens: promptTokens, completion_tokens: handle.meter.deliveredTokens } };
+      // The last byte (`[DONE]`, or the whole non-streaming body) waits for the attempt's delivered
+      // record, released just before, to be committed (a WAL append): a crash after the buyer has the
+      // response can no longer leave its provider unpaid (docs/receipts.md, "Crashes").
+      settlements.afterCommit((committed) => {
+        if (!committed) log.error("delivered_record_not_committed", { request_id: context.requestId });
+        handle.responder.succeed(outcome);
+      });
     },
     finishFailure: ({ context }) => {
       const failure: RequestFailure = context.failure ?? { code: "coordinator_unavailable", message: unavailableMessages.coordinator_unavailable() };
@@ -202,7 +220,7 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
    * The attempt's chunk handler. Made outside dispatchAttempt, whose closures share one scope: one
    * made there would keep the encoded job (the whole prompt) alive for as long as the attempt runs.
    */
-  const chunkSink = (handle: RequestHandle, meter: ChunkMeter) => (frame: ChunkFrame) => chunkArrived(clock, handle, meter, frame);
+  const chunkSink = (handle: RequestHandle, meter: ChunkMeter) => (frame: ChunkFrame) => chunkArrived(clock, runnerDeps.log, handle, meter, frame);
   const deps = { ...runnerDeps, clock, metrics, chunkSink };
   const { registry, log, settlements } = deps;
   const handles = new Map<string, RequestHandle>();
@@ -244,6 +262,7 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
     const actor = createActor(logic, {
       input: { requestId: spec.requestId, streaming: spec.chat.stream, maxTokens: spec.chat.params.max_tokens, maxAttempts: deps.maxAttempts },
       inspect: deps.inspect,
+      ...(deps.actorClock ? { clock: deps.actorClock } : {}),
     });
     const timing = newTiming(spec.arrivedAt ?? clock());
     const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing, meter: new ChunkMeter(spec.chat.params.max_tokens), toPrefix: noPrefix, dispatch: { stopped: true } };

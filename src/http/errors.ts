@@ -1,4 +1,4 @@
-// The one table mapping every buyer-facing error code to status, type and retryability (DESIGN §7),
+// The one table mapping every buyer-facing error code to status, type and retryability (docs/buyer-api.md),
 // and the envelope built from it. Messages here are the only error text buyers ever see.
 import type { RequestFailure } from "../chat/contract.ts";
 
@@ -9,6 +9,10 @@ export const errorTable = {
   invalid_request: { status: 400, type: "invalid_request_error", retryable: false },
   unsupported_content_shape: { status: 400, type: "invalid_request_error", retryable: false },
   request_too_large: { status: 413, type: "invalid_request_error", retryable: false },
+  request_timeout: { status: 408, type: "invalid_request_error", retryable: true },
+  // The client left while sending its request (nginx's 499): no one reads this response; it exists so
+  // metrics and logs count the request as the client's doing, not as a gateway failure.
+  client_closed_request: { status: 499, type: "invalid_request_error", retryable: false },
   not_found: { status: 404, type: "not_found_error", retryable: false },
   // A facade the operator has not enabled: the path exists in this build, but not on this gateway.
   endpoint_disabled: { status: 404, type: "not_found_error", retryable: false },
@@ -98,7 +102,7 @@ export function inBandErrorFrame(err: GatewayError): string {
 }
 
 /**
- * The messages facade's envelope (spec §7.1): `{type: "error", error: {type, message, code, retryable,
+ * The messages facade's envelope (docs/facades.md): `{type: "error", error: {type, message, code, retryable,
  * param}}` from the same table row, so the gateway's code and retryability survive the translation.
  */
 export interface MessagesErrorEnvelope {

@@ -1,4 +1,4 @@
-// Retries replayed instead of re-run (DESIGN §7). A request is a new request unless it says it is a
+// Retries replayed instead of re-run (docs/buyer-api.md). A request is a new request unless it says it is a
 // retry:
 // - `Idempotency-Key` (scoped to the account): the first successful result for the same route and body
 //   bytes is replayed; while the first is in flight → 409 duplicate_request_id; the same key with

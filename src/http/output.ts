@@ -1,5 +1,5 @@
 // Plumbing every entrypoint's responders share: a server-sent-event body that exists only from its
-// first write (DESIGN §7: nothing, not even the status line, before the first delta), and an
+// first write (docs/buyer-api.md: nothing, not even the status line, before the first delta), and an
 // accumulator of an attempt's output for responses written in one piece, and the responder built on it.
 // Both report the body text they write to `record` (the retry-replay copy, src/http/idempotency.ts).
 import type { ChunkFrame } from "../wire/frames.ts";
@@ -29,6 +29,21 @@ export interface BodyTarget {
   record: (text: string) => void;
   /** Gets a templated piece, in the same order as `record`'s; absent: `record` gets its whole text. */
   recordFilled?: (template: BodyTemplate, hole: string) => void;
+  /** Bounds on output waiting for a buyer that does not read; absent = unbounded. */
+  flow?: StreamFlow;
+}
+
+/**
+ * Backpressure on a stream (docs/reliability.md): output the buyer's socket has not taken waits in the
+ * server's buffer; past `maxBufferedBytes`, or blocked longer than `stallMs`, the buyer counts as gone
+ * (`onBuyerGone`: the attempt is cancelled), so a buyer that never reads costs a bounded buffer.
+ */
+export interface StreamFlow {
+  maxBufferedBytes: number;
+  stallMs: number;
+  now: () => number;
+  /** Told once, before `onBuyerGone`, why the stream was given up. */
+  onStalled: (why: "buffer_full" | "stalled") => void;
 }
 
 export interface LazyEventStream {
@@ -55,7 +70,7 @@ export function lazyEventStream(target: BodyTarget): LazyEventStream {
 }
 
 /**
- * One per live stream, so a class (issue 7): its methods are shared, where a closure-built object costs
+ * One per live stream, so a class: its methods are shared, where a closure-built object costs
  * every stream a function and a slot per method (and getter) and their scope. It is its own direct
  * stream's underlying source (`type`, `pull`, `cancel`).
  */
@@ -69,6 +84,10 @@ class EventStream implements LazyEventStream, Bun.DirectUnderlyingSource<string>
   // resolved, a turn after the first write at the earliest); text written before waits in `pending`.
   private sink: ReadableStreamDirectController | null = null;
   private pending = "";
+  /** Bytes written since the sink last had room (it answers a write with a promise while full). */
+  private unsent = 0;
+  private blockedSince: number | null = null;
+  private lastBlockedWrite: Promise<unknown> | null = null;
 
   constructor(private readonly target: BodyTarget) {
     this.response = new Promise<Response>((r) => (this.resolve = r));
@@ -127,11 +146,44 @@ class EventStream implements LazyEventStream, Bun.DirectUnderlyingSource<string>
       this.pending += text;
       return;
     }
+    let wrote: number | Promise<number>;
     try {
-      this.sink.write(text);
+      wrote = this.sink.write(text) as number | Promise<number>;
     } catch {
       this.ended = true; // The buyer is gone; the abort path handles the rest.
+      return;
     }
+    const flow = this.target.flow;
+    if (flow === undefined) return;
+    if (typeof wrote === "number") {
+      this.unsent = 0;
+      this.blockedSince = null;
+      this.lastBlockedWrite = null;
+      return;
+    }
+    this.noteBlocked(flow, text, wrote);
+  }
+
+  /** The sink is full: counts what waits in it and gives the buyer up past the bounds. */
+  private noteBlocked(flow: StreamFlow, text: string, wrote: Promise<number>): void {
+    this.unsent += Buffer.byteLength(text, "utf8");
+    const now = flow.now();
+    this.blockedSince ??= now;
+    this.lastBlockedWrite = wrote;
+    wrote.then(
+      () => {
+        if (this.lastBlockedWrite !== wrote) return;
+        this.unsent = 0;
+        this.blockedSince = null;
+        this.lastBlockedWrite = null;
+      },
+      () => {},
+    );
+    const why = this.unsent > flow.maxBufferedBytes ? "buffer_full" : now - this.blockedSince > flow.stallMs ? "stalled" : null;
+    if (why === null) return;
+    this.ended = true;
+    flow.onStalled(why);
+    this.target.onBuyerGone();
   }
 
   private start(): void {

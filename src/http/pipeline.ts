@@ -2,14 +2,15 @@
 // same admission checks, the same request actor, the same cancellation. An entrypoint only parses its
 // own wire shape into a NormalizedChat and supplies a responder that writes its own wire shape back.
 import { authenticateBuyer, type AuthResult, type BuyerPrincipal } from "./auth.ts";
-import { parseJsonBody, readBody } from "./body.ts";
+import { parseJsonBody, readBodyWithin, type BodyRead } from "./body.ts";
 import { failureError, gatewayError, type GatewayError } from "./errors.ts";
 import { promptTokenBound } from "./chat/normalize.ts";
 import type { ChatOutcome, ChatResponder, NormalizedChat, RequestFailure } from "../chat/contract.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
-import type { BodyTemplate, FacadeResponder } from "./output.ts";
+import type { BodyTemplate, FacadeResponder, StreamFlow } from "./output.ts";
+import type { Log } from "../log.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
-import type { Store } from "../store/index.ts";
+import { isStoreUnavailable, type AsyncStore as Store } from "../store/asyncStore.ts";
 import type { Settlements } from "../gateway/settlements.ts";
 import { reservationCredits, type Rates } from "../ledger/index.ts";
 import { buyerAccount } from "../store/index.ts";
@@ -27,12 +28,17 @@ export interface PipelineDeps {
   now: () => number;
   /** Route-time pricing and settlement. */
   settlements: Settlements;
-  /** Limits per tier (spec §8): daily tokens, per-request cap, concurrency; absent = none (bare unit apps). */
+  /** Limits per tier (docs/quotas.md): daily tokens, per-request cap, concurrency; absent = none (bare unit apps). */
   quotas?: QuotaPolicy;
-  /** Retries replayed instead of re-run (DESIGN §7); absent = every request runs. */
+  /** Retries replayed instead of re-run (docs/buyer-api.md); absent = every request runs. */
   replays?: ReplayCache;
   /** Concurrency slots shared by every node (a cluster, src/cluster/slots.ts); absent = the store's own. */
   sharedSlots?: SharedSlotPort;
+  /** Deadline for the whole request body (default 30 s). */
+  requestBodyTimeoutMs?: number;
+  /** Bounds on a stream's output waiting for a buyer that does not read (absent = unbounded). */
+  stream?: { maxBufferedBytes: number; stallMs: number };
+  log?: Log;
 }
 
 /** Slots held in a shared engine: taking one is asynchronous, and may fail when the engine is unreachable. */
@@ -47,7 +53,8 @@ const slotsUnavailable = () =>
     retryAfterSeconds: 1,
   });
 
-/** Raw body bytes of admitted requests: what retries are matched on (same body bytes, DESIGN §7). */
+
+/** Raw body bytes of admitted requests: what retries are matched on (same body bytes, docs/buyer-api.md). */
 const rawBodies = new WeakMap<Request, Uint8Array>();
 
 export interface RequestIds {
@@ -57,34 +64,55 @@ export interface RequestIds {
   responseRequestId: string;
 }
 
-export type Authenticate = (store: Store, request: Request) => AuthResult;
+export type Authenticate = (store: Store, request: Request) => Promise<AuthResult>;
 
 export type AdmittedBody = { ok: true; principal: BuyerPrincipal; json: unknown } | { ok: false; error: GatewayError };
 
 /**
- * The checks every buyer POST shares, in this order: the gateway is accepting, the body is within the
- * byte limit, the credentials are valid, the body is JSON within the nesting limit. Entrypoints differ
- * only in where credentials may come from (`authenticate`) and in how they render the error.
+ * The checks every buyer POST shares, in this order: the gateway is accepting, the credentials are
+ * valid, the body arrives within its deadline and byte limit, the body is JSON within the nesting
+ * limit. Entrypoints differ only in where credentials may come from (`authenticate`) and in how they
+ * render the error.
  */
 export async function admitBuyerRequest(
   deps: PipelineDeps,
   request: Request,
-  // Chat completions and responses take demo tokens (spec §5); the messages facade passes its own.
+  // Chat completions and responses take demo tokens (docs/buyer-api.md); the messages facade passes its own.
   authenticate: Authenticate = (store, req) => authenticateBuyer(store, req, "demo_allowed"),
 ): Promise<AdmittedBody> {
   if (!deps.accepting()) {
     return { ok: false, error: gatewayError("coordinator_unavailable", "The gateway is shutting down. Retry shortly.", { retryAfterSeconds: 5 }) };
   }
-  const body = await readBody(request, deps.maxBodyBytes);
-  if (!body) {
-    return { ok: false, error: gatewayError("request_too_large", `The request body is larger than ${deps.maxBodyBytes} bytes.`) };
+  // Credentials first: a client without them never gets to hold a connection open with a slow body.
+  let auth: AuthResult;
+  try {
+    auth = await authenticate(deps.store, request);
+  } catch (error) {
+    if (isStoreUnavailable(error)) return { ok: false, error: storeUnavailable() };
+    throw error;
   }
-  const auth = authenticate(deps.store, request);
   if (!auth.ok) return auth;
+  const read = await readBodyWithin(request, deps.maxBodyBytes, deps.requestBodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS);
+  if (!read.ok) return { ok: false, error: bodyReadError(read.reason, deps.maxBodyBytes) };
+  const body = read.body;
   const parsed = parseJsonBody(body);
   if (!parsed.ok) return parsed;
   rawBodies.set(request, body);
   return { ok: true, principal: auth.principal, json: parsed.json };
+}
+
+/** The `requestBodyTimeoutMs` setting's default, for apps built without it. */
+const DEFAULT_BODY_TIMEOUT_MS = 30_000;
+
+function bodyReadError(reason: Extract<BodyRead, { ok: false }>["reason"], limit: number): GatewayError {
+  switch (reason) {
+    case "too_large":
+      return gatewayError("request_too_large", `The request body is larger than ${limit} bytes.`);
+    case "timeout":
+      return gatewayError("request_timeout", "The request body did not arrive in time.");
+    case "aborted":
+      return gatewayError("client_closed_request", "The client closed the connection before the request body arrived.");
+  }
 }
 
 /** What the pipeline hands an entrypoint's responder factory. */
@@ -100,6 +128,8 @@ export interface ResponderContext {
   record: (text: string) => void;
   /** The same for a templated piece (src/http/output.ts BodyTemplate), which the copy keeps smaller. */
   recordFilled?: (template: BodyTemplate, hole: string) => void;
+  /** Backpressure bounds for a streamed body (src/http/output.ts StreamFlow). */
+  flow?: StreamFlow;
 }
 
 export interface PipelineRequest {
@@ -155,11 +185,11 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
 }
 
 /** The rest of a new run, once its concurrency slot (if any) is held; `releaseSlot` frees it. */
-function runHoldingSlot(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null, releaseSlot: (() => void) | null): Promise<Response> {
+async function runHoldingSlot(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null, releaseSlot: (() => void) | null): Promise<Response> {
   const { request, ids, principal, chat } = input;
   const rid = ids.responseRequestId;
   const promptBound = promptTokenBound(chat.messages, chat.params.tools);
-  // Once, when the buyer's response ended (or never started): frees the concurrency slot (DESIGN §7)
+  // Once, when the buyer's response ended (or never started): frees the concurrency slot (docs/buyer-api.md)
   // and tells the replay cache whether this is a result a retry may get.
   let ended = false;
   const end = (ok: boolean) => {
@@ -177,10 +207,18 @@ function runHoldingSlot(deps: PipelineDeps, input: PipelineRequest, tracker: Run
       ),
     );
   }
-  const reserved = reserveForRequest(deps, principal, ids.requestId, promptBound, chat.params.max_tokens, admission.rates);
+  let reserved: Awaited<ReturnType<typeof reserveForRequest>>;
+  try {
+    reserved = await reserveForRequest(deps, principal, ids.requestId, promptBound, chat.params.max_tokens, admission.rates);
+  } catch (error) {
+    end(false);
+    // The reservation is one transaction: a database that cannot be reached left nothing behind.
+    if (isStoreUnavailable(error)) return input.refuse(storeUnavailable());
+    throw error;
+  }
   if (!reserved.ok) {
     end(false);
-    return Promise.resolve(input.refuse(reserved.error));
+    return input.refuse(reserved.error);
   }
   const { payer } = reserved;
   let abort = () => {};
@@ -195,6 +233,11 @@ function runHoldingSlot(deps: PipelineDeps, input: PipelineRequest, tracker: Run
       },
       record: tracker ? tracker.record : ignoreBody,
       recordFilled: tracker ? tracker.recordFilled : ignoreFilled,
+      flow: deps.stream && {
+        ...deps.stream,
+        now: deps.now,
+        onStalled: (why) => deps.log?.info("buyer_stream_stalled", { request_id: ids.requestId, why }),
+      },
     }),
     end,
   );
@@ -217,29 +260,40 @@ function runHoldingSlot(deps: PipelineDeps, input: PipelineRequest, tracker: Run
   abort = started.abort;
   // The buyer hanging up before or during the response cancels the provider job.
   request.signal.addEventListener("abort", started.abort, { once: true });
+  // The buyer may have hung up while the reservation was being written: the signal already fired.
+  if (request.signal.aborted) {
+    end(false);
+    started.abort();
+  }
   return responder.response;
 }
 
+/** The refusal when the durable store (PostgreSQL) cannot be reached: nothing was written. */
+export const storeUnavailable = () =>
+  gatewayError("coordinator_unavailable", "The gateway cannot reach its database right now. Nothing was charged; retry shortly.", {
+    retryAfterSeconds: 1,
+  });
+
 /**
- * Holds the request's worst case at admission (DESIGN §6): prompt bound + max_tokens against the
+ * Holds the request's worst case at admission (docs/ledger.md): prompt bound + max_tokens against the
  * daily token quota, and its price against a paid account's balance. Free-tier and demo traffic is
  * paid from the operator's promotion account.
  */
-function reserveForRequest(
+async function reserveForRequest(
   deps: PipelineDeps,
   principal: BuyerPrincipal,
   requestId: string,
   promptBound: number,
   maxTokens: number,
   rates: Rates,
-): { ok: true; payer: Payer } | { ok: false; error: GatewayError } {
+): Promise<{ ok: true; payer: Payer } | { ok: false; error: GatewayError }> {
   const payer = payerFor(principal.kind === "api_key" && principal.tier === "paid");
   const price = reservationCredits(promptBound, maxTokens, rates);
   if (!price.ok) return { ok: false, error: gatewayError("invalid_request", "The request is too large to price.") };
   const limit = deps.quotas ? limitsFor(deps.quotas, principal).dailyTokens : undefined;
   const day = utcDay(deps.now());
   const tokens = promptBound + maxTokens;
-  const reserved = deps.store.reserve(
+  const reserved = await deps.store.reserve(
     {
       request_id: requestId,
       account_id: principal.account_id,
@@ -254,11 +308,11 @@ function reserveForRequest(
   if (reserved.ok) return { ok: true, payer };
   switch (reserved.code) {
     case "insufficient_balance": {
-      const balance = deps.store.ledgerBalance(buyerAccount(principal.account_id));
+      const balance = await deps.store.ledgerBalance(buyerAccount(principal.account_id));
       return { ok: false, error: balanceRefusal({ balance, available: reserved.available_credits, needed: price.charge.debit_credits, nowMs: deps.now() }) };
     }
     case "quota_exhausted": {
-      const usedOnly = deps.store.dailyTokens(principal.account_id, day).used;
+      const usedOnly = (await deps.store.dailyTokens(principal.account_id, day)).used;
       return { ok: false, error: dailyQuotaRefusal({ limit: limit ?? 0, counted: reserved.used_tokens, usedOnly, tokens, nowMs: deps.now() }) };
     }
     default:

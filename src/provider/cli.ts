@@ -1,4 +1,4 @@
-// `gateway provider …` (DESIGN §2): flag parsing and wiring of key, engine and runtime.
+// `gateway provider …` (docs/operator.md): flag parsing and wiring of key, engine and runtime.
 // Exit codes: 0 ok, 1 runtime failure (e.g. unreadable key file), 64 usage error.
 import { totalmem } from "node:os";
 import { basename, dirname, extname, join } from "node:path";
@@ -45,7 +45,7 @@ export interface CommandIo {
 }
 
 const processIo: CommandIo = {
-  // Lines of one turn in one write (issue 7: a write per log line was ~6 % of a runtime's CPU under load).
+  // Lines of one turn in one write: a write per line costs the runtime CPU (docs/benchmarks.md).
   stdout: stdoutAtEndOfTurn,
   stderr: (line) => void process.stderr.write(`${line}\n`),
 };
@@ -112,7 +112,7 @@ function numberFlag(
   return n;
 }
 
-/** One `--model`: a hash given as is, or a weights path to hash (DESIGN §5). */
+/** One `--model`: a hash given as is, or a weights path to hash (docs/catalog.md). */
 interface ModelSpec {
   model_id: string;
   hash: string | null;

@@ -1,5 +1,5 @@
 // Receipts the gateway may not have: kept until the attempt is settled or its pending deadline passes,
-// and re-sent as `receipt` frames on later sessions (DESIGN §3: a `receipt` is accepted for any
+// and re-sent as `receipt` frames on later sessions (docs/protocol.md: a `receipt` is accepted for any
 // still-pending attempt of the same provider id, from any of its sessions).
 //
 // Whether an `end` that was written to a socket reached the gateway cannot be known when that socket
@@ -15,7 +15,7 @@ import type { ProviderFrame, ReceiptFrame } from "../wire/frames.ts";
 import type { LogFn } from "./events.ts";
 import { keyOf, OutboxJournal, readOutboxFiles, removalLine, type JournalStats, type OutboxIds, type PersistedEntry } from "./outboxJournal.ts";
 
-/** DESIGN §4: the gateway waits this long for a receipt before it quarantines the attempt. */
+/** docs/receipts.md: the gateway waits this long for a receipt before it quarantines the attempt. */
 export const DEFAULT_RECEIPT_DEADLINE_MS = 300_000;
 /** More entries than this means the gateway has not settled anything for a long time; oldest go first. */
 export const DEFAULT_OUTBOX_MAX_ENTRIES = 10_000;
@@ -125,13 +125,14 @@ export class ReceiptOutbox {
   }
 
   /**
-   * Sends every kept receipt not yet sent on `session` as a `receipt` frame. `send` returns false when
-   * the frame could not be handed to the socket; such entries stay unsent for the next try.
+   * Sends kept receipts not yet sent on `session` as `receipt` frames, at most `limit`. `send` returns
+   * false when the frame could not be handed to the socket; such entries stay unsent for the next try.
    */
-  flush(session: object, send: (frame: ProviderFrame) => boolean): number {
+  flush(session: object, send: (frame: ProviderFrame) => boolean, limit = Number.POSITIVE_INFINITY): number {
     this.expire();
     let sent = 0;
     for (const entry of this.entries.values()) {
+      if (sent >= limit) break;
       if (entry.sentOn === session) continue;
       const frame: ReceiptFrame = { type: "receipt", request_id: entry.request_id, attempt_n: entry.attempt_n, receipt: entry.receipt };
       if (!send(frame)) break;

@@ -1,4 +1,4 @@
-// The reference provider runtime: one WebSocket session at a time to the gateway (DESIGN §3), jobs run
+// The reference provider runtime: one WebSocket session at a time to the gateway (docs/protocol.md), jobs run
 // on an Engine, reconnect with full-jitter backoff. A plain class: this is an I/O edge, not domain code.
 import type { KeyObject } from "node:crypto";
 import { encodeChunkFrame } from "../wire/chunkEncode.ts";
@@ -81,6 +81,9 @@ export interface ProviderRuntimeOptions {
  * silence is measured on the wall clock, which keeps running while a machine sleeps (a monotonic clock
  * may not), so the first tick after a wake-up reconnects at once.
  */
+/** Receipts re-sent per second at most: half the gateway's default budget (receiptFramesPerSecond). */
+export const OUTBOX_RESEND_PER_SECOND = 100;
+
 export const DEFAULT_WATCHDOG = { pingIntervalMs: 5_000, timeoutMs: 15_000 } as const;
 
 export interface ProviderRuntime {
@@ -126,6 +129,11 @@ const ALLOWED: Record<Phase, ReadonlySet<GatewayFrame["type"]>> = {
 };
 
 const jobKey = (f: { request_id: string; attempt_n: number }) => `${f.attempt_n}/${f.request_id}`;
+/**
+ * Ended attempts kept for a crossing cancel. The gateway settles an attempt within milliseconds of its
+ * receipt, which drops it here; only attempts it holds pending (a crossing) stay, so this is ample.
+ */
+const ENDED_KEPT = 1024;
 
 class Runtime implements ProviderRuntime {
   private readonly events = new Emitter<RuntimeEvents>();
@@ -140,12 +148,16 @@ class Runtime implements ProviderRuntime {
   private session: Session | null = null;
   private stopped = false;
   private reconnectTimer: unknown = null;
+  /** The next paced outbox flush, while receipts wait for it. */
+  private flushTimer: unknown = null;
   private failures = 0; // connection attempts since the last welcome: the backoff exponent
   private readonly gatewayUrls: string[];
   /** Which of gatewayUrls the next connection goes to. */
   private gatewayIndex = 0;
   private readonly signer: ReceiptSigner;
   private readonly outbox: ReceiptOutbox;
+  /** Ended attempts not settled yet, by jobKey, oldest first (rememberEnded). */
+  private readonly ended = new Map<string, Attempt>();
 
   constructor(private readonly options: ProviderRuntimeOptions) {
     this.log = options.log ?? (() => {});
@@ -233,6 +245,8 @@ class Runtime implements ProviderRuntime {
     this.stopped = true;
     if (this.reconnectTimer !== null) this.timers.clearTimeout(this.reconnectTimer);
     this.reconnectTimer = null;
+    if (this.flushTimer !== null) this.timers.clearTimeout(this.flushTimer);
+    this.flushTimer = null;
     const session = this.session;
     if (session && session.phase !== "closed") {
       session.ws.close(CloseCode.normal, "provider stopping");
@@ -382,6 +396,7 @@ class Runtime implements ProviderRuntime {
     const { request_id, attempt_n, label, reason, provider_credits } = frame;
     this.log("settled", { request_id, attempt_n, label, reason, provider_credits });
     this.outbox.settled(frame, label);
+    if (label !== "pending") this.ended.delete(jobKey(frame));
     this.events.emit("settled", frame);
   }
 
@@ -407,11 +422,20 @@ class Runtime implements ProviderRuntime {
     this.reconnectTimer = this.timers.setTimeout(() => this.connect(), delayMs);
   }
 
-  /** Sends held receipts on the current session, when one is admitted (DESIGN §3 `receipt`). */
+  /**
+   * Sends held receipts on the current session, when one is admitted (docs/protocol.md `receipt`), at most
+   * OUTBOX_RESEND_PER_SECOND a second: the gateway closes a session that sends receipts settling
+   * nothing faster than its budget (docs/reliability.md), and a large outbox may be mostly those.
+   */
   private flushOutbox(): void {
     const session = this.session;
     if (session?.phase !== "admitted") return;
-    this.outbox.flush(session, (frame) => this.send(session, frame));
+    const sent = this.outbox.flush(session, (frame) => this.send(session, frame), OUTBOX_RESEND_PER_SECOND);
+    if (sent < OUTBOX_RESEND_PER_SECOND || this.flushTimer !== null) return;
+    this.flushTimer = this.timers.setTimeout(() => {
+      this.flushTimer = null;
+      this.flushOutbox();
+    }, 1000);
   }
 
   // ---- jobs ----
@@ -446,16 +470,36 @@ class Runtime implements ProviderRuntime {
       },
     });
     session.jobs.set(key, attempt);
-    void attempt.done.then(() => session.jobs.delete(key));
+    void attempt.done.then(() => {
+      session.jobs.delete(key);
+      this.rememberEnded(key, attempt);
+    });
+  }
+
+  /**
+   * Attempts that sent `end`, kept until settled (at most ENDED_KEPT, oldest dropped first): a `cancel`
+   * that crossed the `end` is answered with a receipt for the prefix the buyer received.
+   */
+  private rememberEnded(key: string, attempt: Attempt): void {
+    this.ended.delete(key);
+    this.ended.set(key, attempt);
+    if (this.ended.size > ENDED_KEPT) this.ended.delete(this.ended.keys().next().value as string);
   }
 
   private onCancel(session: Session, frame: CancelFrame): void {
     const ids = { request_id: frame.request_id, attempt_n: frame.attempt_n };
     this.log("cancel_received", { ...ids, reason: frame.reason });
     this.events.emit("cancel", frame.request_id, frame.attempt_n, frame.reason);
-    const attempt = session.jobs.get(jobKey(frame));
+    const attempt = session.jobs.get(jobKey(frame)) ?? this.ended.get(jobKey(frame));
     if (!attempt) return this.log("frame_ignored", { type: "cancel", ...ids, why: "unknown_job" });
-    attempt.cancel(frame.reason, frame.delivered_output_bytes);
+    // A cancel that crossed our `end`: the buyer got only a prefix, and the gateway waits (until its
+    // pending deadline) for a receipt bound to it, which replaces the full one in the outbox.
+    const receipt = attempt.receiptAfterEnd(frame.reason, frame.delivered_output_bytes);
+    if (receipt === null) return attempt.cancel(frame.reason, frame.delivered_output_bytes);
+    this.log("cancel_after_end", { ...ids, reason: frame.reason, delivered_output_bytes: frame.delivered_output_bytes });
+    if (receipt.deliveredNothing) return; // the gateway settles it zero_settled without a receipt
+    const sent = this.send(session, { type: "receipt", ...ids, receipt: receipt.envelope }) !== false;
+    this.outbox.keep(frame, receipt.envelope, receipt.body.terminal_state_ts_unix_ms, sent ? session : null);
   }
 }
 

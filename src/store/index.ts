@@ -12,6 +12,7 @@ import * as catalog from "./catalog.ts";
 import { cacheApiKeyLookups } from "./apiKeyCache.ts";
 import { immediateCommits, withGroupCommit } from "./groupCommit.ts";
 import { openDatabase } from "./db.ts";
+import { walSyncer } from "./walSync.ts";
 import { KEY_PREFIX_PATTERN, type RandomBytes } from "./ids.ts";
 import * as providers from "./providers.ts";
 import { getOrCreateSecret } from "./secrets.ts";
@@ -112,6 +113,19 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
   // Group commit wraps every method (see groupCommit.ts for the invariants); any call that may revoke a
   // key or change a tier forgets the cached key lookups first.
   const keys = cacheApiKeyLookups(store.authenticateApiKey, db, keyPrefix, clock);
-  const grouped = withGroupCommit({ ...store, authenticateApiKey: keys.authenticateApiKey }, db, { beforeOtherCall: keys.forget });
-  return Object.assign(grouped, { forgetCachedKeys: keys.forget });
+  // Durability tiers: the gateway's groups append to the WAL and money waits for an off-loop fsync.
+  const wal = path === ":memory:" ? null : walSyncer(`${path}-wal`);
+  const grouped = withGroupCommit({ ...store, authenticateApiKey: keys.authenticateApiKey }, db, {
+    beforeOtherCall: keys.forget,
+    scheduleLazy: options.lazyCommitTimer,
+    ...(wal ? { syncWal: wal.sync } : {}),
+  });
+  return {
+    ...grouped,
+    forgetCachedKeys: keys.forget,
+    close: () => {
+      grouped.close();
+      wal?.close();
+    },
+  };
 }

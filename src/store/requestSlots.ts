@@ -1,4 +1,4 @@
-// Concurrency slots: how many requests an account has running at once (spec §8: 2 per account).
+// Concurrency slots: how many requests an account has running at once (docs/quotas.md: 2 per account).
 // Deliberately process memory, not SQLite: a slot stands for a live HTTP response on this process, so
 // a restart — which ends every such response — must free every slot, and a durable row would instead
 // leak slots across a crash. Acquire and release are synchronous, so a check-and-take is atomic with

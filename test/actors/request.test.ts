@@ -1,8 +1,9 @@
 // The request actor in isolation: routing, failover before the first byte, commit rules, limits and
 // timeouts, driven by scripted dispatches and a SimulatedClock (no sockets, no timers, no sleeps).
-// Chunks go through a stand-in for the edge (src/gateway/requests.ts `chunkArrived`) with a real
-// ChunkMeter: the first chunk of an attempt is a `provider.chunk` event, later ones become
-// `stream.progress` / `stream.seqError` / `stream.lengthLimited` as the meter decides.
+// Chunks go through a small stand-in for the edge with a real ChunkMeter: the first chunk of an attempt
+// is a `provider.chunk` event, later ones become `stream.progress` / `stream.seqError` /
+// `stream.lengthLimited` as the meter decides. The real edge (src/gateway/requests.ts, dispatch.ts) is
+// tested on an injected clock in test/gateway/request-edge.test.ts.
 import { beforeAll, describe, expect, test } from "bun:test";
 import { createActor, SimulatedClock } from "xstate";
 import {

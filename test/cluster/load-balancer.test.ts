@@ -8,11 +8,11 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { waitFor } from "../support/harness.ts";
-import { redisMissing } from "../support/redis.ts";
+import { clusterMissing } from "../support/cluster.ts";
 import { startCluster, type ClusterNodeProcess, type TestCluster } from "../support/cluster.ts";
 
 const NGINX = Bun.which("nginx") ?? (Bun.file("/usr/sbin/nginx").size > 0 ? "/usr/sbin/nginx" : null);
-const missing = redisMissing ?? (NGINX ? null : "nginx is not installed (apt-get install nginx-light)");
+const missing = clusterMissing ?? (NGINX ? null : "nginx is not installed (apt-get install nginx-light)");
 if (missing) console.warn(`[skipped] load balancer test: ${missing}`);
 const MODEL = "lb-model";
 const CONFIG = join(import.meta.dir, "../../deploy/nginx-cluster.conf");

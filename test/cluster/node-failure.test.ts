@@ -6,13 +6,13 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { RedisClient } from "bun";
-import { redisMissing } from "../support/redis.ts";
+import { clusterMissing } from "../support/cluster.ts";
 import { startCluster, type TestCluster } from "../support/cluster.ts";
 
 const MODEL = "failure-model";
 const LEASE_MS = 2000;
 
-describe.skipIf(redisMissing !== null)("kill -9 of a cluster node mid-stream", () => {
+describe.skipIf(clusterMissing !== null)("kill -9 of a cluster node mid-stream", () => {
   let cluster: TestCluster;
   let apiKey: string;
   let accountId: string;

@@ -8,9 +8,11 @@ import { connectRedis } from "../../src/cluster/redis.ts";
 import { silentLog } from "../../src/log.ts";
 import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "../../src/compositionRoot.ts";
 import { spawnProvider, tempDir, type TestGateway } from "../support/harness.ts";
-import { redisMissing, startRedis, type TestRedis } from "../support/redis.ts";
+import { startRedis, type TestRedis } from "../support/redis.ts";
+import { clusterMissing } from "../support/cluster.ts";
+import { sharedPostgres } from "../support/postgres.ts";
 
-describe.skipIf(redisMissing !== null)("Redis down under a cluster node", () => {
+describe.skipIf(clusterMissing !== null)("Redis down under a cluster node", () => {
   const cleanup: (() => Promise<void> | void)[] = [];
   afterAll(async () => {
     for (const c of cleanup.reverse()) await c();
@@ -24,15 +26,16 @@ describe.skipIf(redisMissing !== null)("Redis down under a cluster node", () => 
     const loaded = loadConfig([], {});
     if (!loaded.ok) throw new Error(loaded.message);
     const client = await connectRedis({ url: redis.url, log: silentLog, commandTimeoutMs: 300, probeMs: 100 });
-    const gateway: RunningGateway = startGateway(
-      { ...loaded.config, port: 0, dataDir, logLevel: "error", settlementMode: "observe", redisUrl: redis.url, clusterLeaseMs: 2000 },
+    const databaseUrl = await (await sharedPostgres()).freshDatabase();
+    const gateway: RunningGateway = await startGateway(
+      { ...loaded.config, port: 0, dataDir, logLevel: "error", settlementMode: "observe", databaseUrl, redisUrl: redis.url, clusterLeaseMs: 2000 },
       { log: silentLog, redis: client },
     );
     cleanup.push(() => gateway.stop());
     await gateway.cluster!.ready;
-    const { account_id } = gateway.store.createAccount({ name: "down", tier: "paid" });
-    expect(gateway.store.grantCredits(account_id, 100_000).ok).toBe(true);
-    const { api_key } = gateway.store.createApiKey({ account_id });
+    const { account_id } = await gateway.store.createAccount({ name: "down", tier: "paid" });
+    expect((await gateway.store.grantCredits(account_id, 100_000)).ok).toBe(true);
+    const { api_key } = await gateway.store.createApiKey({ account_id });
     const provider = spawnProvider({ wsUrl: `ws://127.0.0.1:${gateway.port}${PROVIDER_CONNECT_PATH}`, dataDir } as TestGateway, { id: "down-prov" });
     cleanup.push(() => provider.kill());
     await provider.waitForEvent("welcome", () => true, 30_000);
@@ -45,8 +48,8 @@ describe.skipIf(redisMissing !== null)("Redis down under a cluster node", () => 
       });
     expect((await ask()).status).toBe(200);
     gateway.store.flushCommits();
-    const settledBefore = gateway.store.listSettlements({}).length;
-    const balanceBefore = gateway.store.ledgerBalances().map((b) => `${b.account_id}:${b.balance}`).join();
+    const settledBefore = (await gateway.store.listSettlements({})).length;
+    const balanceBefore = (await gateway.store.ledgerBalances()).map((b) => `${b.account_id}:${b.balance}`).join();
 
     await redis.kill();
     const refused = await ask();
@@ -59,8 +62,8 @@ describe.skipIf(redisMissing !== null)("Redis down under a cluster node", () => 
     expect(((await health.json()) as { engines: Record<string, string> }).engines.redis).toBe("down");
     expect(await (await fetch(`${gateway.url}/metrics`)).text()).toContain('gateway_engine_up{engine="redis"} 0');
     gateway.store.flushCommits();
-    expect(gateway.store.listSettlements({}).length).toBe(settledBefore);
-    expect(gateway.store.ledgerBalances().map((b) => `${b.account_id}:${b.balance}`).join()).toBe(balanceBefore);
+    expect((await gateway.store.listSettlements({})).length).toBe(settledBefore);
+    expect((await gateway.store.ledgerBalances()).map((b) => `${b.account_id}:${b.balance}`).join()).toBe(balanceBefore);
 
     await redis.restart();
     const backAt = performance.now();

@@ -3,12 +3,12 @@
 // request is served across the node hop and billed exactly once, and `gateway ledger audit` is clean.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { redisMissing } from "../support/redis.ts";
+import { clusterMissing } from "../support/cluster.ts";
 import { startCluster, type TestCluster } from "../support/cluster.ts";
 
 const MODEL = "cluster-model";
 
-describe.skipIf(redisMissing !== null)("three nodes, one store, one Redis", () => {
+describe.skipIf(clusterMissing !== null)("three nodes, one store, one Redis", () => {
   let cluster: TestCluster;
   let apiKey: string;
   let accountId: string;

@@ -1,11 +1,15 @@
-// A cluster for end-to-end tests: one private Redis (support/redis.ts), `gateway serve` nodes as child
-// processes sharing one store (the SQLite file of one data dir, WAL — or PostgreSQL once a test gives
-// the URL), and real provider runtimes that may list several gateways. Everything on loopback with
-// random ports; SIGKILL is a real kill -9.
+// A cluster for end-to-end tests: one private Redis (support/redis.ts), one PostgreSQL database (a
+// fresh one on the process's shared server, support/postgres.ts), `gateway serve` nodes as child
+// processes on both, and real provider runtimes that may list several gateways. Everything on
+// loopback with random ports; SIGKILL is a real kill -9.
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { collectJsonLines, MAIN, modelHash, tempDir, waitFor } from "./harness.ts";
-import { startRedis, type TestRedis } from "./redis.ts";
+import { postgresMissing, sharedPostgres } from "./postgres.ts";
+import { redisMissing, startRedis, type TestRedis } from "./redis.ts";
+
+/** Why a cluster cannot be started here (tests skip themselves), or null. */
+export const clusterMissing: string | null = redisMissing ?? postgresMissing;
 
 export interface ClusterNodeProcess {
   name: string;
@@ -29,9 +33,11 @@ export interface ClusterProviderProcess {
 
 export interface TestCluster {
   redis: TestRedis;
+  /** The cluster's PostgreSQL database. */
+  databaseUrl: string;
   dataDir: string;
   nodes: ClusterNodeProcess[];
-  /** Runs `gateway ARGS… --data-dir D` (the operator CLI against the shared store). */
+  /** Runs `gateway ARGS… --data-dir D --database-url U` (the operator CLI against the shared store). */
   cli(args: string[]): { exitCode: number; stdout: string; stderr: string };
   startNode(name: string): Promise<ClusterNodeProcess>;
   provider(o: { id: string; gateways: ClusterNodeProcess[]; models?: string[]; maxConcurrency?: number; tokensPerSecond?: number; ttftMs?: number }): ClusterProviderProcess;
@@ -55,13 +61,14 @@ const waitForEventIn = async (events: Record<string, unknown>[], event: string, 
 
 export async function startCluster(options: ClusterOptions): Promise<TestCluster> {
   const redis = await startRedis();
+  const databaseUrl = await (await sharedPostgres()).freshDatabase();
   const dataDir = tempDir("gw-cluster-");
   const procs: { kill(): Promise<void> }[] = [];
   const leaseMs = options.leaseMs ?? 2000;
   const models = options.models ?? ["cluster-model"];
 
   const cli = (args: string[]) => {
-    const r = Bun.spawnSync(["bun", MAIN, ...args, "--data-dir", dataDir], { stdout: "pipe", stderr: "pipe" });
+    const r = Bun.spawnSync(["bun", MAIN, ...args, "--data-dir", dataDir, "--database-url", databaseUrl], { stdout: "pipe", stderr: "pipe" });
     return { exitCode: r.exitCode ?? -1, stdout: r.stdout.toString(), stderr: r.stderr.toString() };
   };
   if (cli(["catalog", "init"]).exitCode !== 0) throw new Error("catalog init failed");
@@ -71,7 +78,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
   }
 
   async function startNode(name: string): Promise<ClusterNodeProcess> {
-    const args = ["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", "--redis-url", redis.url, "--node-id", name];
+    const args = ["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", "--database-url", databaseUrl, "--redis-url", redis.url, "--node-id", name];
     args.push("--cluster-lease-ms", String(leaseMs), "--settlement-mode", "enforce", "--heartbeat-interval-ms", "500", ...(options.extraArgs ?? []));
     const proc = Bun.spawn(args, { stdout: "pipe", stderr: "pipe" });
     const events: Record<string, unknown>[] = [];
@@ -109,6 +116,7 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
 
   return {
     redis,
+    databaseUrl,
     dataDir,
     nodes,
     cli,

@@ -1,10 +1,10 @@
 // Writing a chat completion to the buyer, as SSE or as one JSON body. Nothing — not even the status
 // line — is produced before the first delta (streaming) or the whole result (JSON), so failover before
-// that point is invisible (DESIGN §7).
+// that point is invisible (docs/buyer-api.md).
 import { errorResponse, inBandErrorFrame, type GatewayError } from "../errors.ts";
 import type { ChunkFrame, ToolCallDelta } from "../../wire/frames.ts";
 import type { ChatOutcome, ChatUsage } from "../../chat/contract.ts";
-import { bufferedJsonResponder, lazyEventStream, type BodyTemplate, type FacadeResponder, type LazyEventStream } from "../output.ts";
+import { bufferedJsonResponder, lazyEventStream, type BodyTemplate, type FacadeResponder, type LazyEventStream, type StreamFlow } from "../output.ts";
 
 
 export interface ResponderOptions {
@@ -19,6 +19,8 @@ export interface ResponderOptions {
   record: (text: string) => void;
   /** The same for the templated content deltas. */
   recordFilled?: (template: BodyTemplate, hole: string) => void;
+  /** Backpressure bounds for the stream. */
+  flow?: StreamFlow;
   requestId: string;
 }
 
@@ -45,7 +47,7 @@ export function streamingResponder(o: ResponderOptions): FacadeResponder {
   return new ChatStreamResponder(o);
 }
 
-/** One per live stream, so a class: its methods are shared instead of closures made per stream (issue 7). */
+/** One per live stream, so a class: its methods are shared instead of closures made per stream. */
 class ChatStreamResponder implements FacadeResponder {
   private readonly out: LazyEventStream;
   private sentRole = false;
@@ -73,7 +75,7 @@ class ChatStreamResponder implements FacadeResponder {
   }
 
   relay(frame: ChunkFrame): void {
-    // Per-token fast path (issue 7): a content-only delta after the first is written from the
+    // Per-token fast path: a content-only delta after the first is written from the
     // template, byte-identical to the general path, without building and serialising an object.
     if (this.sentRole && frame.tool_calls === undefined && frame.content !== undefined) {
       this.out.writeFilled(this.contentDelta, JSON.stringify(frame.content));

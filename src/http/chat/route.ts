@@ -26,6 +26,7 @@ export function chatCompletionsHandler(deps: ChatRouteDeps) {
         onBuyerGone: ctx.onBuyerGone,
         record: ctx.record,
         recordFilled: ctx.recordFilled,
+        flow: ctx.flow,
       };
       return chat.stream ? streamingResponder(options) : jsonResponder(options);
     },
