@@ -1,8 +1,8 @@
 // actors/gateway.ts — the process supervisor: running → draining → stopped.
 // It counts live sessions, and live requests from the drain on (the registry of the actors themselves
 // lives at the edge, in src/gateway/registry.ts), and decides when a draining gateway may stop.
-// A running gateway is not told of each request (two events per request were 1.6 % of its CPU under
-// load): `gateway.drain` carries the live count, and the edge reports opens and closes only from then on.
+// A running gateway is not told of each request (two events per request cost measurable CPU,
+// docs/benchmarks.md): `gateway.drain` carries the live count, and the edge reports opens and closes only from then on.
 import { assign, setup } from "xstate";
 
 export interface GatewayContext {

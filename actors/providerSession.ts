@@ -190,7 +190,7 @@ export const providerSessionMachine = setup({
         "provider.outOfTurn": { target: "closing", actions: { type: "recordClose", params: { code: 1008, reason: "out_of_turn" } } },
         // Only when the count moves the session between ready and busy, at the end of a turn
         // (src/gateway/registry.ts): routing reads the live count; an event per attempt, or per
-        // turn, was a measurable share of the gateway's main thread (issue 7).
+        // turn, was a measurable share of the gateway's main thread (docs/benchmarks.md).
         "attempts.counted": { target: ".sorting", actions: "recordCount" },
         "gateway.drain": { target: ".sorting", actions: ["markDrainRequested", "sendDrain"] },
         "gateway.replaced": { target: "closing", actions: { type: "recordClose", params: { code: 4011, reason: "replaced" } } },

@@ -7,7 +7,7 @@
 // stream commits). Later chunks stay at the edge (src/gateway/chunkMeter.ts checks their seq and the
 // max_tokens cap, counts them and relays them), which tells this machine only what changes its state:
 // `stream.seqError`, `stream.lengthLimited`, and `stream.progress` at most once per idle-check window.
-// A per-chunk event with a re-armed stall timer was 65 % of the gateway's CPU at 384 live streams.
+// A per-chunk event with a re-armed stall timer would dominate the gateway's CPU (docs/benchmarks.md).
 //
 // Two parts: `requestMachine`, the statechart (the definition: the inspector and the operator console
 // draw it, and a change of behaviour starts there), and `requestLogic`, the same chart compiled by hand

@@ -5,7 +5,7 @@
 // Why not `system.scheduler`: it files each timer as a new property named `${sessionId}.${id}` of two
 // plain objects, and every actor has a session id of its own, so every request's timers made new
 // hidden classes (JSC Structures, ~8 a request, with their property tables) — the request and
-// settlement actors' lives took ~12 µs instead of ~4.5 (test/bench/actor-lifecycles.ts; issue 7).
+// settlement actors' lives cost more than twice as much (docs/benchmarks.md, Measurements behind the code).
 // Unlike the scheduler's, these are not cancelled by the actor's stop: its logic calls stopAll when it
 // reaches a final state or receives `xstate.stop`. An actor that fails (a thrown step or action: a
 // bug) keeps its timers until they fire; XState drops events sent to a stopped actor.

@@ -10,8 +10,8 @@
 //
 // Two parts, as in actors/request.ts: `settlementMachine`, the statechart (the definition the inspector and
 // the operator console draw; a change of behaviour starts there), and `settlementLogic`, the same chart
-// compiled by hand into a pure step (`settlementStep`) that the gateway runs — XState's interpreter cost
-// ~17 µs per attempt in isolation, this logic ~2 µs (docs/decisions.md, Performance). A lockstep test
+// compiled by hand into a pure step (`settlementStep`) that the gateway runs — XState's interpreter costs
+// several times more per attempt (docs/decisions.md, Performance; docs/benchmarks.md). A lockstep test
 // keeps the two identical (test/actors/settlement-lockstep.test.ts).
 import { assign, setup, type ActorLogic, type ActorScope, type ActorSystem, type EventObject, type Snapshot } from "xstate";
 import type { FinalLabel } from "../src/ledger/charges.ts";
@@ -22,7 +22,7 @@ import { selfTimers } from "./selfTimers.ts";
 type AnySystem = ActorSystem<any>;
 
 
-/** `running`: the attempt is on the wire; the others are the labels of spec §3.2. */
+/** `running`: the attempt is on the wire; the others are the labels of docs/receipts.md. */
 export type SettlementState = "running" | "pending" | FinalLabel;
 
 

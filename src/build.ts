@@ -1,4 +1,4 @@
-// `bun run build` / `bun run build:release`: the operator's single binary (DESIGN §2), via `bun build
+// `bun run build` / `bun run build:release`: the operator's single binary (docs/operator.md), via `bun build
 // --compile`. Not part of the gateway itself — a build tool, so it may read and write the source tree.
 //
 //   bun src/build.ts                      → dist/gateway                  (this machine)

@@ -17,13 +17,24 @@ import { createBuyerSurface } from "./http/signup/index.ts";
 import { errorResponse, errorTable, gatewayError } from "./http/errors.ts";
 import { createLog, type Log } from "./log.ts";
 import { createPrometheusMetrics, type PrometheusMetrics } from "./metrics.ts";
-import { openStore, type Store } from "./store/index.ts";
+import { openStore } from "./store/index.ts";
+import { asyncStore, type AsyncStore } from "./store/asyncStore.ts";
+import { openPostgresStore } from "./store/postgres/index.ts";
 import { looseModes } from "./store/dataDir.ts";
 import { pollCatalog, startCatalog, type CatalogLive, type CatalogModel } from "./catalog/index.ts";
 import { buildRateCard, RateRowConfig } from "./ledger/index.ts";
 import { createSettlements, type Settlements } from "./gateway/settlements.ts";
 import { workerJudge } from "./receipts/judge.ts";
 import { hexId, timeOrderedId } from "./gateway/ids.ts";
+import { openReplayFile } from "./store/replays.ts";
+import { REPLAY_WINDOW_MS } from "./http/idempotency.ts";
+import { ClusterNode } from "./cluster/node.ts";
+import type { ClusterRedis } from "./cluster/redis.ts";
+import { sharedSlots } from "./cluster/slots.ts";
+import { redisReplays } from "./cluster/replays.ts";
+import { clusterBridge, type SharedProviderView } from "./gateway/clusterBridge.ts";
+import type { ChangeMessage } from "./cluster/messages.ts";
+import { CloseCode } from "./wire/frames.ts";
 import { CONSOLE_PATH, createConsole, teeMetrics } from "./console/index.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
@@ -37,12 +48,15 @@ export interface GatewayPorts {
   monotonicNow?: () => number;
   /** Models added to (or updated in) the signed catalog at start, e.g. the demo's. */
   catalogModels?: readonly CatalogModel[];
+  /** A connected Redis (src/cluster/redis.ts): this gateway runs as a cluster node (docs/scale-out.md). */
+  redis?: ClusterRedis;
 }
 
 export interface RunningGateway {
   url: string;
   port: number;
-  store: Store;
+  /** The durable store: PostgreSQL on a cluster node (databaseUrl), else the SQLite file of dataDir. */
+  store: AsyncStore;
   registry: Registry;
   /** Routing's live state: cooldowns, what it learned, the admission queue (docs/routing.md). */
   routing: RoutingState;
@@ -51,6 +65,8 @@ export interface RunningGateway {
   settlements: Settlements;
   /** This gateway's own metrics (its own prom-client Registry). */
   metrics: PrometheusMetrics;
+  /** The cluster node, when this gateway is one; `ready` resolves once it joined. */
+  cluster: { node: ClusterNode<SharedProviderView>; ready: Promise<void>; announce(change: ChangeMessage): Promise<boolean> } | null;
   /** The HTTP routes mounted (method, path, hidden from the API reference or not). */
   httpRoutes: () => { method: string; path: string; hidden: boolean }[];
   /** Stops taking requests, tells providers to drain, resolves when idle or the grace period ends. */
@@ -76,26 +92,30 @@ export function databasePath(dataDir: string): string {
   return join(dataDir, "gateway.db");
 }
 
-export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): RunningGateway {
+export async function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): Promise<RunningGateway> {
   const now = ports.now ?? Date.now;
   const random = ports.randomBytes ?? ((n: number) => new Uint8Array(randomBytes(n)));
   const log = ports.log ?? createLog(config.logLevel);
   for (const loose of looseModes(config.dataDir)) {
     log.warn("data_dir_mode_loose", { ...loose, hint: `chmod ${loose.expected.slice(1)} ${loose.path}` });
   }
-  // Group commit: the request path's ledger writes share one durable commit per event-loop turn.
-  const store = openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, groupCommit: true });
-  const gatewaySecret = store.getOrCreateSecret("gateway_hmac", 32);
-  const catalogStart = startCatalog({ dataDir: config.dataDir, store, now, random, models: ports.catalogModels });
+  // A cluster node's durable state is PostgreSQL; the embedded node's, the SQLite file, with group
+  // commit: the request path's ledger writes share one durable commit per event-loop turn.
+  const store: AsyncStore =
+    config.databaseUrl !== undefined
+      ? await openPostgresStore(config.databaseUrl, { keyPrefix: config.keyPrefix, now })
+      : asyncStore(openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, groupCommit: true }));
+  const gatewaySecret = await store.getOrCreateSecret("gateway_hmac", 32);
+  const catalogStart = await startCatalog({ dataDir: config.dataDir, store, now, random, models: ports.catalogModels });
   if (!catalogStart.ok) {
-    store.close();
+    await store.close();
     throw new Error(`catalog: ${catalogStart.message}`);
   }
   const catalog = catalogStart.live;
   const rateCardRows = parseRateCardSetting(config.rateCard);
   const builtCard = rateCardRows.ok ? buildRateCard({ rows: rateCardRows.rows }) : rateCardRows;
   if (!builtCard.ok) {
-    store.close();
+    await store.close();
     throw new Error(`rateCard: ${builtCard.message}`);
   }
   const rateCard = builtCard.card;
@@ -104,6 +124,16 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   const routing = createRoutingState(routingSettingsFrom(config), { now, log });
   registry.capacityChanged = () => routing.queue.wake();
   const sticky = config.stickyRouting ? createMemoryStickyMap({ idleTtlMs: config.stickyTtlMs }) : undefined;
+  const redis = ports.redis;
+  const node = redis
+    ? new ClusterNode<SharedProviderView>({ nodeId: config.nodeId ?? hexId("node_", random)(), redis, leaseMs: config.clusterLeaseMs, log, now })
+    : null;
+  // Retry results outlive the process: in Redis for a cluster, else in a SQLite file beside the store.
+  const replayFile = node ? null : openReplayFile(join(config.dataDir, "replays.db"), { now, windowMs: REPLAY_WINDOW_MS });
+  const replayBackend = node
+    ? redisReplays(node.redis, { nodeId: node.nodeId, windowMs: REPLAY_WINDOW_MS, inFlightMs: config.requestDeadlineMs, nodeAlive: (id) => node.alive(id) })
+    : replayFile!;
+  const slots = node ? sharedSlots(node.redis, config.clusterLeaseMs) : null;
 
   let stopped: () => void = () => {};
   const stoppedPromise = new Promise<void>((r) => (stopped = r));
@@ -129,6 +159,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     ignoredReceipts: () => registry.ignoredReceipts,
     liveRequests: () => runner.liveRequests(),
     draining: () => supervisor.getSnapshot().matches("draining"),
+    engines: node ? () => ({ redis: node.redis.up }) : undefined,
+    storeUp: () => store.health().up,
   });
 
   const settlements = createSettlements({
@@ -139,7 +171,10 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     gatewaySecret,
     catalog: () => catalog.current(),
     rateCard: () => rateCard,
-    sendToProvider: (providerId, frame) => registry.admittedByProvider.get(providerId)?.send(frame),
+    sendToProvider: (providerId, frame) => {
+      if (bridge) bridge.sendToProvider(providerId, frame);
+      else registry.admittedByProvider.get(providerId)?.send(frame);
+    },
     log,
     inspect: ports.inspect,
     onSettled: (label, providerId) => {
@@ -147,9 +182,12 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
       routing.settled(providerId, label);
     },
     judge: workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
+    ownership: node
+      ? { opened: (key, ttlMs) => node.own(key, false, ttlMs), settled: (key) => node.own(key, true) }
+      : undefined,
   });
   // The operator console (/console) sees what the metrics see: the prometheus port, teed.
-  const operatorConsole = createConsole({
+  const operatorConsole = await createConsole({
     consoleToken: config.consoleToken,
     store,
     registry,
@@ -160,8 +198,49 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     now,
   });
   const metrics = teeMetrics(prometheus, operatorConsole.live);
-  const resumed = settlements.resumePending();
-  if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
+  /** Another node (or the operator CLI) announced a change: every node applies it within a second. */
+  const applyChange = (change: ChangeMessage) => {
+    log.info("cluster_change", { kind: change.kind });
+    switch (change.kind) {
+      case "catalog_signed":
+        catalog.reload();
+        return;
+      case "provider_banned":
+        registry.admittedByProvider.get(change.provider_id)?.close(CloseCode.banned, "banned");
+        return;
+      default:
+        // Key and tier changes: the store's cached key lookups are dropped (a store of another engine
+        // may cache them; SQLite's cache also sees other processes' commits by itself).
+        store.forgetCachedKeys?.();
+        return;
+    }
+  };
+  const bridge = node
+    ? clusterBridge({ node, registry, settlements, log, requestEnded: (id) => settlements.requestEnded(id), changed: applyChange })
+    : null;
+  let clusterReady: Promise<void> = Promise.resolve();
+  if (node && bridge) {
+    registry.sessionChanged = (sessionId) => node.sessionChanged(sessionId);
+    // A cluster node resumes only what it owns: the others' pending settlements are theirs, and a dead
+    // node's are resolved by the survivor that notices its death (clusterBridge.ts, reap). The first
+    // node of a cold cluster (no other member alive) resumes everything, as a single node would.
+    clusterReady = node.start(bridge.handlers).then(async () => {
+      const others = await node.redis.call<number>("EVAL", [
+        "local n = 0 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do if id ~= ARGV[1] and redis.call('EXISTS', 'gw:node:' .. id) == 1 then n = n + 1 end end return n",
+        1,
+        "gw:nodes",
+        node.nodeId,
+      ]);
+      if (others.ok && others.value === 0) {
+        const resumed = await settlements.resumePending();
+        if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
+      }
+      log.info("cluster_joined", { node_id: node.nodeId });
+    });
+  } else {
+    const resumed = await settlements.resumePending();
+    if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
+  }
   const stopCatalogPoll = pollCatalog(catalog, (result) =>
     log.info("catalog_reloaded", { ok: result.ok, catalog_id: catalog.current()?.catalog_id ?? null }),
   );
@@ -181,6 +260,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     metrics,
     monotonicNow,
     settlements,
+    remote: bridge?.remote,
     failureStatus: (code) => errorTable[code].status,
     routing,
     sticky,
@@ -195,6 +275,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
         // While running, the supervisor is not told (the drain brings the live count); once it left
         // `running`, each request is counted so the drain waits for it too.
         if (!accepting()) supervisor.send({ type: "request.opened" });
+        // A cluster node records its requests, so a survivor resolves their reservations if it dies.
+        if (node) node.own(`r:${spec.requestId}`, false);
         return runner.start(spec);
       },
     },
@@ -207,7 +289,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     settlementMode: config.settlementMode,
     accepting,
     now,
-    providerViews: () => [...registry.providerViews()],
+    // A cluster node lists every node's providers (models, status): any of them may serve its buyers.
+    providerViews: () => (bridge ? [...registry.providerViews(), ...bridge.remote.all()] : [...registry.providerViews()]),
     newRequestId,
     log,
     signup: buyerSurface.signup,
@@ -222,7 +305,9 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     rateCard: () => rateCard,
     settlements,
     quotas: quotaPolicy(config),
-    replays: createReplayCache({ now }),
+    replays: createReplayCache({ now, backend: replayBackend }),
+    sharedSlots: slots ?? undefined,
+    engines: node ? () => ({ redis: node.redis.up }) : undefined,
     feedbackPerHour: config.feedbackPerHour,
     excludedEntrypoints: (config.excludedEntrypoints ?? "")
       .split(",")
@@ -258,6 +343,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     },
     inspect: ports.inspect,
     log,
+    cluster: bridge?.endpoint,
   });
 
   const server = Bun.serve<SocketData>({
@@ -298,6 +384,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     catalog,
     settlements,
     metrics,
+    cluster: node ? { node, ready: clusterReady, announce: (change) => node.announce(change) } : null,
     httpRoutes: handleHttp.routes,
     async drain() {
       supervisor.send({ type: "gateway.drain", liveRequests: runner.liveRequests() });
@@ -316,7 +403,13 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
       supervisor.stop();
       stopCatalogPoll();
       settlements.stop();
-      store.close();
+      slots?.stop();
+      if (node) {
+        await node.stop();
+        node.redis.close();
+      }
+      replayFile?.close();
+      await store.close();
     },
   };
 }

@@ -1,4 +1,4 @@
-// `gateway serve --inspect[=URL]` (DESIGN §1): every actor's inspection events go to a Stately
+// `gateway serve --inspect[=URL]` (docs/architecture.md): every actor's inspection events go to a Stately
 // inspector over a WebSocket, after redaction. This module is the only way out to an inspector, so the
 // rule "nothing sent to an inspector holds raw API keys, prompts or outputs" is enforced here, once.
 //

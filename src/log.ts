@@ -25,8 +25,7 @@ let exitFlush = false;
 /**
  * The default sink, and the provider runtime's stdout. Lines made in one event-loop turn are written
  * together when the turn ends (setImmediate), so a line never delays the response or frame that its
- * turn produced (issue 7: the gateway's `request_completed` line was written before the buyer's
- * response). A line still waiting at exit is written synchronously then; the timestamp is taken when
+ * turn produced. A line still waiting at exit is written synchronously then; the timestamp is taken when
  * the line is made, not written.
  */
 export function stdoutAtEndOfTurn(line: string): void {

@@ -100,6 +100,10 @@ export interface MetricsSources {
   draining(): boolean;
   /** Routing's cooldowns, admission queue, sticky lookups and hedges (docs/routing.md); absent in bare tests. */
   routing?(): RoutingMetrics;
+  /** Engines the node depends on (Redis in a cluster), and whether each is reachable now. */
+  engines?(): Record<string, boolean>;
+  /** Whether the durable store's database answers (always on the embedded store). */
+  storeUp?(): boolean;
 }
 
 /** What routing shows in /metrics: gauges now, and counters since start. */
@@ -231,6 +235,16 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
     },
   });
   new Gauge({
+    name: "gateway_engine_up",
+    help: "Whether an engine this node depends on (redis in a cluster) answered its last command: 1 up, 0 down.",
+    labelNames: ["engine"] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const [engine, up] of Object.entries(sources.engines?.() ?? {})) this.set({ engine }, up ? 1 : 0);
+    },
+  });
+  new Gauge({
     name: "gateway_provider_free_slots",
     help: "Free job slots on ready provider sessions.",
     registers,
@@ -276,9 +290,17 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
       this.set(sources.draining() ? 1 : 0);
     },
   });
+  new Gauge({
+    name: "gateway_store_up",
+    help: "1 while the durable store's database answers (PostgreSQL on a cluster node; always 1 on SQLite), else 0.",
+    registers,
+    collect() {
+      this.set(sources.storeUp?.() === false ? 0 : 1);
+    },
+  });
   new Counter({
     name: "gateway_provider_frames_ignored_total",
-    help: "Provider frames about jobs the session does not hold (DESIGN §3).",
+    help: "Provider frames about jobs the session does not hold (docs/protocol.md).",
     registers,
     collect() {
       // The registry owns the count; mirror it (a counter cannot be set, so reset and add).

@@ -1,4 +1,4 @@
-// The signed feed itself (DESIGN §5): body bytes, digest, Ed25519 detached signature, ids, expiry.
+// The signed feed itself (docs/catalog.md): body bytes, digest, Ed25519 detached signature, ids, expiry.
 // All cryptography is node:crypto; nothing here is hand-rolled. Expected failures are values.
 import { createHash, sign, verify, type KeyObject } from "node:crypto";
 import { publicKeyFromRaw } from "../wire/handshake.ts";
@@ -68,7 +68,7 @@ export function encodeCatalogBody(body: CatalogBody): Uint8Array {
   return new TextEncoder().encode(`${JSON.stringify(ordered, null, 2)}\n`);
 }
 
-/** catalog_body_digest (DESIGN §5): sha256 hex of the exact body bytes. */
+/** catalog_body_digest (docs/catalog.md): sha256 hex of the exact body bytes. */
 export function catalogBodyDigest(bytes: Uint8Array): string {
   return createHash("sha256").update(bytes).digest("hex");
 }

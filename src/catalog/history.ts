@@ -1,4 +1,4 @@
-// The exported form of the catalog history (`gateway catalog history --json`, DESIGN §2): one JSON
+// The exported form of the catalog history (`gateway catalog history --json`, docs/operator.md): one JSON
 // object per line and accepted feed, oldest first. It is also the `--catalog-history FILE` input of
 // `gateway verify-receipt`, so it carries everything needed to check a feed offline.
 // `body` is the catalog.json text exactly as signed (a JSON string holding the bytes, not a parsed

@@ -1,4 +1,4 @@
-// GET /v1/catalog, /v1/catalog.sig and /v1/catalog/pubkey (DESIGN §5): plain functions returning a
+// GET /v1/catalog, /v1/catalog.sig and /v1/catalog/pubkey (docs/catalog.md): plain functions returning a
 // Response, mounted by the HTTP app. The body is served as the exact signed bytes, never re-encoded.
 // ETag = the body digest (for .sig too: one signature per body), so pollers revalidate with
 // If-None-Match for a 304 instead of downloading the feed each time.

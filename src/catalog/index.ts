@@ -1,4 +1,4 @@
-// The signed catalog feed (DESIGN §5): public face of src/catalog/.
+// The signed catalog feed (docs/catalog.md): public face of src/catalog/.
 export * from "./schema.ts";
 export {
   DEFAULT_VALIDITY_MS,

@@ -1,4 +1,4 @@
-// The signed catalog feed's body (DESIGN §5): one TypeBox schema per shape, types derived.
+// The signed catalog feed's body (docs/catalog.md): one TypeBox schema per shape, types derived.
 // Invariant: the signature covers the exact bytes of catalog.json; this schema is checked only after
 // the signature verified, and a body that fails it is refused as a whole (never partly used).
 import { Type, type Static } from "@sinclair/typebox";
@@ -9,7 +9,7 @@ const Strict = { additionalProperties: false } as const;
 /** The body format this build writes and reads. A new format is a new number, never an edit. */
 export const CATALOG_VERSION = 1;
 
-/** How `model_hash` was computed from the weights (DESIGN §5; docs/catalog.md). */
+/** How `model_hash` was computed from the weights (docs/catalog.md; docs/catalog.md). */
 export const HASH_SCOPES = ["snapshot-manifest-v1", "gguf-file-v1"] as const;
 export const HashScope = Type.Union(HASH_SCOPES.map((s) => Type.Literal(s)));
 export type HashScope = (typeof HASH_SCOPES)[number];
@@ -20,7 +20,7 @@ export const Sha256Hex = Type.String({ pattern: "^[0-9a-f]{64}$" });
 /** Printable ASCII without spaces: covers `llama3.2:1b`, `org/name`, `name@rev`; no control bytes. */
 export const CatalogModelId = Type.String({ pattern: "^[\\x21-\\x7e]{1,128}$" });
 
-/** Rate-card row slug (spec §2.5); `default` is the row every model without its own uses. */
+/** Rate-card row slug (docs/ledger.md); `default` is the row every model without its own uses. */
 export const RateCardRow = Type.String({ pattern: "^[a-z0-9][a-z0-9_-]{0,63}$" });
 
 /** `cat_` + at most 64 id characters. The generator's format (feed.ts) is one choice inside this. */

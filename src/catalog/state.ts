@@ -50,7 +50,7 @@ export function catalogStateFromFeed(feed: VerifiedFeed, seq = 0): CatalogState 
 /**
  * State from a history entry, re-verified under the operator key the caller trusts now. Expiry is not
  * judged: the entry was accepted while fresh, and an expired catalog stays in force (degraded) until
- * a fresh one is signed (DESIGN §5). A row signed by another key is refused: the key in the data dir
+ * a fresh one is signed (docs/catalog.md). A row signed by another key is refused: the key in the data dir
  * is the trust anchor, not the key a row says it was checked with.
  */
 export function catalogStateFromEntry(entry: SignedCatalogRecord, operatorPublicKey: Uint8Array): CatalogStateResult {
@@ -77,7 +77,7 @@ export function hasCapability(state: CatalogState | null, model_id: string, capa
   return lookupModel(state, model_id)?.capabilities[capability] === true;
 }
 
-/** The eligible list (spec §2.6): every model id in the catalog, bytewise sorted as in the body. */
+/** The eligible list (docs/catalog.md): every model id in the catalog, bytewise sorted as in the body. */
 export function eligibleModelIds(state: CatalogState | null): string[] {
   return state === null ? [] : state.body.models.map((m) => m.model_id);
 }
@@ -88,7 +88,7 @@ export function catalogRateCardRows(state: CatalogState | null): string[] {
 }
 
 /**
- * The catalog fields of a job's `route` and of the route snapshot (DESIGN §3, §4) for `model_id`, or
+ * The catalog fields of a job's `route` and of the route snapshot (docs/protocol.md, docs/receipts.md) for `model_id`, or
  * null when the catalog in force does not list it (enforce: not routable; observe: the caller uses
  * "" for all three).
  */
@@ -108,7 +108,7 @@ export type CatalogHealth =
 
 /**
  * Whether the catalog in force is fresh. An expired catalog stays in force; the gateway reports
- * itself degraded with this reason until a fresh feed is signed (DESIGN §5).
+ * itself degraded with this reason until a fresh feed is signed (docs/catalog.md).
  */
 export function catalogHealth(state: CatalogState | null, now_ms: number): CatalogHealth {
   if (state === null) return { status: "degraded", reason: "catalog_missing" };

@@ -1,4 +1,4 @@
-// Canonical model hashes from weight files (DESIGN §5), shared by `gateway catalog add --weights` and
+// Canonical model hashes from weight files (docs/catalog.md), shared by `gateway catalog add --weights` and
 // the provider runtime, so both sides compute the same bytes by the same rules.
 //
 // gguf-file-v1: a single GGUF file (first four bytes "GGUF") → sha256 hex of its bytes.

@@ -1,4 +1,4 @@
-// Every gateway setting, once: its config-file key, flag, env name, kind and default (DESIGN §2).
+// Every gateway setting, once: its config-file key, flag, env name, kind and default (docs/operator.md).
 // docs/configuration.md is the reference for operators; a test checks it lists every row here.
 
 export type SettingKind = "string" | "integer" | "boolean" | "enum";
@@ -34,6 +34,7 @@ export const settingSpecs = [
   s("port", "integer", 8080, "TCP port of the buyer API and the provider WebSocket endpoint (0 = any free port).", { min: 0 }),
   s("host", "string", "127.0.0.1", "Address to listen on."),
   s("dataDir", "string", "./data", "Folder holding the SQLite file, generated keys and the catalog."),
+  s("databaseUrl", "string", undefined, "PostgreSQL URL (postgres://USER@HOST:PORT/DB) of a cluster's durable state instead of the SQLite file; needs --redis-url too (docs/postgres-store.md). Prefer the env or config file when it holds a password: flags show in ps."),
   s("demo", "boolean", false, "Start built-in demo providers in-process and print a ready dev API key."),
   s("demoProviders", "integer", 2, "How many demo providers --demo starts.", { min: 1 }),
   s("messagesFacade", "boolean", false, "Serve POST /v1/messages and /v1/messages/count_tokens (off: they answer 404 endpoint_disabled)."),
@@ -82,6 +83,9 @@ export const settingSpecs = [
   s("hedgeAfterMs", "integer", 0, "Send a hedge (a second attempt to another provider) when an attempt has no first byte after this many ms; 0 = off. With hedgeAdaptive: the earliest a hedge may go.", { min: 0 }),
   s("hedgeAdaptive", "boolean", false, "Hedge at the model's observed p95 time to first byte (once it has 20 samples)."),
   s("hedgeMaxPercent", "integer", 5, "Hedges may be at most this percentage of requests.", { min: 0 }),
+  s("redisUrl", "string", undefined, "Redis URL (redis://HOST:PORT) of a cluster: concurrency slots, retry results, the provider registry and node-to-node forwarding live there (docs/scale-out.md)."),
+  s("nodeId", "string", undefined, "This node's name in a cluster (default: a random one per process start)."),
+  s("clusterLeaseMs", "integer", 10_000, "How long a dead cluster node's slots, registry entries and membership outlive it; its buyers' and providers' work is let go within it.", { min: 100 }),
   s("requestBodyTimeoutMs", "integer", 30_000, "Longest a buyer may take to send a request body (after valid credentials) before 408 request_timeout.", { min: 1 }),
   s("streamBufferBytes", "integer", 1024 * 1024, "Bytes of a stream's output that may wait unsent for a buyer that does not read; past it the attempt is cancelled (see docs/reliability.md).", { min: 1024 }),
   s("streamStallMs", "integer", 30_000, "How long a stream's output may wait unsent for a buyer that does not read before the attempt is cancelled.", { min: 1 }),
@@ -94,6 +98,7 @@ export interface GatewayConfig {
   port: number;
   host: string;
   dataDir: string;
+  databaseUrl: string | undefined;
   demo: boolean;
   demoProviders: number;
   messagesFacade: boolean;
@@ -142,6 +147,9 @@ export interface GatewayConfig {
   hedgeAfterMs: number;
   hedgeAdaptive: boolean;
   hedgeMaxPercent: number;
+  redisUrl: string | undefined;
+  nodeId: string | undefined;
+  clusterLeaseMs: number;
   requestBodyTimeoutMs: number;
   streamBufferBytes: number;
   streamStallMs: number;

@@ -1,11 +1,16 @@
-// Per-attempt chunk accounting at the edge of the request actor (issue 7). Chunks after an attempt's
+// Per-attempt chunk accounting at the edge of the request actor (docs/decisions.md, Performance). Chunks after an attempt's
 // first one never pass through the machine: this counter checks their order and the max_tokens cap and
 // keeps the delivered counts, and the edge tells the machine only what changes its state — a bad
 // sequence, the length cap, and at most one `stream.progress` per idle-check window.
+import { outputTokenBound, toolCallDeltaBytes } from "../receipts/index.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
 
-/** What the edge does with a chunk: relay it, or end the attempt (the chunk itself is never relayed). */
-export type ChunkVerdict = "relay" | "seq_error" | "length_limited";
+/**
+ * What the edge does with a chunk: relay it, or end the attempt (the chunk itself is never relayed).
+ * `tokens_inflated`: the attempt's tokens would pass what its delivered bytes can hold (docs/receipts.md's
+ * output-token bound) — a provider failure, like a bad seq.
+ */
+export type ChunkVerdict = "relay" | "seq_error" | "tokens_inflated" | "length_limited";
 
 export class ChunkMeter {
   /** The seq the next chunk must carry (the protocol counts from 0 per attempt). */
@@ -14,6 +19,8 @@ export class ChunkMeter {
   deliveredTokens = 0;
   /** UTF-8 bytes of the relayed content (the cancel frame's `delivered_output_bytes`). */
   deliveredBytes = 0;
+  /** UTF-8 bytes of the relayed tool-call names and arguments. */
+  deliveredToolCallBytes = 0;
   /** Whether the current idle-check window already reported progress to the machine. */
   private progressReported = false;
 
@@ -26,16 +33,28 @@ export class ChunkMeter {
 
   /**
    * Checks one chunk and, when it may be relayed, counts it. The order matches the request machine's
-   * first-chunk guards: a wrong seq is a provider failure before the cap is looked at; a chunk that
-   * would take the delivered tokens past max_tokens ends the attempt length-limited and is not counted.
+   * first-chunk guards: a wrong seq, then tokens past the output bound, are provider failures before the
+   * cap is looked at; a chunk that would take the delivered tokens past max_tokens ends the attempt
+   * length-limited and is not counted.
    */
   accept(frame: ChunkFrame): ChunkVerdict {
     if (frame.seq !== this.expectedSeq) return "seq_error";
-    if (this.deliveredTokens + frame.tokens > this.maxTokens) return "length_limited";
+    const bytes = frame.content === undefined ? 0 : Buffer.byteLength(frame.content, "utf8");
+    const toolCallBytes = frame.tool_calls === undefined ? 0 : toolCallDeltaBytes(frame.tool_calls);
+    const tokens = this.deliveredTokens + frame.tokens;
+    if (tokens > outputTokenBound(this.deliveredBytes + bytes, this.deliveredToolCallBytes + toolCallBytes)) return "tokens_inflated";
+    if (tokens > this.maxTokens) return "length_limited";
     this.expectedSeq++;
-    this.deliveredTokens += frame.tokens;
-    if (frame.content !== undefined) this.deliveredBytes += Buffer.byteLength(frame.content, "utf8");
+    this.deliveredTokens = tokens;
+    this.deliveredBytes += bytes;
+    this.deliveredToolCallBytes += toolCallBytes;
     return "relay";
+  }
+
+  /** Whether an attempt's first chunk passes the output-token bound (the machine judges its seq and cap). */
+  static inflatesFirst(frame: ChunkFrame): boolean {
+    const bytes = frame.content === undefined ? 0 : Buffer.byteLength(frame.content, "utf8");
+    return frame.tokens > outputTokenBound(bytes, frame.tool_calls === undefined ? 0 : toolCallDeltaBytes(frame.tool_calls));
   }
 
   /** Notes progress; true only for the first progress of the window (the one the machine must hear of). */
@@ -54,5 +73,6 @@ export class ChunkMeter {
   discard(): void {
     this.deliveredTokens = 0;
     this.deliveredBytes = 0;
+    this.deliveredToolCallBytes = 0;
   }
 }

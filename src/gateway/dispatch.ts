@@ -6,7 +6,7 @@ import type { MetricsPort } from "../metrics.ts";
 import { encodeFrame } from "../wire/codec.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
 import { ChunkMeter } from "./chunkMeter.ts";
-import { attemptKey, type Registry } from "./registry.ts";
+import { attemptKey, isRemote, type Registry, type RemoteSession, type SessionHandle } from "./registry.ts";
 import type { RequestHandle } from "./requestHandle.ts";
 import { chooseProvider, type ProviderView, type RouteChoice } from "./routing.ts";
 import type { RoutingState } from "./routingState.ts";
@@ -25,6 +25,18 @@ export interface DispatchDeps {
   chunkSink: (handle: RequestHandle, meter: ChunkMeter) => (frame: ChunkFrame) => void;
   /** What routing learned, the admission queue and its counters (docs/routing.md); absent = plain choice, no waiting. */
   routing?: RoutingState;
+  /** A cluster node's view of the other nodes' providers (src/gateway/clusterBridge.ts). */
+  remote?: RemoteProviders;
+}
+
+/** Other nodes' provider sessions, routed to like local ones (docs/scale-out.md). */
+export interface RemoteProviders {
+  /** Views of remote sessions that may serve `model` (advertising `expectedHash` when not null). */
+  views(model: string, expectedHash: string | null): Iterable<ProviderView>;
+  /** Every remote session's view (status, models list, metrics). */
+  all(): Iterable<ProviderView>;
+  /** The link to a remote session by id, while its node is alive. */
+  session(sessionId: string): RemoteSession | undefined;
 }
 
 export const unavailableMessages = {
@@ -40,13 +52,21 @@ export function routableViews(deps: DispatchDeps, model: string): Iterable<Provi
   const { registry } = deps;
   const views = registry.providerViews();
   const expected = deps.settlements.expectedHash(model);
-  if (expected === null) return views;
-  return [...views].filter((view) => {
-    const session = registry.sessions.get(view.sessionId);
-    if (!session || session.refusedModels.has(model)) return false;
-    return session.actor.getSnapshot().context.models.some((m) => m.model_id === model && m.model_hash === expected);
-  });
+  const local =
+    expected === null
+      ? views
+      : [...views].filter((view) => {
+          const session = registry.sessions.get(view.sessionId);
+          if (!session || session.refusedModels.has(model)) return false;
+          return session.actor.getSnapshot().context.models.some((m) => m.model_id === model && m.model_hash === expected);
+        });
+  // A cluster node's candidates include every other node's sessions: the provider need not be local.
+  return deps.remote ? [...local, ...deps.remote.views(model, expected)] : local;
 }
+
+/** The receipt key of a local or another node's session. */
+export const publicKeyOf = (session: SessionHandle | RemoteSession): Uint8Array =>
+  isRemote(session) ? session.publicKey : session.actor.getSnapshot().context.hello!.receipt_public_key;
 
 /**
  * Chooses a provider and sends it the job once its snapshot committed; answers the actor by event. A
@@ -106,14 +126,19 @@ function dispatchTo(deps: DispatchDeps, handle: RequestHandle, input: DispatchIn
   const { registry, settlements } = deps;
   const sendBack = (event: RequestEvent) => handle.actor.send(event);
   const { chat } = handle;
-  const session = registry.sessions.get(choice.provider.sessionId)!;
+  // A cluster node's choice may be another node's session (docs/scale-out.md).
+  const session = registry.sessions.get(choice.provider.sessionId) ?? deps.remote?.session(choice.provider.sessionId);
+  if (!session) {
+    sendBack({ type: "route.unavailable", code: "coordinator_unavailable", message: unavailableMessages.coordinator_unavailable() });
+    return;
+  }
   const key = attemptKey(input.requestId, input.attemptN);
   const remaining = Math.max(1, deps.requestDeadlineMs - (deps.now() - handle.startedAtMs));
   const route = settlements.openAttempt({
     requestId: input.requestId,
     attemptN: input.attemptN,
     providerId: choice.provider.providerId,
-    providerPublicKey: session.actor.getSnapshot().context.hello!.receipt_public_key,
+    providerPublicKey: publicKeyOf(session),
     chat,
     accountId: handle.accountId ?? "",
     payer: handle.payer ?? "promotion",
@@ -166,7 +191,10 @@ function dispatchTo(deps: DispatchDeps, handle: RequestHandle, input: DispatchIn
     }
     // The session closed while the snapshot was committing: its attempts were already lost.
     const lost = !registry.attempts.has(key);
-    if (!lost) session.send(job);
+    if (!lost) {
+      if (isRemote(session)) session.send(job, key);
+      else session.send(job);
+    }
     handle.timing.waitingSince = deps.clock();
     handle.sent = { key, attemptN: input.attemptN, providerId: choice.provider.providerId, sessionId: session.sessionId, at: deps.clock(), firstByte: false, meter };
     const routing = deps.routing;

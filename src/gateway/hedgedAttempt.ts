@@ -9,11 +9,11 @@ import type { ChunkFrame } from "../wire/frames.ts";
 import type { RequestEvent } from "../../actors/request.ts";
 import { attemptVerdict } from "./attemptVerdict.ts";
 import { ChunkMeter } from "./chunkMeter.ts";
-import { attemptKey } from "./registry.ts";
+import { attemptKey, isRemote } from "./registry.ts";
 import type { LiveAttempt, RequestHandle } from "./requestHandle.ts";
 import type { ActorRefFrom } from "xstate";
 import type { RequestLogic } from "../../actors/request.ts";
-import { routableViews, type DispatchDeps } from "./dispatch.ts";
+import { publicKeyOf, routableViews, type DispatchDeps } from "./dispatch.ts";
 
 /** Hedge attempts are numbered this much above the attempt they hedge (the actor numbers its own from 0). */
 export const HEDGE_ATTEMPT_OFFSET = 128;
@@ -49,14 +49,15 @@ function sendHedge(deps: DispatchDeps, handle: RequestHandle, primary: LiveAttem
   const choice = routing.choose(views, model, [...snapshot.context.excludedProviders, primary.providerId], null);
   // A hedge onto a provider in cooldown would only add a second slow attempt.
   if (!choice.ok || choice.lastResort) return;
-  const session = registry.sessions.get(choice.provider.sessionId);
+  // In a cluster the hedge may go to another node's provider, as any attempt may.
+  const session = registry.sessions.get(choice.provider.sessionId) ?? deps.remote?.session(choice.provider.sessionId);
   if (!session) return;
   const attemptN = HEDGE_ATTEMPT_OFFSET + primary.attemptN;
   const route = settlements.openAttempt({
     requestId: handle.requestId,
     attemptN,
     providerId: choice.provider.providerId,
-    providerPublicKey: session.actor.getSnapshot().context.hello!.receipt_public_key,
+    providerPublicKey: publicKeyOf(session),
     chat: handle.chat,
     accountId: handle.accountId ?? "",
     payer: handle.payer ?? "promotion",
@@ -108,7 +109,10 @@ function sendHedge(deps: DispatchDeps, handle: RequestHandle, primary: LiveAttem
       return;
     }
     hedge.at = deps.clock();
-    if (registry.attempts.has(key)) session.send(job);
+    if (registry.attempts.has(key)) {
+      if (isRemote(session)) session.send(job, key);
+      else session.send(job);
+    }
     routing.counters.hedges.sent++;
     deps.log.info("hedge_sent", { request_id: handle.requestId, attempt_n: attemptN, provider_id: hedge.providerId, hedged_attempt_n: primary.attemptN });
   });
@@ -117,6 +121,16 @@ function sendHedge(deps: DispatchDeps, handle: RequestHandle, primary: LiveAttem
 /** A chunk of the hedge: its first one, before the first attempt's, wins the race. */
 function hedgeChunk(deps: DispatchDeps, handle: RequestHandle, hedge: LiveAttempt, frame: ChunkFrame): void {
   if (handle.hedge === hedge && !hedge.meter.started) {
+    // A first chunk claiming more tokens than its bytes can hold never wins: the hedge is let go.
+    if (ChunkMeter.inflatesFirst(frame)) {
+      deps.log.warn("output_tokens_inflated", { request_id: frame.request_id, attempt_n: frame.attempt_n, tokens: frame.tokens });
+      deps.registry.attempts.get(hedge.key)?.session.send(
+        encodeFrame({ type: "cancel", request_id: handle.requestId, attempt_n: hedge.attemptN, reason: "gateway_timeout", delivered_output_bytes: 0 }),
+      );
+      deps.settlements.cancelSent(handle.requestId, hedge.attemptN, "gateway_timeout");
+      hedgeEvent(deps, handle, hedge, { type: "provider.rejected" });
+      return;
+    }
     const primary = handle.sent;
     handle.hedge = null;
     handle.hedgeCancel = null;

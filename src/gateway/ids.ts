@@ -6,7 +6,7 @@ export const hexId = (prefix: string, random: (n: number) => Uint8Array) => () =
  * Request ids: 6 bytes of milliseconds, then 6 random bytes (24 hex digits, as before). Ids made close
  * in time sort together, so the store's request-keyed indexes grow at their right edge and one group
  * commit's rows share B-tree pages; random keys put each request on its own leaf of every index
- * (issue 7). Uniqueness rests on the random half (48 bits per millisecond); order is only a hint.
+ * (docs/benchmarks.md). Uniqueness rests on the random half (48 bits per millisecond); order is only a hint.
  */
 export const timeOrderedId = (prefix: string, now: () => number, random: (n: number) => Uint8Array) => () => {
   const ms = Math.max(0, Math.floor(now())) % 2 ** 48;

@@ -10,7 +10,7 @@ import { cancelAbandonsOutput } from "../ledger/charges.ts";
 import { encodeFrame } from "../wire/codec.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
 import { ChunkMeter } from "./chunkMeter.ts";
-import { dispatchAttempt, unavailableMessages, type DispatchDeps } from "./dispatch.ts";
+import { dispatchAttempt, unavailableMessages, type DispatchDeps, type RemoteProviders } from "./dispatch.ts";
 import { attemptKey, type Registry } from "./registry.ts";
 import type { RequestHandle, RequestSpec } from "./requestHandle.ts";
 import { attemptOutcome, newTiming, requestSummary, stopWaiting } from "./requestReport.ts";
@@ -21,8 +21,6 @@ import type { RoutingState } from "./routingState.ts";
 import type { StickyMap } from "../store/sticky.ts";
 import type { Log } from "../log.ts";
 import { noopMetrics, requestLogFields, type MetricsPort, type RequestOutcome } from "../metrics.ts";
-
-export type { RequestSpec } from "./requestHandle.ts";
 
 export interface RequestRunnerDeps {
   registry: Registry;
@@ -47,6 +45,8 @@ export interface RequestRunnerDeps {
   routing?: RoutingState;
   /** Sticky routing's map: a tagged conversation is pinned to the provider that served it. */
   sticky?: StickyMap;
+  /** A cluster node's view of the other nodes' providers (src/gateway/clusterBridge.ts). */
+  remote?: RemoteProviders;
 }
 
 const noPrefix = (_frame: ChunkFrame): void => {};
@@ -89,8 +89,15 @@ function relay(clock: () => number, handle: RequestHandle, frame: ChunkFrame): v
  * changes state); later ones are judged by the meter, and the actor hears only of a bad seq, the
  * length cap, and the first chunk of each idle-check window.
  */
-function chunkArrived(clock: () => number, handle: RequestHandle, meter: ChunkMeter, frame: ChunkFrame): void {
+function chunkArrived(clock: () => number, log: Log, handle: RequestHandle, meter: ChunkMeter, frame: ChunkFrame): void {
   if (!meter.started) {
+    // A first chunk claiming more tokens than its bytes can hold (docs/receipts.md): refused before
+    // any byte, as a refused measurement is — the attempt is cancelled and the request fails over.
+    if (ChunkMeter.inflatesFirst(frame)) {
+      log.warn("output_tokens_inflated", { request_id: frame.request_id, attempt_n: frame.attempt_n, tokens: frame.tokens });
+      handle.actor.send({ type: "provider.rejected" });
+      return;
+    }
     // The first attempt delivered first: its hedge, if any, lost.
     handle.hedgeCancel?.();
     handle.actor.send({ type: "provider.chunk", frame });
@@ -102,6 +109,11 @@ function chunkArrived(clock: () => number, handle: RequestHandle, meter: ChunkMe
       if (meter.markProgress()) handle.actor.send({ type: "stream.progress" });
       return;
     case "seq_error":
+      handle.actor.send({ type: "stream.seqError" });
+      return;
+    case "tokens_inflated":
+      // A provider failure, ended as a bad seq is: failover before a written body, the in-band error after.
+      log.warn("output_tokens_inflated", { request_id: frame.request_id, attempt_n: frame.attempt_n, tokens: meter.deliveredTokens + frame.tokens });
       handle.actor.send({ type: "stream.seqError" });
       return;
     case "length_limited":
@@ -169,7 +181,14 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       // Prompt tokens as the provider reports them, never above the gateway's own bound.
       const promptTokens = Math.min(end?.usage.input_tokens ?? 0, handle.promptBound);
       handle.timing.inputTokens = promptTokens;
-      handle.responder.succeed({ finishReason, usage: { prompt_tokens: promptTokens, completion_tokens: handle.meter.deliveredTokens } });
+      const outcome = { finishReason, usage: { prompt_tokens: promptTokens, completion_tokens: handle.meter.deliveredTokens } };
+      // The last byte (`[DONE]`, or the whole non-streaming body) waits for the attempt's delivered
+      // record, released just before, to be committed (a WAL append): a crash after the buyer has the
+      // response can no longer leave its provider unpaid (docs/receipts.md, "Crashes").
+      settlements.afterCommit((committed) => {
+        if (!committed) log.error("delivered_record_not_committed", { request_id: context.requestId });
+        handle.responder.succeed(outcome);
+      });
       // Sticky routing: the conversation goes on with the provider that answered it.
       if (handle.sticky && handle.servedBy && deps.sticky) {
         deps.sticky.set(handle.sticky.key, handle.accountId ?? "", handle.servedBy, deps.now()).catch((error: unknown) => {
@@ -246,7 +265,7 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
    * The attempt's chunk handler. Made outside dispatchAttempt, whose closures share one scope: one
    * made there would keep the encoded job (the whole prompt) alive for as long as the attempt runs.
    */
-  const chunkSink = (handle: RequestHandle, meter: ChunkMeter) => (frame: ChunkFrame) => chunkArrived(clock, handle, meter, frame);
+  const chunkSink = (handle: RequestHandle, meter: ChunkMeter) => (frame: ChunkFrame) => chunkArrived(clock, runnerDeps.log, handle, meter, frame);
   const deps = { ...runnerDeps, clock, metrics, chunkSink };
   const { registry, log, settlements } = deps;
   const handles = new Map<string, RequestHandle>();

@@ -11,7 +11,8 @@ import type { RateCard } from "../ledger/index.ts";
 import { canonicalize, DeliveredPrefixBuilder, jobRouteOf, sha256Hex } from "../receipts/index.ts";
 import { inlineJudge, type ReceiptJudge } from "../receipts/judge.ts";
 import type { Log } from "../log.ts";
-import type { Store } from "../store/index.ts";
+import type { AsyncStore as Store } from "../store/asyncStore.ts";
+import { durableWrites } from "./settlement/durableWrites.ts";
 import type { JobRoute } from "../wire/frames.ts";
 import { attemptKey } from "./registry.ts";
 import type { OpenAttempt, OpenAttempts } from "./settlement/attempt.ts";
@@ -19,11 +20,8 @@ import { accepted, cancelSent, discarded, endReceived, relayerFor, released, typ
 import { receiptArrived } from "./settlement/judging.ts";
 import { writeOutcome, type OutcomeDeps } from "./settlement/outcome.ts";
 import { admitModel, expectedHash, pricing, type PricingSources } from "./settlement/pricing.ts";
-import { recoverPending } from "./settlement/recovery.ts";
+import { recoverOne, recoverPending } from "./settlement/recovery.ts";
 import { accountScopes, buildRouteSnapshot } from "./settlement/routeSnapshot.ts";
-
-export type { SettlementMode } from "../ledger/charges.ts";
-export type { ModelAdmission } from "./settlement/pricing.ts";
 
 export interface SettlementDeps {
   store: Store;
@@ -41,6 +39,8 @@ export interface SettlementDeps {
   onSettled?: (label: FinalLabel, providerId: string) => void;
   /** Where receipts are judged (default: on this thread, src/receipts/judge.ts). Stopped with the settlements. */
   judge?: ReceiptJudge;
+  /** A cluster node records which attempts it owns until they settle, so a survivor can resolve them. */
+  ownership?: { opened(key: string, ttlMs: number): void; settled(key: string): void };
 }
 
 export interface OpenAttemptInput {
@@ -58,7 +58,10 @@ export interface OpenAttemptInput {
 
 export function createSettlements(deps: SettlementDeps) {
   const open: OpenAttempts = new Map();
-  const parts: DeliveryDeps & OutcomeDeps & PricingSources = { ...deps, judge: deps.judge ?? inlineJudge, open };
+  /** Dead nodes' attempts being read back from the store (cluster adoption), by attempt key. */
+  const adopting = new Map<string, Promise<boolean>>();
+  const writes = durableWrites(deps.log);
+  const parts: DeliveryDeps & OutcomeDeps & PricingSources = { ...deps, judge: deps.judge ?? inlineJudge, open, writes };
   const scopeOf = accountScopes(deps.gatewaySecret);
 
   // Made once, like `machine.provide`: the attempt is found by the actor's context.
@@ -68,6 +71,7 @@ export function createSettlements(deps: SettlementDeps) {
       const att = open.get(key);
       if (!att) return;
       open.delete(key);
+      deps.ownership?.settled(key);
       writeOutcome(parts, att, label, label === "zero_settled" && att.hedgeLost ? "hedge_lost" : context.reason);
     },
   });
@@ -83,7 +87,10 @@ export function createSettlements(deps: SettlementDeps) {
       },
       inspect: deps.inspect,
     });
-    open.set(attemptKey(att.requestId, att.attemptN), { ...att, actor });
+    const key = attemptKey(att.requestId, att.attemptN);
+    open.set(key, { ...att, actor });
+    // Recorded for as long as a receipt may still come (the pending deadline, with room for the attempt).
+    deps.ownership?.opened(key, (resumedPendingMs ?? deps.pendingDeadlineMs) + 3_600_000);
     actor.start();
   }
 
@@ -109,6 +116,8 @@ export function createSettlements(deps: SettlementDeps) {
     // The stored text and the digest come from one canonicalisation (digest = sha256 of JCS).
     const snapshotJson = canonicalize(snapshot);
     const digest = sha256Hex(snapshotJson);
+    // The job leaves only once this write is durable (the dispatcher's afterCommit); a failed write
+    // keeps it from leaving. The digest was just computed from this very text, so it cannot mismatch.
     const recorded = deps.store.recordRouteSnapshot(
       {
         request_id: input.requestId,
@@ -123,10 +132,12 @@ export function createSettlements(deps: SettlementDeps) {
       },
       now,
     );
-    if (!recorded.ok) {
-      deps.log.error("route_snapshot_refused", { request_id: input.requestId, attempt_n: input.attemptN, code: recorded.code });
-      return null;
-    }
+    recorded.then(
+      (result) => {
+        if (!result.ok) deps.log.error("route_snapshot_refused", { request_id: input.requestId, attempt_n: input.attemptN, code: result.code });
+      },
+      (error) => deps.log.warn("route_snapshot_not_written", { request_id: input.requestId, attempt_n: input.attemptN, error: String(error) }),
+    );
     startActor(
       {
         requestId: input.requestId,
@@ -143,6 +154,7 @@ export function createSettlements(deps: SettlementDeps) {
         deadlineAtMs: null,
         unwrittenEnd: null,
         earlyReceipt: null,
+        crossedEnd: false,
         judged: null,
       },
       null,
@@ -168,8 +180,27 @@ export function createSettlements(deps: SettlementDeps) {
     receiptArrived: (providerId: string, requestId: string, attemptN: number, envelope: string) =>
       receiptArrived(parts, providerId, requestId, attemptN, envelope),
     /** The request starts no more attempts: its reservation resolves once none is pending. */
-    requestEnded: (requestId: string) => deps.store.markRequestEnded(requestId, deps.now()),
+    requestEnded: (requestId: string) => {
+      const now = deps.now();
+      void writes.run("request_ended", { request_id: requestId }, () => deps.store.markRequestEnded(requestId, now));
+    },
     resumePending: () => recoverPending(deps.store, deps.now, (att) => startActor(att, att.deadlineAtMs! - deps.now())),
+    /** A dead node's attempt, taken over from the store (cluster; true when it now waits here). */
+    adopt: (requestId: string, attemptN: number): Promise<boolean> => {
+      const key = attemptKey(requestId, attemptN);
+      if (open.has(key)) return Promise.resolve(true);
+      // Frames of one attempt may arrive while its row is being read: they all wait for one adoption.
+      let adoption = adopting.get(key);
+      if (!adoption) {
+        adoption = recoverOne(deps.store, deps.now, requestId, attemptN, (att) => {
+          if (!open.has(key)) startActor(att, att.deadlineAtMs! - deps.now());
+        }).finally(() => adopting.delete(key));
+        adopting.set(key, adoption);
+      }
+      return adoption;
+    },
+    /** Whether this node has the attempt open (not settled yet). */
+    isOpen: (requestId: string, attemptN: number) => open.has(attemptKey(requestId, attemptN)),
     /** Runs `effect` once the writes made so far are durable (group commit; see src/store/groupCommit.ts). */
     afterCommit: (effect: (committed: boolean) => void) => deps.store.afterCommit(effect),
     /** Attempts not settled yet (metrics, tests). */
@@ -179,6 +210,7 @@ export function createSettlements(deps: SettlementDeps) {
       for (const [key, att] of open) yield [key, att.actor];
     },
     stop: () => {
+      writes.stop();
       parts.judge.stop();
       for (const att of open.values()) att.actor.stop();
       open.clear();

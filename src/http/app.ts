@@ -3,6 +3,8 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import { Elysia } from "elysia";
 import { authenticateBuyer, bearerToken } from "./auth.ts";
 import { errorResponse, errorTable, gatewayError, messagesErrorResponse } from "./errors.ts";
+import { storeUnavailable } from "./pipeline.ts";
+import { isStoreUnavailable } from "../store/asyncStore.ts";
 import { chatCompletionsHandler, type ChatRouteDeps } from "./chat/route.ts";
 import { COUNT_TOKENS_ROUTE, countTokensHandler, messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
 import { responsesHandler, RESPONSES_ROUTE } from "./responses/route.ts";
@@ -26,6 +28,8 @@ import { noopMetrics, requestLogFields, routeLabel, type MetricsPort } from "../
 
 export interface HttpDeps extends ChatRouteDeps {
   providerViews: () => ProviderView[];
+  /** Engines the node depends on (Redis in a cluster) and whether each is reachable now: /healthz shows them. */
+  engines?: () => Record<string, boolean>;
   newRequestId: () => string;
   log: Log;
   metrics?: MetricsPort;
@@ -35,9 +39,9 @@ export interface HttpDeps extends ChatRouteDeps {
   metricsToken?: string;
   /** High-resolution clock (ms), shared with the request runner so arrival times compare. */
   monotonicNow?: () => number;
-  /** Mount POST /v1/messages (spec §4.2); off → the path is not_found. */
+  /** Mount POST /v1/messages (docs/facades.md); off → the path is not_found. */
   messagesFacade?: boolean;
-  /** Mount POST /v1/responses (spec §4.3); off → the path is not_found. */
+  /** Mount POST /v1/responses (docs/facades.md); off → the path is not_found. */
   responsesFacade?: boolean;
   /** Sign-up and the account page (/auth/<idp>/…, /account); absent → not mounted. */
   signup?: SignupOptions;
@@ -126,7 +130,7 @@ export function createHttpApp(deps: HttpDeps) {
     try {
       const response = await handler(request, ids);
       if (response.status === errorTable.client_closed_request.status) deps.log.info("client_aborted_upload", { request_id: ids.responseRequestId, route });
-      // A replayed result (DESIGN §7) ran no request: it is neither a rejection nor a second request.
+      // A replayed result (docs/buyer-api.md) ran no request: it is neither a rejection nor a second request.
       if (arrivals.has(ids.requestId) && !response.headers.has(REPLAYED_HEADER)) await reportRejected(route, ids.requestId, response, arrivedAt);
       return response;
     } finally {
@@ -200,9 +204,9 @@ export function createHttpApp(deps: HttpDeps) {
     : null;
 
   /** GET /v1/models/{id}: the percent-decoded rest of the path is the model id. */
-  const retrieveModel = (request: Request, rawId: string): Response => {
+  const retrieveModel = async (request: Request, rawId: string): Promise<Response> => {
     const rid = idsOf(request).responseRequestId;
-    const auth = authenticateBuyer(deps.store, request, "demo_allowed");
+    const auth = await authenticateBuyer(deps.store, request, "demo_allowed");
     if (!auth.ok) return errorResponse(auth.error, rid);
     const id = safeDecode(rawId);
     const model = id === null ? null : modelBody(deps.providerViews(), deps.settlementMode, catalogView(), id);
@@ -222,6 +226,8 @@ export function createHttpApp(deps: HttpDeps) {
     .onError(({ code, request, error }) => {
       const rid = idsOf(request).responseRequestId;
       if (code === "NOT_FOUND") return errorResponse(gatewayError("not_found", "The requested route does not exist."), rid);
+      // Any route whose store call found the database unreachable: a clear retryable 503, not a 500.
+      if (isStoreUnavailable(error)) return errorResponse(storeUnavailable(), rid);
       // A body read that failed because the client left (any route that reads one) is the client's doing.
       if (request.signal.aborted) {
         deps.log.info("client_aborted_upload", { request_id: rid, code: String(code) });
@@ -234,9 +240,9 @@ export function createHttpApp(deps: HttpDeps) {
     .use(deps.demo ? demoRoutes({ ...deps.demo, requestId: (r) => idsOf(r).responseRequestId }) : new Elysia())
     .use(deps.signup ? signupRoutes({ ...deps.signup, requestId: (r) => idsOf(r).responseRequestId }) : new Elysia())
     .post(CHAT_ROUTE, ({ request }) => inference(CHAT_ROUTE, chat, request), { parse: "none" })
-    .get("/v1/models", ({ request }) => {
+    .get("/v1/models", async ({ request }) => {
       const rid = idsOf(request).responseRequestId;
-      const auth = authenticateBuyer(deps.store, request, "demo_allowed");
+      const auth = await authenticateBuyer(deps.store, request, "demo_allowed");
       if (!auth.ok) return errorResponse(auth.error, rid);
       return json(modelsBody(deps.providerViews(), deps.settlementMode, catalogView()), rid);
     })
@@ -251,24 +257,24 @@ export function createHttpApp(deps: HttpDeps) {
     .delete("/v1/sticky", async ({ request }) => {
       // Purges the caller's sticky conversations (docs/routing.md); 0 when sticky routing is off.
       const rid = idsOf(request).responseRequestId;
-      const auth = authenticateBuyer(deps.store, request, "demo_allowed");
+      const auth = await authenticateBuyer(deps.store, request, "demo_allowed");
       if (!auth.ok) return errorResponse(auth.error, rid);
       const deleted = deps.sticky ? await deps.sticky.map.purgeAccount(auth.principal.account_id, deps.now()) : 0;
       return json({ object: "sticky.purged", deleted }, rid);
     })
-    .get("/v1/receipts/:request_id", ({ request, params }) => {
+    .get("/v1/receipts/:request_id", async ({ request, params }) => {
       const rid = idsOf(request).responseRequestId;
-      const auth = authenticateBuyer(deps.store, request, "api_key_only");
+      const auth = await authenticateBuyer(deps.store, request, "api_key_only");
       if (!auth.ok) return errorResponse(auth.error, rid);
-      const body = buyerReceiptsBody(deps.store, auth.principal.account_id, params.request_id, deps.settlementMode);
+      const body = await buyerReceiptsBody(deps.store, auth.principal.account_id, params.request_id, deps.settlementMode);
       return body ? json(body, rid) : errorResponse(gatewayError("not_found", "No request with this id belongs to this account."), rid);
     })
-    .get("/v1/usage", ({ request }) => {
+    .get("/v1/usage", async ({ request }) => {
       const rid = idsOf(request).responseRequestId;
-      const auth = authenticateBuyer(deps.store, request, "api_key_only");
+      const auth = await authenticateBuyer(deps.store, request, "api_key_only");
       if (!auth.ok) return errorResponse(auth.error, rid);
       if (auth.principal.kind !== "api_key") return notFound(request);
-      const body = usageBody({ ...deps, coveredEntrypoints, excludedEntrypoints: deps.excludedEntrypoints ?? [] }, auth.principal);
+      const body = await usageBody({ ...deps, coveredEntrypoints, excludedEntrypoints: deps.excludedEntrypoints ?? [] }, auth.principal);
       return new Response(JSON.stringify(body), { headers: { "content-type": "application/json", "x-request-id": rid, "cache-control": "no-store" } });
     })
     .post(FEEDBACK_ROUTE, ({ request }) => feedback(request, idsOf(request).responseRequestId), { parse: "none" })
@@ -278,14 +284,22 @@ export function createHttpApp(deps: HttpDeps) {
     .get("/v1/rate-card", ({ request }) => (rateCard ? rateCard() : notFound(request)))
     .get("/healthz", ({ request }) => {
       // 503 while draining, so a load balancer stops sending new requests before the process exits.
+      // 503 while an engine it needs (Redis, in a cluster) is unreachable: the node cannot serve.
       const running = deps.accepting();
+      // Every engine the node depends on: the durable store (PostgreSQL or SQLite) and, in a cluster,
+      // Redis. A node that cannot reach one answers 503, so a load balancer takes it out.
+      const store = deps.store.health();
+      const engines = deps.engines?.() ?? {};
+      const degraded = !store.up || Object.values(engines).some((up) => !up);
       const body = {
-        ok: running,
-        status: running ? "running" : "draining",
+        ok: running && !degraded,
+        status: !running ? "draining" : degraded ? "degraded" : "running",
         live_requests: deps.runner.liveRequests(),
         providers_admitted: deps.providerViews().length,
+        store: { backend: store.backend, up: store.up },
+        ...(deps.engines ? { engines: Object.fromEntries(Object.entries(engines).map(([name, up]) => [name, up ? "up" : "down"])) } : {}),
       };
-      return json(body, idsOf(request).responseRequestId, running ? 200 : 503);
+      return json(body, idsOf(request).responseRequestId, running && !degraded ? 200 : 503);
     })
     .get("/metrics", async ({ request }) => {
       const rid = idsOf(request).responseRequestId;
@@ -296,7 +310,7 @@ export function createHttpApp(deps: HttpDeps) {
       return new Response(await deps.exposition.render(), { headers: { "content-type": deps.exposition.contentType, "x-request-id": rid } });
     });
 
-  // The compatibility facades run only when the operator enables them (spec §4); both run on the same
+  // The compatibility facades run only when the operator enables them (docs/buyer-api.md); both run on the same
   // runner and pipeline as chat. A disabled one still answers, in its own error style, that it exists
   // but is off here, so an SDK user is not left guessing at a bare 404.
   if (deps.messagesFacade) {

@@ -1,7 +1,7 @@
 // Buyer credentials: `Authorization: Bearer <API key | demo token>`. Unknown bearers are answered by
-// their kind (demo tokens start with `demo_`, DESIGN §7). A request is authenticated as a principal:
+// their kind (demo tokens start with `demo_`, docs/buyer-api.md). A request is authenticated as a principal:
 // an API key's account, or a browser demo session whose account id is `demo:` + the client's IP key
-// (its /32 or /64, DESIGN §4) — the id quotas, account_scope and per-IP limits key on.
+// (its /32 or /64, docs/receipts.md) — the id quotas, account_scope and per-IP limits key on.
 //
 // What the socket layer knows (the client IP) and the per-gateway demo-token key reach this module
 // through a per-request context bound once at the edge (`createBuyerEdge`, called from the Bun fetch
@@ -9,7 +9,8 @@
 import { gatewayError, type GatewayError } from "./errors.ts";
 import { ipKey, resolveClientIp, type TrustedProxies } from "./clientIp.ts";
 import { DEMO_TOKEN_PREFIX, demoTokenKey, verifyDemoToken } from "./demo/token.ts";
-import type { Store, AccountTier } from "../store/index.ts";
+import type { AccountTier } from "../store/index.ts";
+import type { AsyncStore as Store } from "../store/asyncStore.ts";
 
 export interface ApiKeyPrincipal {
   kind: "api_key";
@@ -32,7 +33,7 @@ export type BuyerPrincipal = ApiKeyPrincipal | DemoPrincipal;
 
 export type AuthResult = { ok: true; principal: BuyerPrincipal } | { ok: false; error: GatewayError };
 
-/** Which credentials an endpoint takes: spec §5 lets demo tokens into chat, responses, models, feedback. */
+/** Which credentials an endpoint takes: docs/buyer-api.md lets demo tokens into chat, responses, models, feedback. */
 export type DemoPolicy = "demo_allowed" | "api_key_only";
 
 /** What the edge knows about one request. */
@@ -66,8 +67,8 @@ const RESOLVED_ADDRESSES_KEPT = 4096;
  */
 export function createBuyerEdge(input: { gatewaySecret: Uint8Array; now: () => number; trustedProxies: TrustedProxies }) {
   const demoKey = demoTokenKey(input.gatewaySecret);
-  // resolveClientIp is pure and parsing addresses was ~1.5 % of the gateway's CPU per request, while a
-  // client sends many requests from one address: remember recent answers (bounded).
+  // resolveClientIp is pure and a client sends many requests from one address: recent answers are
+  // remembered (bounded) instead of parsing the address per request (docs/benchmarks.md).
   const resolved = new Map<string, string | null>();
   return (request: Request, socketAddress: string | null): void => {
     const forwardedFor = request.headers.get("x-forwarded-for");
@@ -102,7 +103,7 @@ const demoRefusals = {
  * Authenticates the bearer of `request`. `policy` says whether this endpoint takes demo tokens; the
  * default refuses them, so a new endpoint is API-key-only unless it opts in.
  */
-export function authenticateBuyer(store: Store, request: Request, policy: DemoPolicy = "api_key_only"): AuthResult {
+export async function authenticateBuyer(store: Store, request: Request, policy: DemoPolicy = "api_key_only"): Promise<AuthResult> {
   const token = bearerToken(request);
   if (!token) {
     return {
@@ -111,7 +112,7 @@ export function authenticateBuyer(store: Store, request: Request, policy: DemoPo
     };
   }
   if (token.startsWith(DEMO_TOKEN_PREFIX)) return authenticateDemo(request, token, policy);
-  const key = store.authenticateApiKey(token);
+  const key = await store.authenticateApiKey(token);
   if (!key) return { ok: false, error: gatewayError("invalid_api_key", "The API key is not valid or has been revoked.") };
   return { ok: true, principal: { kind: "api_key", ...key } };
 }

@@ -13,7 +13,7 @@ export async function readBody(request: Request, limit: number): Promise<Uint8Ar
   if (declared > limit) return null;
   if (!request.body) return new Uint8Array(0);
   // A body framed by its declared length alone is already bounded by it: one native read instead of a
-  // stream loop (a promise per part; issue 7). Chunked framing still goes through the loop below.
+  // stream loop (a promise per part). Chunked framing still goes through the loop below.
   if (declared >= 0 && !request.headers.has("transfer-encoding")) {
     const body = new Uint8Array(await request.arrayBuffer());
     return body.byteLength > limit ? null : body;

@@ -1,4 +1,4 @@
-// The one table mapping every buyer-facing error code to status, type and retryability (DESIGN §7),
+// The one table mapping every buyer-facing error code to status, type and retryability (docs/buyer-api.md),
 // and the envelope built from it. Messages here are the only error text buyers ever see.
 import type { RequestFailure } from "../chat/contract.ts";
 
@@ -102,7 +102,7 @@ export function inBandErrorFrame(err: GatewayError): string {
 }
 
 /**
- * The messages facade's envelope (spec §7.1): `{type: "error", error: {type, message, code, retryable,
+ * The messages facade's envelope (docs/facades.md): `{type: "error", error: {type, message, code, retryable,
  * param}}` from the same table row, so the gateway's code and retryability survive the translation.
  */
 export interface MessagesErrorEnvelope {

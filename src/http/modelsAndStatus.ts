@@ -26,7 +26,7 @@ export interface CatalogView {
   eligible: readonly string[];
   /** What a request for the model is charged (its catalog entry's row, else `default`); null: no rate card. */
   priceOf: (modelId: string) => ModelPrice | null;
-  /** Paid entrypoints whose attempts settle under the mode (spec §3.3). */
+  /** Paid entrypoints whose attempts settle under the mode (docs/receipts.md). */
   coveredEntrypoints: readonly string[];
   /** Addresses that reach providers outside the gateway's settlement (configured), named as excluded. */
   excludedEntrypoints: readonly string[];
@@ -58,7 +58,7 @@ export function modelPrice(card: RateCard, slug: string | undefined): ModelPrice
   };
 }
 
-/** Model ids a request can reach: warm ones, and in enforce mode only catalogued ones (DESIGN §4). */
+/** Model ids a request can reach: warm ones, and in enforce mode only catalogued ones (docs/receipts.md). */
 function listedModelIds(views: readonly ProviderView[], settlementMode: "observe" | "enforce", catalog: CatalogView): string[] {
   const warm = warmModelIds(views);
   const eligible = new Set(catalog.eligible);

@@ -1,5 +1,5 @@
 // Plumbing every entrypoint's responders share: a server-sent-event body that exists only from its
-// first write (DESIGN §7: nothing, not even the status line, before the first delta), and an
+// first write (docs/buyer-api.md: nothing, not even the status line, before the first delta), and an
 // accumulator of an attempt's output for responses written in one piece, and the responder built on it.
 // Both report the body text they write to `record` (the retry-replay copy, src/http/idempotency.ts).
 import type { ChunkFrame } from "../wire/frames.ts";
@@ -70,7 +70,7 @@ export function lazyEventStream(target: BodyTarget): LazyEventStream {
 }
 
 /**
- * One per live stream, so a class (issue 7): its methods are shared, where a closure-built object costs
+ * One per live stream, so a class: its methods are shared, where a closure-built object costs
  * every stream a function and a slot per method (and getter) and their scope. It is its own direct
  * stream's underlying source (`type`, `pull`, `cancel`).
  */

@@ -7,10 +7,11 @@ import { failureError, gatewayError, type GatewayError } from "./errors.ts";
 import { promptTokenBound } from "./chat/normalize.ts";
 import type { ChatOutcome, ChatResponder, NormalizedChat, RequestFailure } from "../chat/contract.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
-import type { RequestRunner, RequestSpec } from "../gateway/requests.ts";
+import type { RequestRunner } from "../gateway/requests.ts";
+import type { RequestSpec } from "../gateway/requestHandle.ts";
 import type { BodyTemplate, FacadeResponder, StreamFlow } from "./output.ts";
 import type { Log } from "../log.ts";
-import type { Store } from "../store/index.ts";
+import { isStoreUnavailable, type AsyncStore as Store } from "../store/asyncStore.ts";
 import type { Settlements } from "../gateway/settlements.ts";
 import { reservationCredits, type Rates } from "../ledger/index.ts";
 import { buyerAccount } from "../store/index.ts";
@@ -37,12 +38,14 @@ export interface PipelineDeps {
   now: () => number;
   /** Route-time pricing and settlement. */
   settlements: Settlements;
-  /** Limits per tier (spec §8): daily tokens, per-request cap, concurrency; absent = none (bare unit apps). */
+  /** Limits per tier (docs/quotas.md): daily tokens, per-request cap, concurrency; absent = none (bare unit apps). */
   quotas?: QuotaPolicy;
-  /** Retries replayed instead of re-run (DESIGN §7); absent = every request runs. */
+  /** Retries replayed instead of re-run (docs/buyer-api.md); absent = every request runs. */
   replays?: ReplayCache;
   /** Sticky routing; absent = off (X-Conversation-ID is ignored). */
   sticky?: StickyRouting;
+  /** Concurrency slots shared by every node (a cluster, src/cluster/slots.ts); absent = the store's own. */
+  sharedSlots?: SharedSlotPort;
   /** Deadline for the whole request body (default 30 s). */
   requestBodyTimeoutMs?: number;
   /** Bounds on a stream's output waiting for a buyer that does not read (absent = unbounded). */
@@ -50,7 +53,20 @@ export interface PipelineDeps {
   log?: Log;
 }
 
-/** Raw body bytes of admitted requests: what retries are matched on (same body bytes, DESIGN §7). */
+/** Slots held in a shared engine: taking one is asynchronous, and may fail when the engine is unreachable. */
+export interface SharedSlotPort {
+  acquire(account_id: string, request_id: string, limit: number): Promise<{ ok: true } | { ok: false; code: "concurrency_exhausted" | "engine_unavailable" }>;
+  release(request_id: string): void;
+}
+
+/** The refusal when the shared slots cannot be reached: nothing was taken or written. */
+const slotsUnavailable = () =>
+  gatewayError("coordinator_unavailable", "The gateway cannot reach its shared state (Redis) right now. Nothing was charged; retry shortly.", {
+    retryAfterSeconds: 1,
+  });
+
+
+/** Raw body bytes of admitted requests: what retries are matched on (same body bytes, docs/buyer-api.md). */
 const rawBodies = new WeakMap<Request, Uint8Array>();
 
 export interface RequestIds {
@@ -60,7 +76,7 @@ export interface RequestIds {
   responseRequestId: string;
 }
 
-export type Authenticate = (store: Store, request: Request) => AuthResult;
+export type Authenticate = (store: Store, request: Request) => Promise<AuthResult>;
 
 export type AdmittedBody = { ok: true; principal: BuyerPrincipal; json: unknown } | { ok: false; error: GatewayError };
 
@@ -73,14 +89,20 @@ export type AdmittedBody = { ok: true; principal: BuyerPrincipal; json: unknown 
 export async function admitBuyerRequest(
   deps: PipelineDeps,
   request: Request,
-  // Chat completions and responses take demo tokens (spec §5); the messages facade passes its own.
+  // Chat completions and responses take demo tokens (docs/buyer-api.md); the messages facade passes its own.
   authenticate: Authenticate = (store, req) => authenticateBuyer(store, req, "demo_allowed"),
 ): Promise<AdmittedBody> {
   if (!deps.accepting()) {
     return { ok: false, error: gatewayError("coordinator_unavailable", "The gateway is shutting down. Retry shortly.", { retryAfterSeconds: 5 }) };
   }
   // Credentials first: a client without them never gets to hold a connection open with a slow body.
-  const auth = authenticate(deps.store, request);
+  let auth: AuthResult;
+  try {
+    auth = await authenticate(deps.store, request);
+  } catch (error) {
+    if (isStoreUnavailable(error)) return { ok: false, error: storeUnavailable() };
+    throw error;
+  }
   if (!auth.ok) return auth;
   const read = await readBodyWithin(request, deps.maxBodyBytes, deps.requestBodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS);
   if (!read.ok) return { ok: false, error: bodyReadError(read.reason, deps.maxBodyBytes) };
@@ -175,22 +197,43 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
     .then((providerId) => runAdmitted(deps, input, tracker, { key, providerId }));
 }
 
-/** Admission, concurrency slot, reservation, then the request actor. */
+/** Its concurrency slot (the cluster's shared one, or the store's), then the rest of the run. */
 function runAdmitted(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null, sticky: RequestSpec["sticky"]): Promise<Response> {
+  const { ids, principal } = input;
+  const slotLimit = deps.quotas ? limitsFor(deps.quotas, principal).concurrentRequests : null;
+  if (slotLimit === null) return runHoldingSlot(deps, input, tracker, null, sticky);
+  const shared = deps.sharedSlots;
+  if (shared) {
+    return shared.acquire(principal.account_id, ids.requestId, slotLimit).then((slot) => {
+      if (slot.ok) return runHoldingSlot(deps, input, tracker, () => shared.release(ids.requestId), sticky);
+      tracker?.outcome(false);
+      return input.refuse(slot.code === "engine_unavailable" ? slotsUnavailable() : concurrencyRefusal(slotLimit, deps.now()));
+    });
+  }
+  if (!deps.store.acquireRequestSlot(principal.account_id, ids.requestId, slotLimit).ok) {
+    return Promise.resolve(input.refuse(concurrencyRefusal(slotLimit, deps.now())));
+  }
+  return runHoldingSlot(deps, input, tracker, () => deps.store.releaseRequestSlot(ids.requestId), sticky);
+}
+
+/** The rest of a new run, once its concurrency slot (if any) is held; `releaseSlot` frees it. */
+async function runHoldingSlot(
+  deps: PipelineDeps,
+  input: PipelineRequest,
+  tracker: RunTracker | null,
+  releaseSlot: (() => void) | null,
+  sticky: RequestSpec["sticky"],
+): Promise<Response> {
   const { request, ids, principal, chat } = input;
   const rid = ids.responseRequestId;
   const promptBound = promptTokenBound(chat.messages, chat.params.tools);
-  const slotLimit = deps.quotas ? limitsFor(deps.quotas, principal).concurrentRequests : null;
-  if (slotLimit !== null && !deps.store.acquireRequestSlot(principal.account_id, ids.requestId, slotLimit).ok) {
-    return Promise.resolve(input.refuse(concurrencyRefusal(slotLimit, deps.now())));
-  }
-  // Once, when the buyer's response ended (or never started): frees the concurrency slot (DESIGN §7)
+  // Once, when the buyer's response ended (or never started): frees the concurrency slot (docs/buyer-api.md)
   // and tells the replay cache whether this is a result a retry may get.
   let ended = false;
   const end = (ok: boolean) => {
     if (ended) return;
     ended = true;
-    if (slotLimit !== null) deps.store.releaseRequestSlot(ids.requestId);
+    releaseSlot?.();
     tracker?.outcome(ok);
   };
   const admission = deps.settlements.admitModel(chat.model);
@@ -202,10 +245,18 @@ function runAdmitted(deps: PipelineDeps, input: PipelineRequest, tracker: RunTra
       ),
     );
   }
-  const reserved = reserveForRequest(deps, principal, ids.requestId, promptBound, chat.params.max_tokens, admission.rates);
+  let reserved: Awaited<ReturnType<typeof reserveForRequest>>;
+  try {
+    reserved = await reserveForRequest(deps, principal, ids.requestId, promptBound, chat.params.max_tokens, admission.rates);
+  } catch (error) {
+    end(false);
+    // The reservation is one transaction: a database that cannot be reached left nothing behind.
+    if (isStoreUnavailable(error)) return input.refuse(storeUnavailable());
+    throw error;
+  }
   if (!reserved.ok) {
     end(false);
-    return Promise.resolve(input.refuse(reserved.error));
+    return input.refuse(reserved.error);
   }
   const { payer } = reserved;
   let abort = () => {};
@@ -248,30 +299,40 @@ function runAdmitted(deps: PipelineDeps, input: PipelineRequest, tracker: RunTra
   abort = started.abort;
   // The buyer hanging up before or during the response cancels the provider job.
   request.signal.addEventListener("abort", started.abort, { once: true });
-  if (request.signal.aborted) started.abort();
+  // The buyer may have hung up while the reservation was being written: the signal already fired.
+  if (request.signal.aborted) {
+    end(false);
+    started.abort();
+  }
   return responder.response;
 }
 
+/** The refusal when the durable store (PostgreSQL) cannot be reached: nothing was written. */
+export const storeUnavailable = () =>
+  gatewayError("coordinator_unavailable", "The gateway cannot reach its database right now. Nothing was charged; retry shortly.", {
+    retryAfterSeconds: 1,
+  });
+
 /**
- * Holds the request's worst case at admission (DESIGN §6): prompt bound + max_tokens against the
+ * Holds the request's worst case at admission (docs/ledger.md): prompt bound + max_tokens against the
  * daily token quota, and its price against a paid account's balance. Free-tier and demo traffic is
  * paid from the operator's promotion account.
  */
-function reserveForRequest(
+async function reserveForRequest(
   deps: PipelineDeps,
   principal: BuyerPrincipal,
   requestId: string,
   promptBound: number,
   maxTokens: number,
   rates: Rates,
-): { ok: true; payer: Payer } | { ok: false; error: GatewayError } {
+): Promise<{ ok: true; payer: Payer } | { ok: false; error: GatewayError }> {
   const payer = payerFor(principal.kind === "api_key" && principal.tier === "paid");
   const price = reservationCredits(promptBound, maxTokens, rates);
   if (!price.ok) return { ok: false, error: gatewayError("invalid_request", "The request is too large to price.") };
   const limit = deps.quotas ? limitsFor(deps.quotas, principal).dailyTokens : undefined;
   const day = utcDay(deps.now());
   const tokens = promptBound + maxTokens;
-  const reserved = deps.store.reserve(
+  const reserved = await deps.store.reserve(
     {
       request_id: requestId,
       account_id: principal.account_id,
@@ -286,11 +347,11 @@ function reserveForRequest(
   if (reserved.ok) return { ok: true, payer };
   switch (reserved.code) {
     case "insufficient_balance": {
-      const balance = deps.store.ledgerBalance(buyerAccount(principal.account_id));
+      const balance = await deps.store.ledgerBalance(buyerAccount(principal.account_id));
       return { ok: false, error: balanceRefusal({ balance, available: reserved.available_credits, needed: price.charge.debit_credits, nowMs: deps.now() }) };
     }
     case "quota_exhausted": {
-      const usedOnly = deps.store.dailyTokens(principal.account_id, day).used;
+      const usedOnly = (await deps.store.dailyTokens(principal.account_id, day)).used;
       return { ok: false, error: dailyQuotaRefusal({ limit: limit ?? 0, counted: reserved.used_tokens, usedOnly, tokens, nowMs: deps.now() }) };
     }
     default:

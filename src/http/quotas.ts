@@ -1,4 +1,4 @@
-// Buyer limits (spec §8, DESIGN §6–7): per tier, a daily token quota (UTC day), a per-request cap on
+// Buyer limits (docs/quotas.md, docs/ledger.md, docs/buyer-api.md): per tier, a daily token quota (UTC day), a per-request cap on
 // max_tokens and a number of concurrent requests. Pure: the limits a principal gets, and the
 // quota_exhausted answers with their X-RateLimit-* headers. The atomic checks live in the store
 // (reserve for tokens and credits, acquireRequestSlot for concurrency) and run in the pipeline.
@@ -49,7 +49,7 @@ export function limitsFor(policy: QuotaPolicy, principal: BuyerPrincipal): TierL
 }
 
 /**
- * The per-request cap an entrypoint normalises max_tokens against for this principal (DESIGN §7: it
+ * The per-request cap an entrypoint normalises max_tokens against for this principal (docs/buyer-api.md: it
  * limits max_tokens alone; an absent max_tokens becomes the cap, never a refusal). Without a policy
  * (bare unit apps) every principal gets `requestTokenCap`.
  */

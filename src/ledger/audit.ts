@@ -1,4 +1,4 @@
-// `gateway ledger audit` (DESIGN §2, issue 4 §9) as a pure function over what the store holds:
+// `gateway ledger audit` (docs/operator.md, issue 4 §9) as a pure function over what the store holds:
 // every posting balances and is sealed, every charge matches a receipt that re-verifies against its
 // persisted snapshot and the catalog history, and the money columns agree with the entries.
 import { routeSnapshotChecker, snapshotDigest, verifyReceipt, type RouteSnapshot } from "../receipts/index.ts";

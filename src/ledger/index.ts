@@ -1,4 +1,4 @@
-// Money (DESIGN §6): pure pricing and split rules, the rate card, and the ledger audit.
+// Money (docs/ledger.md): pure pricing and split rules, the rate card, and the ledger audit.
 export {
   BPS_DENOMINATOR,
   debitCredits,

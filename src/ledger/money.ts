@@ -1,4 +1,4 @@
-// Money rules of DESIGN §6 as pure functions over integer credits. BigInt inside, so no product
+// Money rules of docs/ledger.md as pure functions over integer credits. BigInt inside, so no product
 // of tokens and rates can lose precision; results are checked to be safe integers on the way out.
 
 /** Credits per million tokens for one rate-card row. */
@@ -81,7 +81,7 @@ export function reservationCredits(prompt_token_bound: number, max_tokens: numbe
 }
 
 /**
- * Usage billed in observe mode (DESIGN §4: billing follows observed usage there): output = the chunk
+ * Usage billed in observe mode (docs/receipts.md: billing follows observed usage there): output = the chunk
  * tokens the gateway delivered; prompt = what the provider reported, never above the gateway's bound.
  */
 export function observedBilling(input: { delivered_tokens: number; reported_input_tokens: number; prompt_token_bound: number }): {

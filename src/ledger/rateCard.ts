@@ -1,4 +1,4 @@
-// The rate card (spec §2.5, DESIGN §6): rows by slug, a `default` row every model without its own
+// The rate card (docs/ledger.md): rows by slug, a `default` row every model without its own
 // row uses, provider_share_bps on every row, and the USD conversion. Pure; the handler builds the
 // GET /v1/rate-card response for the HTTP layer to mount.
 import { Type, type Static } from "@sinclair/typebox";
@@ -36,7 +36,7 @@ export interface RateCard {
 
 /**
  * A card from configured rows. The `default` row is always present (a configured `default`
- * replaces its prices); every row gets the provider share of DESIGN §6. A repeated slug is a
+ * replaces its prices); every row gets the provider share of docs/ledger.md. A repeated slug is a
  * configuration error, returned as a value.
  */
 export function buildRateCard(
@@ -73,7 +73,7 @@ export interface RateCardRowBody {
   prompt_usd_per_million_tokens: number;
   completion_usd_per_million_tokens: number;
   provider_share_bps: number;
-  /** Catalog model ids priced by this row (the caller maps serve ids to rows; spec §2.5). */
+  /** Catalog model ids priced by this row (the caller maps serve ids to rows; docs/ledger.md). */
   model_ids: string[];
 }
 
@@ -124,7 +124,7 @@ export function rateCardBody(
   };
 }
 
-/** A handler the HTTP layer mounts at GET /v1/rate-card (public; spec §4.8 leaves auth open). */
+/** A handler the HTTP layer mounts at GET /v1/rate-card (public; docs/ledger.md leaves auth open). */
 export function rateCardHandler(deps: {
   card: () => RateCard;
   now: () => number;

@@ -1,6 +1,6 @@
 // One job attempt on the provider side: accepted → chunk (seq 0, 1, …) → end, or declined.
 // The attempt owns the protocol invariants; the engine only produces content. Every `end` is followed
-// by a `receipt` frame with the signed v0.4 receipt binding what the gateway can have delivered (DESIGN §4).
+// by a `receipt` frame with the signed v0.4 receipt binding what the gateway can have delivered (docs/receipts.md).
 import type { ReceiptSigner } from "../receipts/index.ts";
 import type { CancelFrame, ChunkFrame, DeclineCode, JobFrame, ProviderFrame, TerminalState } from "../wire/frames.ts";
 import type { Engine, EngineChunk, EngineOutcome, EngineResult } from "./engine.ts";
@@ -37,6 +37,12 @@ export interface Attempt {
    * binds exactly the chunks within `deliveredOutputBytes`.
    */
   cancel(reason: CancelFrame["reason"], deliveredOutputBytes?: number): void;
+  /**
+   * A `cancel` that crossed this attempt's `end` (docs/protocol.md): the receipt binding the prefix the
+   * buyer received (the chunks within `deliveredOutputBytes`), with the cancel's reason as its terminal
+   * state. Null unless the attempt already sent `end` uncancelled, or without a signer.
+   */
+  receiptAfterEnd(reason: CancelFrame["reason"], deliveredOutputBytes: number): IssuedReceipt | null;
   /** The session is lost: stop work, send nothing. */
   abandon(): void;
   /** Settles when the engine has returned and the last frame was sent. */
@@ -66,6 +72,8 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
   let cancelReason: CancelFrame["reason"] | null = null;
   let cancelBytes: number | null = null;
   let accepted = false;
+  /** The engine's prompt-token count once `end` went out uncancelled: a crossing cancel's receipt uses it. */
+  let endedInputTokens: number | null = null;
   let nextSeq = 0;
   let sentTokens = 0;
   // What reached the socket, kept until the end: a cancel binds a prefix of it (chunksWithinBytes).
@@ -165,17 +173,18 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
     const result = outcome.kind === "ended" ? outcome.result : providerError();
     accept(); // `end` never comes out of turn, even when the engine accepted nothing
     const terminal_state = cancelReason ?? result.terminal_state;
-    // finish_reason is a string for normal_done (DESIGN §3); a cancelled attempt has none.
+    // finish_reason is a string for normal_done (docs/protocol.md); a cancelled attempt has none.
     let finish_reason = cancelReason !== null ? null : result.finish_reason;
     if (terminal_state === "normal_done") finish_reason ??= "stop";
     // Usage reports what was actually sent: the gateway checks output tokens against delivered chunks.
     // Input is capped at the gateway's own bound for the prompt, as in the receipt.
     const usage = { input_tokens: observedInputTokens(job, result.usage.input_tokens), output_tokens: sentTokens };
     const terminalAtMs = now();
-    // `end` goes out first and the receipt right after it in a `receipt` frame (DESIGN §3): the buyer's
+    // `end` goes out first and the receipt right after it in a `receipt` frame (docs/protocol.md): the buyer's
     // response waits on `end` only, not on signing here nor on the gateway's judging there.
     const endSent = deps.send({ type: "end", ...ids, terminal_state, finish_reason, usage }) !== false;
     const receipt = sign(terminal_state, finish_reason, result.usage.input_tokens, cancelReason !== null ? cancelBytes : null, terminalAtMs);
+    if (endSent && cancelReason === null) endedInputTokens = result.usage.input_tokens;
     const delivered = endSent && receipt !== null && deps.send({ type: "receipt", ...ids, receipt: receipt.envelope }) !== false;
     deps.log("job_ended", { ...ids, terminal_state, finish_reason, chunks: nextSeq, ...usage, receipt: receipt !== null });
     if (receipt !== null && !receipt.deliveredNothing) deps.keep?.(receipt, delivered);
@@ -201,11 +210,15 @@ export function startAttempt(job: JobFrame, modelHash: string, deps: AttemptDeps
 
   return {
     cancel(reason, deliveredOutputBytes) {
-      if (cancelReason !== null || signal.aborted) return;
+      if (cancelReason !== null || signal.aborted || endedInputTokens !== null) return;
       cancelReason = reason;
       // Without a byte count (never from the wire: the schema requires it) nothing is claimed as delivered.
       cancelBytes = deliveredOutputBytes ?? 0;
       controller.abort(reason);
+    },
+    receiptAfterEnd(reason, deliveredOutputBytes) {
+      if (endedInputTokens === null) return null;
+      return sign(reason, null, endedInputTokens, deliveredOutputBytes);
     },
     abandon() {
       controller.abort("session_closed");

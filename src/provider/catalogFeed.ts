@@ -1,4 +1,4 @@
-// The provider's view of the signed catalog (DESIGN §5): fetched from the gateway at start and every
+// The provider's view of the signed catalog (docs/catalog.md): fetched from the gateway at start and every
 // refresh interval, verified under the operator key, and used to decide which of this machine's
 // models to advertise. The gateway routes only catalog models whose hash matches (enforce mode), so
 // advertising anything else would only draw jobs it must refuse.
@@ -28,7 +28,7 @@ export const catalogHighestPathFor = (keyFile: string): string => join(dirname(k
 
 /**
  * The feed a provider's rollback check measures against: the highest one accepted, by `issued_at`
- * (the feed body's only monotone field; DESIGN §5 gives it no other sequence number).
+ * (the feed body's only monotone field; docs/catalog.md gives it no other sequence number).
  */
 interface HighestFeed {
   issued_at_ms: number;
@@ -432,7 +432,7 @@ export function createCatalogWatcher(options: CatalogWatcherOptions): CatalogWat
     etag = feed.etag;
     const now = (options.now ?? Date.now)();
     log("catalog_accepted", { catalog_id: state.catalog_id, issued_at: state.body.issued_at, models: state.body.models.length });
-    // DESIGN §5: an expired catalog stays in force (the gateway reports itself degraded); providers
+    // docs/catalog.md: an expired catalog stays in force (the gateway reports itself degraded); providers
     // keep serving what it lists.
     if (now >= next.expires_at_ms) log("catalog_expired", { catalog_id: state.catalog_id, expires_at: state.body.expires_at });
     recompute();

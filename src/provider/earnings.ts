@@ -1,4 +1,4 @@
-// The provider's local earnings log: one JSON line per `settled` frame (DESIGN §3), in
+// The provider's local earnings log: one JSON line per `settled` frame (docs/protocol.md), in
 // `earnings.jsonl` next to the key file, mode 0600. It lets a machine's owner see what the gateway
 // credited and why an attempt was quarantined (`gateway provider earnings`). Ids, labels, reasons and
 // credits only: never a prompt, an output or a receipt.
@@ -45,8 +45,8 @@ export function createEarningsLog(options: { file: string; providerId: string; n
   let nextWrite: Promise<void> | null = null;
   let last: Promise<void> = Promise.resolve();
   let modeChecked = false;
-  // Written synchronously: a small append to the page cache is a few µs, less than the thread-pool
-  // round trips of an asynchronous open, append and close (issue 7). Not synced: the gateway's
+  // Written synchronously: a small append to the page cache costs less than the thread-pool round
+  // trips of an asynchronous open, append and close (docs/benchmarks.md). Not synced: the gateway's
   // ledger is the record; this log is the owner's view of it.
   const writeQueued = () => {
     const text = queued.join("");
@@ -131,7 +131,7 @@ export interface EarningsSummary {
   /** Sum of provider credits over final outcomes. */
   provider_credits: number;
   by_label: Record<SettledFrame["label"], { attempts: number; provider_credits: number }>;
-  /** Quarantined attempts by reason (DESIGN §4's reason list). */
+  /** Quarantined attempts by reason (docs/receipts.md's reason list). */
   quarantine_reasons: Record<string, number>;
   /** Zero-settled attempts by reason (normally nothing_delivered). */
   zero_settled_reasons: Record<string, number>;

@@ -1,4 +1,4 @@
-// Public face of the reference provider runtime (DESIGN §2 `gateway provider`, §3 wire protocol).
+// Public face of the reference provider runtime (docs/operator.md `gateway provider`, docs/protocol.md).
 export type { Engine, EngineChunk, EngineJob, EngineOutcome, EngineResult } from "./engine.ts";
 export type { LogFn, RuntimeEvents } from "./events.ts";
 export { loadOrCreateProviderKey, type ProviderKey } from "./keys.ts";

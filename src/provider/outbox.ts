@@ -1,5 +1,5 @@
 // Receipts the gateway may not have: kept until the attempt is settled or its pending deadline passes,
-// and re-sent as `receipt` frames on later sessions (DESIGN §3: a `receipt` is accepted for any
+// and re-sent as `receipt` frames on later sessions (docs/protocol.md: a `receipt` is accepted for any
 // still-pending attempt of the same provider id, from any of its sessions).
 //
 // Whether an `end` that was written to a socket reached the gateway cannot be known when that socket
@@ -15,7 +15,7 @@ import type { ProviderFrame, ReceiptFrame } from "../wire/frames.ts";
 import type { LogFn } from "./events.ts";
 import { keyOf, OutboxJournal, readOutboxFiles, removalLine, type JournalStats, type OutboxIds, type PersistedEntry } from "./outboxJournal.ts";
 
-/** DESIGN §4: the gateway waits this long for a receipt before it quarantines the attempt. */
+/** docs/receipts.md: the gateway waits this long for a receipt before it quarantines the attempt. */
 export const DEFAULT_RECEIPT_DEADLINE_MS = 300_000;
 /** More entries than this means the gateway has not settled anything for a long time; oldest go first. */
 export const DEFAULT_OUTBOX_MAX_ENTRIES = 10_000;

@@ -206,8 +206,8 @@ export class OutboxJournal {
 
   private async appendBatch(text: string, mustSync: boolean): Promise<void> {
     const fd = this.fd!; // opened by the compaction every journal starts with
-    // A write into the page cache is a few µs: done here rather than as a thread-pool round trip
-    // (two thread wake-ups), which cost the provider more than the write itself (issue 7).
+    // A write into the page cache is cheap: done here rather than as a thread-pool round trip (two
+    // thread wake-ups), which costs more than the write itself (docs/benchmarks.md).
     fs.appendFileSync(fd, text, "utf8");
     this.stats.appends++;
     this.journalChars += text.length;

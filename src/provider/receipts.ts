@@ -1,4 +1,4 @@
-// The provider runtime's receipts (DESIGN §4): which chunks a receipt binds and with what usage. The
+// The provider runtime's receipts (docs/receipts.md): which chunks a receipt binds and with what usage. The
 // hashing and signing are src/receipts' (shared with the gateway's verifier and checked against
 // independent vectors in test/receipts); this file only decides the facts fed to them.
 import {
@@ -43,7 +43,7 @@ export interface IssuedReceipt {
 
 /**
  * Prompt tokens a receipt may claim: the engine's count, never above the gateway's own bound for the
- * prompt (DESIGN §4). Tokenizers can count special tokens the bound does not; claiming more would
+ * prompt (docs/receipts.md). Tokenizers can count special tokens the bound does not; claiming more would
  * quarantine the whole attempt (`input_tokens_inflated`), so the runtime caps rather than risk it.
  */
 export function observedInputTokens(job: Pick<JobFrame, "messages" | "params">, engineInputTokens: number): number {
@@ -64,7 +64,7 @@ export function boundChunks<C extends DeliveredChunk>(sent: readonly C[], cancel
  */
 export function issueReceipt(signer: ReceiptSigner, ending: AttemptEnding): IssuedReceipt {
   const chunks = boundChunks(ending.sent, ending.cancelDeliveredBytes);
-  // Offsets start at 0: failover happens only before the first buyer-visible byte (DESIGN §1).
+  // Offsets start at 0: failover happens only before the first buyer-visible byte (docs/architecture.md).
   const prefix = deliveredPrefixOf(chunks, ending.terminal_state, ending.finish_reason, 0);
   const facts = {
     job: ending.job,

@@ -1,4 +1,4 @@
-// The reference provider runtime: one WebSocket session at a time to the gateway (DESIGN §3), jobs run
+// The reference provider runtime: one WebSocket session at a time to the gateway (docs/protocol.md), jobs run
 // on an Engine, reconnect with full-jitter backoff. A plain class: this is an I/O edge, not domain code.
 import type { KeyObject } from "node:crypto";
 import { encodeChunkFrame } from "../wire/chunkEncode.ts";
@@ -40,6 +40,11 @@ const realTimers: Timers = {
 
 export interface ProviderRuntimeOptions {
   gatewayUrl: string;
+  /**
+   * More gateways of one cluster (docs/scale-out.md): after a dropped or refused connection the
+   * runtime tries the next URL of [gatewayUrl, ...moreGatewayUrls], in turn.
+   */
+  moreGatewayUrls?: readonly string[];
   providerId: string;
   key: { privateKey: KeyObject; publicKeyRaw: Uint8Array };
   engine: Engine;
@@ -124,6 +129,11 @@ const ALLOWED: Record<Phase, ReadonlySet<GatewayFrame["type"]>> = {
 };
 
 const jobKey = (f: { request_id: string; attempt_n: number }) => `${f.attempt_n}/${f.request_id}`;
+/**
+ * Ended attempts kept for a crossing cancel. The gateway settles an attempt within milliseconds of its
+ * receipt, which drops it here; only attempts it holds pending (a crossing) stay, so this is ample.
+ */
+const ENDED_KEPT = 1024;
 
 class Runtime implements ProviderRuntime {
   private readonly events = new Emitter<RuntimeEvents>();
@@ -141,8 +151,13 @@ class Runtime implements ProviderRuntime {
   /** The next paced outbox flush, while receipts wait for it. */
   private flushTimer: unknown = null;
   private failures = 0; // connection attempts since the last welcome: the backoff exponent
+  private readonly gatewayUrls: string[];
+  /** Which of gatewayUrls the next connection goes to. */
+  private gatewayIndex = 0;
   private readonly signer: ReceiptSigner;
   private readonly outbox: ReceiptOutbox;
+  /** Ended attempts not settled yet, by jobKey, oldest first (rememberEnded). */
+  private readonly ended = new Map<string, Attempt>();
 
   constructor(private readonly options: ProviderRuntimeOptions) {
     this.log = options.log ?? (() => {});
@@ -154,7 +169,8 @@ class Runtime implements ProviderRuntime {
     if (!(this.pingIntervalMs > 0 && this.watchdogTimeoutMs > this.pingIntervalMs)) {
       throw new Error("watchdog: pingIntervalMs must be positive and below timeoutMs");
     }
-    if (!/^wss?:\/\//.test(options.gatewayUrl)) throw new Error("gatewayUrl must be ws:// or wss://");
+    this.gatewayUrls = [options.gatewayUrl, ...(options.moreGatewayUrls ?? [])];
+    if (!this.gatewayUrls.every((url) => /^wss?:\/\//.test(url))) throw new Error("gatewayUrl must be ws:// or wss://");
     if (!Number.isInteger(this.maxConcurrency) || this.maxConcurrency < 1) {
       throw new Error("maxConcurrency must be a positive integer");
     }
@@ -189,8 +205,9 @@ class Runtime implements ProviderRuntime {
   connect(): void {
     this.reconnectTimer = null;
     if (this.stopped) return;
-    this.log("connecting", { url: this.options.gatewayUrl, attempt: this.failures });
-    const ws = new WebSocket(this.options.gatewayUrl);
+    const url = this.gatewayUrls[this.gatewayIndex]!;
+    this.log("connecting", { url, attempt: this.failures });
+    const ws = new WebSocket(url);
     ws.binaryType = "arraybuffer";
     let markClosed = () => {};
     const session: Session = {
@@ -265,7 +282,7 @@ class Runtime implements ProviderRuntime {
   private sendHello(session: Session): void {
     const { providerId, key, hardware, runtime } = this.options;
     const models = this.models();
-    this.log("connected", { url: this.options.gatewayUrl });
+    this.log("connected", { url: this.gatewayUrls[this.gatewayIndex] });
     this.send(session, {
       type: "hello",
       protocol: 1,
@@ -379,6 +396,7 @@ class Runtime implements ProviderRuntime {
     const { request_id, attempt_n, label, reason, provider_credits } = frame;
     this.log("settled", { request_id, attempt_n, label, reason, provider_credits });
     this.outbox.settled(frame, label);
+    if (label !== "pending") this.ended.delete(jobKey(frame));
     this.events.emit("settled", frame);
   }
 
@@ -398,12 +416,14 @@ class Runtime implements ProviderRuntime {
     const ceiling = OPERATOR_REFUSALS.has(code) ? maxMs : Math.min(maxMs, minMs * 2 ** this.failures);
     const delayMs = Math.floor((this.options.random ?? Math.random)() * ceiling); // full jitter
     this.failures = Math.min(this.failures + 1, 30);
-    this.log("reconnect_scheduled", { delay_ms: delayMs, attempt: this.failures });
+    // The gateway that dropped or refused us may be gone: the next one of a cluster is tried.
+    this.gatewayIndex = (this.gatewayIndex + 1) % this.gatewayUrls.length;
+    this.log("reconnect_scheduled", { delay_ms: delayMs, attempt: this.failures, url: this.gatewayUrls[this.gatewayIndex] });
     this.reconnectTimer = this.timers.setTimeout(() => this.connect(), delayMs);
   }
 
   /**
-   * Sends held receipts on the current session, when one is admitted (DESIGN §3 `receipt`), at most
+   * Sends held receipts on the current session, when one is admitted (docs/protocol.md `receipt`), at most
    * OUTBOX_RESEND_PER_SECOND a second: the gateway closes a session that sends receipts settling
    * nothing faster than its budget (docs/reliability.md), and a large outbox may be mostly those.
    */
@@ -450,16 +470,36 @@ class Runtime implements ProviderRuntime {
       },
     });
     session.jobs.set(key, attempt);
-    void attempt.done.then(() => session.jobs.delete(key));
+    void attempt.done.then(() => {
+      session.jobs.delete(key);
+      this.rememberEnded(key, attempt);
+    });
+  }
+
+  /**
+   * Attempts that sent `end`, kept until settled (at most ENDED_KEPT, oldest dropped first): a `cancel`
+   * that crossed the `end` is answered with a receipt for the prefix the buyer received.
+   */
+  private rememberEnded(key: string, attempt: Attempt): void {
+    this.ended.delete(key);
+    this.ended.set(key, attempt);
+    if (this.ended.size > ENDED_KEPT) this.ended.delete(this.ended.keys().next().value as string);
   }
 
   private onCancel(session: Session, frame: CancelFrame): void {
     const ids = { request_id: frame.request_id, attempt_n: frame.attempt_n };
     this.log("cancel_received", { ...ids, reason: frame.reason });
     this.events.emit("cancel", frame.request_id, frame.attempt_n, frame.reason);
-    const attempt = session.jobs.get(jobKey(frame));
+    const attempt = session.jobs.get(jobKey(frame)) ?? this.ended.get(jobKey(frame));
     if (!attempt) return this.log("frame_ignored", { type: "cancel", ...ids, why: "unknown_job" });
-    attempt.cancel(frame.reason, frame.delivered_output_bytes);
+    // A cancel that crossed our `end`: the buyer got only a prefix, and the gateway waits (until its
+    // pending deadline) for a receipt bound to it, which replaces the full one in the outbox.
+    const receipt = attempt.receiptAfterEnd(frame.reason, frame.delivered_output_bytes);
+    if (receipt === null) return attempt.cancel(frame.reason, frame.delivered_output_bytes);
+    this.log("cancel_after_end", { ...ids, reason: frame.reason, delivered_output_bytes: frame.delivered_output_bytes });
+    if (receipt.deliveredNothing) return; // the gateway settles it zero_settled without a receipt
+    const sent = this.send(session, { type: "receipt", ...ids, receipt: receipt.envelope }) !== false;
+    this.outbox.keep(frame, receipt.envelope, receipt.body.terminal_state_ts_unix_ms, sent ? session : null);
   }
 }
 

@@ -1,4 +1,4 @@
-// A provider runtime behind the signed catalog feed (DESIGN §5): the feed is fetched and verified before
+// A provider runtime behind the signed catalog feed (docs/catalog.md): the feed is fetched and verified before
 // `hello`, only the models it allows are advertised, and a change is told to the gateway at once. One
 // composition for `gateway provider` and the `--demo` providers, so the demo shows the real flow.
 import {

@@ -1,4 +1,4 @@
-// The receipt envelope (DESIGN §4): base64(JCS(T)) + "." + base64(Ed25519(key, JCS(T))), standard
+// The receipt envelope (docs/receipts.md): base64(JCS(T)) + "." + base64(Ed25519(key, JCS(T))), standard
 // padded base64. All cryptography is node:crypto, except the gateway's signature check, WebCrypto's
 // (off the main thread). Expected failures come back as values.
 import { sign, verify, type KeyObject } from "node:crypto";
@@ -107,8 +107,7 @@ function verifyKeyOf(publicKeyRaw: Uint8Array): Promise<CryptoKey | null> {
 
 /**
  * `verifySignature` with WebCrypto: the same answer for every input (test/receipts/signature-async.test.ts
- * compares them), but the Ed25519 work runs off the main thread (issue 7: ~50 µs of it per receipt
- * synchronously). Never rejects.
+ * compares them), but the Ed25519 work runs off the main thread. Never rejects.
  */
 export async function verifySignatureAsync(envelope: Pick<ParsedEnvelope, "signed" | "signature">, publicKeyRaw: Uint8Array): Promise<boolean> {
   try {

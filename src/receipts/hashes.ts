@@ -1,4 +1,4 @@
-// The hash inputs of DESIGN §4, each in one place: prompt_hash, output_hash (and the delivered prefix
+// The hash inputs of docs/receipts.md, each in one place: prompt_hash, output_hash (and the delivered prefix
 // it covers), route_snapshot_digest, account_scope, provider_receipt_key_id, the prompt-token bound.
 // The gateway and the provider runtime both compute these from here; the golden fixtures and the
 // independent test signer (test/receipts/) keep this code from agreeing with itself by a shared bug.
@@ -34,7 +34,7 @@ export function promptHash(job: { model_id: string; messages: readonly JobMessag
 export const routeSnapshotDigest = (snapshot: object): string => jcsSha256(snapshot);
 
 /**
- * The gateway's own upper bound on prompt tokens (DESIGN §4): UTF-8 bytes of every message content
+ * The gateway's own upper bound on prompt tokens (docs/receipts.md): UTF-8 bytes of every message content
  * and of the tools JSON, plus 8 per message, plus 16, plus, for each assistant tool call, the UTF-8
  * bytes of its function name and arguments plus 8 (a tool-heavy conversation's calls are prompt text
  * too). "The tools JSON" is JSON.stringify of the forwarded `params.tools` value. A token is at least
@@ -65,6 +65,29 @@ function toolCallBytes(call: unknown): number {
 
 const textBytes = (value: unknown): number =>
   value === undefined || value === null ? 0 : Buffer.byteLength(typeof value === "string" ? value : (JSON.stringify(value) ?? ""), "utf8");
+
+/**
+ * Tokens a detokenizer may hold back in the middle of a character (a multi-byte character split over
+ * tokens) on top of one token per delivered byte (docs/receipts.md).
+ */
+export const OUTPUT_TOKEN_ALLOWANCE = 4;
+
+/**
+ * The most output tokens an attempt can have produced for what it delivered (docs/receipts.md): a token
+ * decodes to at least one byte, apart from special tokens, which are never content. So: delivered
+ * content bytes + tool-call bytes (toolCallDeltaBytes) + OUTPUT_TOKEN_ALLOWANCE.
+ */
+export const outputTokenBound = (contentBytes: number, toolCallBytes: number): number => contentBytes + toolCallBytes + OUTPUT_TOKEN_ALLOWANCE;
+
+/** UTF-8 bytes of the model output in tool-call deltas: every `name` and `arguments` fragment (ids are the server's). */
+export function toolCallDeltaBytes(deltas: readonly ToolCallDelta[]): number {
+  let bytes = 0;
+  for (const d of deltas) {
+    if (d.name !== undefined) bytes += Buffer.byteLength(d.name, "utf8");
+    if (d.arguments !== undefined) bytes += Buffer.byteLength(d.arguments, "utf8");
+  }
+  return bytes;
+}
 
 /** One delivered tool call as it enters output_hash: arguments are the raw concatenated text. */
 export interface DeliveredToolCall {
@@ -132,9 +155,11 @@ export interface DeliveredPrefix {
   finish_reason: string | null;
   /** True when at least one tool-call delta was delivered. */
   tool_calls_delivered: boolean;
+  /** UTF-8 bytes of the delivered tool-call names and arguments (toolCallDeltaBytes): the output-token bound's share. */
+  tool_call_bytes: number;
 }
 
-/** The object whose JCS is hashed into `output_hash` (DESIGN §4). */
+/** The object whose JCS is hashed into `output_hash` (docs/receipts.md). */
 export interface OutputHashInput {
   content: string;
   finish_reason: string | null;
@@ -150,9 +175,9 @@ export const outputHash = (input: OutputHashInput): string => jcsSha256(input);
 /** Pending content (UTF-16 code units) past which the builder hashes what it holds. */
 const HASH_BATCH_UNITS = 2048;
 /**
- * Pending chunks past which it does too (issue 7): the pending text is a rope, ~64 bytes of heap a
- * piece (its node and the chunk's own string), which at token-sized chunks held up to ~32 KB a stream.
- * At 16: under 1 KB, for ~20 ns more per chunk than batches of 2048 units alone (5-unit chunks).
+ * Pending chunks past which it does too: the pending text is a rope that costs heap per piece, so a
+ * batch of token-sized chunks is bounded by count as well as by length (docs/benchmarks.md,
+ * Measurements behind the code).
  */
 const HASH_BATCH_PIECES = 16;
 
@@ -161,7 +186,7 @@ const HASH_BATCH_PIECES = 16;
  * `content` is the first member of the JCS object (keys sort as content < finish_reason < …), so
  * `{"content":"` + escaped text can be streamed into the hash. Content is hashed in batches of
  * about HASH_BATCH_UNITS or HASH_BATCH_PIECES chunks (one escape and one hash update per batch, not
- * per chunk: issue 7). Escaping a batch equals escaping its chunks one by one, because JSON string
+ * per chunk). Escaping a batch equals escaping its chunks one by one, because JSON string
  * escaping is per code point and each chunk is checked to be well-formed (no lone surrogate) as it is
  * added — so two halves of a pair split over chunks are still refused, as escaping each chunk would.
  * Equality with outputHash() is a test.
@@ -178,6 +203,7 @@ export class DeliveredPrefixBuilder {
   /** UTF-8 bytes of the content already hashed. */
   private hashedBytes = 0;
   private tokens = 0;
+  private toolCallBytes = 0;
 
   /** @param startByte bytes the request delivered before this attempt (0 while failover precedes the first byte). */
   constructor(private readonly startByte = 0) {}
@@ -190,7 +216,10 @@ export class DeliveredPrefixBuilder {
       this.pending += content;
       if (this.pending.length >= HASH_BATCH_UNITS || ++this.pendingPieces >= HASH_BATCH_PIECES) this.hashPending("");
     }
-    if (chunk.tool_calls !== undefined) this.toolCalls.add(chunk.tool_calls);
+    if (chunk.tool_calls !== undefined) {
+      this.toolCalls.add(chunk.tool_calls);
+      this.toolCallBytes += toolCallDeltaBytes(chunk.tool_calls);
+    }
     this.tokens += chunk.tokens;
   }
 
@@ -230,6 +259,7 @@ export class DeliveredPrefixBuilder {
       terminal_state,
       finish_reason,
       tool_calls_delivered: this.toolCalls.any,
+      tool_call_bytes: this.toolCallBytes,
     };
   }
 }
@@ -267,7 +297,7 @@ export function chunksWithinBytes<C extends DeliveredChunk>(chunks: readonly C[]
 /**
  * True when an attempt delivered nothing to the buyer: no content byte and no tool-call delta (chunk
  * tokens without visible output are not delivery). Such an attempt settles `zero_settled` whatever any
- * receipt claims (DESIGN §4: no bytes delivered and no billable work), so it never waits for a receipt.
+ * receipt claims (docs/receipts.md: no bytes delivered and no billable work), so it never waits for a receipt.
  * Same meaning as `deliveredNothing` of the settlement actor's `attempt.ended` event.
  */
 export function deliveredNothing(prefix: Pick<DeliveredPrefix, "start_byte" | "end_byte" | "tool_calls_delivered">): boolean {

@@ -1,4 +1,4 @@
-// Receipts v0.4 (DESIGN §4): canonical JSON, the hashes a receipt binds, the envelope, the provider's
+// Receipts v0.4 (docs/receipts.md): canonical JSON, the hashes a receipt binds, the envelope, the provider's
 // signer and the gateway's pure verifier. Nothing here does I/O besides node:crypto and WebCrypto.
 export { canonicalBytes, canonicalize, JcsError, MAX_JCS_DEPTH } from "./jcs.ts";
 export {
@@ -9,12 +9,15 @@ export {
   deliveredPrefixOf,
   jcsSha256,
   outputHash,
+  outputTokenBound,
+  OUTPUT_TOKEN_ALLOWANCE,
   promptHash,
   promptTokenBound,
   receiptKeyId,
   routeSnapshotDigest,
   sha256Hex,
   ToolCallAssembler,
+  toolCallDeltaBytes,
   type DeliveredChunk,
   type DeliveredPrefix,
   type DeliveredToolCall,

@@ -14,7 +14,7 @@
 // - §3.2.3 object members sorted by the UTF-16 code units of their names, which is the default
 //   comparison of Array.prototype.sort on strings.
 //
-// Fast path (issue 7): when every object's own keys already come in that order — the receipts,
+// Fast path: when every object's own keys already come in that order — the receipts,
 // snapshots and hash inputs we build ourselves list their members sorted, and a canonical text parses
 // back that way — the canonical text is exactly JSON.stringify's, after one pass that refuses what
 // JSON.stringify would write differently or drop (lone surrogates, NaN/±Infinity, undefined members,
@@ -107,7 +107,7 @@ export function canonicalNumber(n: number): string {
 }
 
 // Member names repeat (every snapshot, receipt and prompt has the same few), so their canonical
-// text is kept: escaping them was most of the work for these small objects (issue 7). Bounded in
+// text is kept: escaping them was most of the work for these small objects. Bounded in
 // count and length, since receipts come from providers.
 const memberNames = new Map<string, string>();
 const MEMBER_NAMES_LIMIT = 1024;

@@ -1,7 +1,6 @@
-// Who judges receipts (issue 7): the same pure rules (verify.ts) either on the calling thread, the
-// signature checked with WebCrypto, or on a worker thread of their own. Judging was ~10 % of the
-// gateway's main thread under load (parse, canonical form, field checks, the signature's promise), and
-// the main thread is what limits the gateway's throughput; a settlement does not wait on the buyer's path.
+// Who judges receipts: the same pure rules (verify.ts) either on the calling thread, the signature
+// checked with WebCrypto, or on a worker thread of their own. The main thread limits the gateway's
+// throughput and a settlement is not on the buyer's path, so judging runs off it (docs/benchmarks.md).
 import type { ReceiptJudgement, ReceiptVerdict, VerifyReceiptInput } from "./verify.ts";
 import { checkReceipt, verdictWithSignature } from "./verify.ts";
 import { verifySignatureAsync } from "./envelope.ts";

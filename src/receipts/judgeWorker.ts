@@ -1,4 +1,4 @@
-// The gateway's receipt-judging thread (src/receipts/judge.ts): every rule of DESIGN §4, signature
+// The gateway's receipt-judging thread (src/receipts/judge.ts): every rule of docs/receipts.md, signature
 // included (node:crypto, synchronous here), for each job of a message; one answer message per message.
 import { judgedOf, type JudgeAnswer, type JudgeJob } from "./judge.ts";
 import { verifyReceipt } from "./verify.ts";

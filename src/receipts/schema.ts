@@ -1,4 +1,4 @@
-// The v0.4 settlement receipt T (DESIGN §4): exactly these fields, no more, no fewer.
+// The v0.4 settlement receipt T (docs/receipts.md): exactly these fields, no more, no fewer.
 import { Type, type Static } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
 import { AttemptN, ProviderId, RequestId, TerminalState } from "../wire/frames.ts";
@@ -8,13 +8,13 @@ const Strict = { additionalProperties: false } as const;
 /** `receipt_version` of the v0.4 format. */
 export const RECEIPT_VERSION = "4";
 export const SIGNATURE_KEY_ALG = "Ed25519";
-/** `route_snapshot_policy_version` this gateway writes: it names the verification rules of DESIGN §4. */
+/** `route_snapshot_policy_version` this gateway writes: it names the verification rules of docs/receipts.md. */
 export const SETTLEMENT_POLICY_VERSION = "gw-settlement-v1";
 
 // Receipt numbers are JCS numbers (IEEE doubles): above 2^53 two integers could share one text.
 const Count = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
 const Hex64 = Type.String({ pattern: "^[0-9a-f]{64}$" });
-/** Empty in observe mode for a model the catalog does not know (DESIGN §4). */
+/** Empty in observe mode for a model the catalog does not know (docs/receipts.md). */
 const Hex64OrEmpty = Type.String({ pattern: "^(?:[0-9a-f]{64})?$" });
 
 export const ReceiptKeyId = Type.String({ pattern: "^ed25519-sha256:[0-9a-f]{64}$" });

@@ -1,4 +1,4 @@
-// The provider runtime's side: building and signing a v0.4 receipt for one attempt (DESIGN §4).
+// The provider runtime's side: building and signing a v0.4 receipt for one attempt (docs/receipts.md).
 import type { KeyObject } from "node:crypto";
 import type { JobFrame } from "../wire/frames.ts";
 import { rawPublicKey } from "../wire/handshake.ts";

@@ -1,4 +1,4 @@
-// The route snapshot (DESIGN §4): everything an attempt is settled against, fixed at routing and
+// The route snapshot (docs/receipts.md): everything an attempt is settled against, fixed at routing and
 // persisted before the job is sent. Its JCS digest travels in `job.route` and comes back in the
 // receipt, so a receipt can only settle the attempt it was issued for, at route-time prices.
 import { Type, type Static } from "@sinclair/typebox";

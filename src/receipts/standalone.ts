@@ -1,12 +1,12 @@
-// The stand-alone receipt verifier behind `gateway verify-receipt` (DESIGN §2, spec §2.7): what anyone
+// The stand-alone receipt verifier behind `gateway verify-receipt` (docs/operator.md, docs/receipts.md): what anyone
 // holding a receipt, the provider's public key and the catalog history can check without the gateway.
-// It certifies what spec §2.7 says a receipt certifies — the tuple was signed by that key, the
+// It certifies what docs/receipts.md says a receipt certifies — the tuple was signed by that key, the
 // provider claimed that model hash, and the hash was in the catalog the receipt names — nothing more.
 import { parseEnvelope, verifySignature } from "./envelope.ts";
 import { receiptKeyId } from "./hashes.ts";
 import { ISSUED_AT_TOLERANCE_MS } from "./verify.ts";
 
-/** The verifier's version line (spec §9: 1.1.x). */
+/** The verifier's version line (docs/buyer-api.md: 1.1.x). */
 export const VERIFIER_VERSION = "1.1.0";
 
 /** One accepted catalog as the history file gives it (its signature already checked by the reader). */

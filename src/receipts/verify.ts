@@ -1,7 +1,7 @@
-// The settlement verdict for one receipt (DESIGN §4): pure — every input is a value the gateway
+// The settlement verdict for one receipt (docs/receipts.md): pure — every input is a value the gateway
 // persisted before the receipt arrived, so a receipt judged after a restart gets the same verdict.
 import { parseEnvelope, verifySignature, type ParsedEnvelope } from "./envelope.ts";
-import { receiptKeyId, type DeliveredPrefix } from "./hashes.ts";
+import { outputTokenBound, receiptKeyId, type DeliveredPrefix } from "./hashes.ts";
 import type { ReceiptBody } from "./schema.ts";
 import type { RouteSnapshot } from "./snapshot.ts";
 
@@ -28,7 +28,7 @@ export const SETTLEMENT_REASONS = [
   "terminal_state_mismatch", // terminal_state ≠ how the gateway saw the attempt end
   "byte_range", // output_prefix_*_byte / delivered_output_bytes ≠ what the gateway delivered
   "output_mismatch", // output_hash ≠ the hash of what the gateway delivered
-  "output_tokens_inflated", // observed or billable output tokens above the delivered chunk tokens
+  "output_tokens_inflated", // output tokens above the delivered chunk tokens, or billable above the bytes' bound
   "output_tokens_mismatch", // observed output tokens below the delivered chunk tokens
   "input_tokens_inflated", // billable prompt tokens above the gateway's own bound for the prompt
   "billable_above_observed", // billable input or output above observed
@@ -47,7 +47,7 @@ export type SettlementReason = (typeof SETTLEMENT_REASONS)[number];
 /** Quarantine reasons a receipt verification can give (everything but the no-receipt outcomes). */
 export type QuarantineReason = Exclude<SettlementReason, "no_receipt" | "nothing_delivered" | "interrupted">;
 
-/** Clock tolerance of the issued_at window on both sides (DESIGN §4). */
+/** Clock tolerance of the issued_at window on both sides (docs/receipts.md). */
 export const ISSUED_AT_TOLERANCE_MS = 60_000;
 
 export interface VerifyReceiptInput {
@@ -59,8 +59,13 @@ export interface VerifyReceiptInput {
   snapshotDigest: string;
   /** `accepted.model_hash`, persisted when it arrived; null when the attempt was never accepted. */
   acceptedModelHash: string | null;
-  /** What the gateway itself delivered for this attempt. */
-  delivered: Pick<DeliveredPrefix, "output_hash" | "start_byte" | "end_byte" | "tokens" | "terminal_state">;
+  /**
+   * What the gateway itself delivered for this attempt. The output-token bound needs its tool-call
+   * bytes: known when the record says no tool call was delivered (0), or when `tool_call_bytes` is
+   * given; otherwise (a record persisted without them) only the edge's per-chunk check applied.
+   */
+  delivered: Pick<DeliveredPrefix, "output_hash" | "start_byte" | "end_byte" | "tokens" | "terminal_state"> &
+    Partial<Pick<DeliveredPrefix, "tool_calls_delivered" | "tool_call_bytes">>;
   /** The gateway's own prompt-token bound for this prompt. */
   promptTokenBound: number;
   requestStartMs: number;
@@ -80,7 +85,7 @@ export type ReceiptJudgement =
   | (Extract<ReceiptVerdict, { label: "verified" }> & { receipt: ReceiptBody })
   | (Extract<ReceiptVerdict, { label: "quarantined" }> & { receipt: ReceiptBody | null });
 
-/** The route fields a receipt echoes verbatim (DESIGN §4), compared with the snapshot. */
+/** The route fields a receipt echoes verbatim (docs/receipts.md), compared with the snapshot. */
 const ECHOED = [
   "model_id",
   "catalog_id",
@@ -102,7 +107,7 @@ export interface ReceiptCheck {
 }
 
 /**
- * Applies every rule of DESIGN §4 to one receipt except the signature, whose verification is left to
+ * Applies every rule of docs/receipts.md to one receipt except the signature, whose verification is left to
  * the caller — `verifyReceipt` checks it synchronously, the gateway off its main thread — and folded
  * in by `verdictWithSignature`.
  * Rules are checked in a fixed order and the first failing one names the reason, so one receipt
@@ -127,7 +132,7 @@ export function verdictWithSignature(check: ReceiptCheck, signatureValid: boolea
   return { label: "quarantined", reason: "bad_signature", receipt: check.signature.envelope.body };
 }
 
-/** Applies every rule of DESIGN §4 to one receipt, the signature verified synchronously. */
+/** Applies every rule of docs/receipts.md to one receipt, the signature verified synchronously. */
 export function verifyReceipt(input: VerifyReceiptInput): ReceiptJudgement {
   const check = checkReceipt(input);
   if (check.signature === null) return check.verdict;
@@ -177,6 +182,7 @@ function afterSignature(input: VerifyReceiptInput, r: ReceiptBody): ReceiptJudge
 
   const u = r.usage;
   if (u.observed_output_tokens > d.tokens || u.billable_output_tokens > d.tokens) return q("output_tokens_inflated");
+  if (u.billable_output_tokens > deliveredOutputBound(d)) return q("output_tokens_inflated");
   if (u.observed_output_tokens !== d.tokens) return q("output_tokens_mismatch");
   if (u.billable_input_tokens > input.promptTokenBound) return q("input_tokens_inflated");
   if (u.billable_input_tokens > u.observed_input_tokens || u.billable_output_tokens > u.observed_output_tokens) {
@@ -198,8 +204,14 @@ function afterSignature(input: VerifyReceiptInput, r: ReceiptBody): ReceiptJudge
   return { label: "verified", receipt: r };
 }
 
+/** The output-token bound of a delivered record (outputTokenBound), Infinity when its tool-call bytes are unknown. */
+function deliveredOutputBound(d: VerifyReceiptInput["delivered"]): number {
+  const toolCallBytes = d.tool_call_bytes ?? (d.tool_calls_delivered === false ? 0 : null);
+  return toolCallBytes === null ? Infinity : outputTokenBound(d.end_byte - d.start_byte, toolCallBytes);
+}
+
 /**
- * Judges an `accepted` measurement against the snapshot at the moment it arrives (DESIGN §3): null
+ * Judges an `accepted` measurement against the snapshot at the moment it arrives (docs/protocol.md): null
  * when the attempt may relay output; otherwise the attempt ends before any byte, fails over, and is
  * quarantined with this reason. In observe mode an uncatalogued model (expected hash "") may run.
  */

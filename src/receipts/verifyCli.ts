@@ -1,4 +1,4 @@
-// `gateway verify-receipt FILE|- --catalog-history FILE --provider-key B64` (DESIGN §2).
+// `gateway verify-receipt FILE|- --catalog-history FILE --provider-key B64` (docs/operator.md).
 // Exit codes: 0 valid, 1 invalid, 2 inconclusive, 64 usage error, 65 unreadable input.
 import { parseHistoryLine } from "../catalog/history.ts";
 import { parseFlags } from "../cli/flags.ts";

@@ -1,4 +1,4 @@
-// The signed catalog's append-only history (DESIGN §5). Rows are only ever inserted: the table's
+// The signed catalog's append-only history (docs/catalog.md). Rows are only ever inserted: the table's
 // triggers refuse UPDATE and DELETE, and nothing here issues either. A feed is accepted only when its
 // signature verifies and it has not expired at the moment of acceptance.
 

@@ -8,7 +8,7 @@ import { migrations as defaultMigrations } from "./migrations.ts";
 // bun:sqlite keeps the statement of `db.query(sql)` only for the first MAX_QUERY_CACHE_SIZE (20)
 // distinct SQL texts a connection sees; every later text is prepared again on each call. The store
 // uses about a hundred, and the first twenty include start-up and migration queries, so the whole
-// per-request path was re-prepared per call (~9 % of the gateway's CPU under load, issue 7). No value
+// per-request path was re-prepared per call (docs/benchmarks.md). No value
 // is ever interpolated into SQL text (a few queries combine fixed clauses), so the set of texts is
 // small and fixed, and the cap still bounds the cache.
 Database.MAX_QUERY_CACHE_SIZE = Math.max(Database.MAX_QUERY_CACHE_SIZE, 256);
@@ -30,7 +30,7 @@ export function openDatabase(path: string, migrations: readonly string[] = defau
     // busy_timeout first: switching to WAL takes a lock another process may hold.
     db.exec("PRAGMA busy_timeout = 5000");
     db.exec("PRAGMA journal_mode = WAL");
-    // FULL: a committed ledger posting or key revocation survives power loss (DESIGN §6).
+    // FULL: a committed ledger posting or key revocation survives power loss (docs/ledger.md).
     db.exec("PRAGMA synchronous = FULL");
     db.exec("PRAGMA foreign_keys = ON");
     // Statement journals of nested transactions (group commit uses SAVEPOINTs) stay in memory instead

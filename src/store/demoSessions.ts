@@ -1,4 +1,4 @@
-// Browser demo sessions, counted per client IP key (spec §8: 10 per IP per hour). Counted durably, so
+// Browser demo sessions, counted per client IP key (docs/quotas.md: 10 per IP per hour). Counted durably, so
 // a restart does not hand every address a fresh allowance and several nodes on one database agree.
 // Rows exist only for counting: a demo token is verified by its HMAC alone (src/http/demo/token.ts).
 

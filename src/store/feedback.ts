@@ -1,4 +1,4 @@
-// Buyer feedback (spec §4.7): one rating per request, for operator review. The owner check, the
+// Buyer feedback (docs/usage.md): one rating per request, for operator review. The owner check, the
 // per-IP hourly count and the write are one transaction, so concurrent submissions cannot overshoot
 // the limit nor rate another account's request.
 

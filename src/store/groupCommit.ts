@@ -1,10 +1,11 @@
-// Group commit for the gateway's own store (docs/benchmarks.md). Every request writes the ledger
-// several times (reservation, route snapshot, accepted measurement, delivered record, receipt, settlement, request end), each a
-// commit of its own without grouping — one fsync each at synchronous=FULL (0.2 ms p50 here, milliseconds at p99), which made SQLite most of the gateway's CPU
-// profile. With group commit the first of these writes in an event-loop turn opens one BEGIN IMMEDIATE
-// transaction, every other one of the turn joins it (a bun:sqlite nested transaction is a SAVEPOINT,
-// so an operation that fails still rolls back alone), and the transaction commits once, at the end
-// of the turn (setImmediate) — or, when no effect waits for it, up to LAZY_COMMIT_MS later (below). Invariants:
+// Group commit for the gateway's own store. Every request writes the ledger several times
+// (reservation, route snapshot, accepted measurement, delivered record, receipt, settlement, request
+// end), each a commit of its own without grouping: one fsync each at synchronous=FULL, which made
+// SQLite most of the gateway's CPU profile (docs/benchmarks.md). With group commit the first of these
+// writes in an event-loop turn opens one BEGIN IMMEDIATE transaction, every other one of the turn
+// joins it (a bun:sqlite nested transaction is a SAVEPOINT, so an operation that fails still rolls
+// back alone), and the transaction commits once, at the end of the turn (setImmediate) — or, when no
+// effect waits for it, up to LAZY_COMMIT_MS later (below). Invariants:
 // - a write's outside effect waits for its commit: callers hand the effect to `afterCommit` (the job
 //   frame sent to a provider after its route snapshot and reservation, the `settled` frame after the
 //   settlement posting). Nothing leaves the process on the strength of an uncommitted write;

@@ -117,10 +117,12 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
   const wal = path === ":memory:" ? null : walSyncer(`${path}-wal`);
   const grouped = withGroupCommit({ ...store, authenticateApiKey: keys.authenticateApiKey }, db, {
     beforeOtherCall: keys.forget,
+    scheduleLazy: options.lazyCommitTimer,
     ...(wal ? { syncWal: wal.sync } : {}),
   });
   return {
     ...grouped,
+    forgetCachedKeys: keys.forget,
     close: () => {
       grouped.close();
       wal?.close();

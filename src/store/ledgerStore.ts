@@ -1,4 +1,4 @@
-// Settlements, reservations and the double-entry ledger in SQLite (DESIGN §4, §6).
+// Settlements, reservations and the double-entry ledger in SQLite (docs/receipts.md, docs/ledger.md).
 // Invariants, each enforced in code inside the transaction and again by the schema (migration 3):
 // - every ledger change is one synchronous BEGIN IMMEDIATE transaction (no await inside: bun:sqlite
 //   would commit at the first one);
@@ -141,15 +141,15 @@ const DELIVERED_COLUMNS = `delivered_output_hash = ?, delivered_start_byte = ?, 
 
 /**
  * Settlement rows with their deciding envelope: a settlement refers to its receipt's row in the arrival
- * log instead of storing the ~2 KB envelope twice (issue 7: it was half the bytes a request wrote, and
- * growing each settlement row by it at settle time split its pages).
+ * log instead of storing the ~2 KB envelope twice (growing each settlement row by it at settle time
+ * split its pages; docs/benchmarks.md).
  */
 const SELECT_SETTLEMENTS = `SELECT s.*, rr.envelope AS receipt_envelope
   FROM settlements s LEFT JOIN receipts_received rr ON rr.id = s.receipt_id`;
 
 /**
- * The request path's statements, prepared once per connection (issue 7): each request runs about
- * twenty, and a lookup in bun:sqlite's query cache per call was measurable.
+ * The request path's statements, prepared once per connection: each request runs about twenty, and
+ * a lookup in bun:sqlite's query cache per call costs more than keeping them.
  */
 function ledgerStatements(db: Database) {
   const entryStatements = new Map<number, { ensureAccounts: Statement; insertEntries: Statement }>();
@@ -187,7 +187,7 @@ function ledgerStatements(db: Database) {
     ),
     insertPosting: db.prepare("INSERT INTO ledger_postings (kind, request_id, attempt_n, memo, created_at_ms) VALUES (?, ?, ?, ?, ?)"),
     // A posting's accounts and entries, each one multi-row statement per posting (n rows: a
-    // settlement has 3, a grant 2): a statement's run costs about as much as its row (issue 7).
+    // settlement has 3, a grant 2): a statement's run costs about as much as its row.
     entryStatements: (n: number) => {
       let statements = entryStatements.get(n);
       if (statements === undefined) {

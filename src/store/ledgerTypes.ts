@@ -1,4 +1,4 @@
-// The settlement and ledger half of the store's interface (DESIGN §4, §6). Every write is one
+// The settlement and ledger half of the store's interface (docs/receipts.md, docs/ledger.md). Every write is one
 // synchronous BEGIN IMMEDIATE transaction; balances are always derived from ledger entries.
 
 import type { FinalLabel, Payer, SettlementLabel, SettlementMode } from "../ledger/charges.ts";

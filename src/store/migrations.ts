@@ -47,7 +47,7 @@ export const migrations: readonly string[] = [
     value BLOB NOT NULL
   ) STRICT;
   `,
-  // 2: the signed catalog's append-only history (DESIGN §5). Every feed the gateway ever accepted
+  // 2: the signed catalog's append-only history (docs/catalog.md). Every feed the gateway ever accepted
   // stays here, so a receipt naming an old catalog_id can still be checked against that catalog.
   // body holds the exact signed bytes; issued/expires are copies of the body's instants, kept for
   // queries only (the body stays authoritative). public_key is the raw Ed25519 key the signature
@@ -121,7 +121,7 @@ export const migrations: readonly string[] = [
   ) STRICT;
   CREATE INDEX demo_sessions_ip_key ON demo_sessions (ip_key, issued_at_ms);
   `,
-  // Settlement and money (issue 4; DESIGN §4, §6): route snapshots, settlements, received receipts,
+  // Settlement and money (issue 4; docs/receipts.md, docs/ledger.md): route snapshots, settlements, received receipts,
   // reservations and the double-entry ledger. SQL-side guards back the code's own checks: a posting
   // is sealed only when its entries sum to zero, entries and sealed postings never change, at most one
   // posting per (request_id, attempt_n), and a settlement's first terminal outcome is final.
@@ -280,7 +280,7 @@ export const migrations: readonly string[] = [
 
   CREATE INDEX settlements_account ON settlements (account_id, created_at_ms);
   `,
-  // Per-account ledger totals (issue 7): a reservation read SUM(amount) over every entry the account
+  // Per-account ledger totals: a reservation read SUM(amount) over every entry the account
   // ever had, O(history) per request. The total is kept by a trigger in the same transaction as the
   // entry it adds (entries are append-only, so the total always equals the sum; `gateway ledger
   // audit` still recomputes balances from entries).
@@ -297,8 +297,8 @@ export const migrations: readonly string[] = [
         ON CONFLICT (account_id) DO UPDATE SET balance = balance + excluded.balance;
     END;
   `,
-  // Held credits per buyer account (issue 7): the balance check summed every held reservation of the
-  // account, O(requests in flight) per request — 1,024 rows per admission at 1,024 live streams. The
+  // Held credits per buyer account: the balance check summed every held reservation of the account,
+  // O(requests in flight) per request. The
   // sum is kept by triggers in the transactions that take and resolve holds (a reservation's payer,
   // account and credits never change; its state only leaves 'held').
   `
@@ -320,17 +320,17 @@ export const migrations: readonly string[] = [
       UPDATE reservation_holds SET held_credits = held_credits - OLD.credits WHERE account_id = OLD.account_id;
     END;
   `,
-  // A settlement refers to its deciding receipt's row in the arrival log (issue 7): the envelope
+  // A settlement refers to its deciding receipt's row in the arrival log: the envelope
   // (~2 KB) was stored twice, and writing it into the settlement row at settle time grew the row past
   // its page's room. Rows settled before keep their envelope in `receipt`.
   `
   ALTER TABLE settlements ADD COLUMN receipt_id INTEGER REFERENCES receipts_received (id);
   `,
-  // No index of ledger entries by account (issue 7): nothing reads entries by account alone (balances
+  // No index of ledger entries by account: nothing reads entries by account alone (balances
   // are kept in ledger_account_totals, and the audit's per-account sums read the table once), and
   // ledger accounts are never deleted or re-keyed, so the foreign key never looks entries up by
   // account either. The index cost every settlement a leaf page per account it touched: ~3.8 of the
-  // ~27 WAL pages a request wrote at one request at a time (docs/benchmarks.md, tenth pass).
+  // ~27 WAL pages a request wrote at one request at a time (docs/benchmarks-archive.md, tenth pass).
   `
   DROP INDEX ledger_entries_account;
   `,

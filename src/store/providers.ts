@@ -1,4 +1,4 @@
-// Provider bindings: provider_id → Ed25519 public key, plus the pinned tier and bans (DESIGN §3).
+// Provider bindings: provider_id → Ed25519 public key, plus the pinned tier and bans (docs/protocol.md).
 // Bindings are durable so a restart never lets another key take over a known id.
 
 import type { Database } from "bun:sqlite";

@@ -1,4 +1,4 @@
-// The store's public types: one narrow interface for every durable read and write (DESIGN §8), so a
+// The store's public types: one narrow interface for every durable read and write (docs/architecture.md), so a
 // PostgreSQL implementation can sit behind the same face later. Every method is synchronous because
 // bun:sqlite is, and a transaction must never span an `await`.
 
@@ -30,7 +30,7 @@ export type BindResult =
   | { ok: true; binding: ProviderBinding }
   | { ok: false; code: "already_bound"; binding: ProviderBinding };
 
-/** One accepted catalog feed (DESIGN §5), as kept in the append-only history. */
+/** One accepted catalog feed (docs/catalog.md), as kept in the append-only history. */
 export interface CatalogHistoryEntry {
   /** Position in the history, from 1; a later feed has a larger seq. */
   seq: number;
@@ -75,6 +75,8 @@ export interface StoreOptions {
    * for a long-running process (the gateway): a short one could exit before the turn ends.
    */
   groupCommit?: boolean;
+  /** Runs an open group's lazy commit (default: LAZY_COMMIT_MS later, src/store/groupCommit.ts); tests pass their own clock. */
+  lazyCommitTimer?: (run: () => void) => void;
 }
 
 /**
@@ -91,6 +93,8 @@ export interface Store extends IdentityStore, DemoSessionStore, LedgerStore, Fee
   createApiKey(input: { account_id: string; label?: string }, now_ms?: number): { key_id: string; api_key: string };
   /** True when the key exists (revoking twice keeps the first revocation time); false when unknown. */
   revokeApiKey(key_id: string, now_ms?: number): boolean;
+  /** Drops cached key lookups, when the store keeps any (another node announced a key or tier change). */
+  forgetCachedKeys?(): void;
   listApiKeys(account_id?: string): ApiKeyRow[];
 
   getProviderBinding(provider_id: string): ProviderBinding | null;

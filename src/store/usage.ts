@@ -1,4 +1,4 @@
-// Per-account usage read for GET /v1/usage (spec §2.4), in one read transaction so the quota, the
+// Per-account usage read for GET /v1/usage (docs/usage.md), in one read transaction so the quota, the
 // labels, the models and the spend are seen at the same instant. Counts and sums only: nothing here
 // reads prompts or outputs (the store holds no prompt text; route snapshots hold a prompt hash).
 

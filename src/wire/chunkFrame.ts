@@ -1,4 +1,4 @@
-// The per-token path's decoder (issue 7): reads a `chunk` frame of the common shape straight from its
+// The per-token path's decoder: reads a `chunk` frame of the common shape straight from its
 // msgpack bytes into a ChunkFrame, without msgpackr's general reader or the compiled schema check.
 //
 // Invariant: whatever this accepts, `unpackr.unpack` + the ChunkFrame checker accept too and yield an

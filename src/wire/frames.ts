@@ -1,4 +1,4 @@
-// Provider wire protocol v1 (DESIGN §3): every frame shape, in one place.
+// Provider wire protocol v1 (docs/protocol.md): every frame shape, in one place.
 // Frames are msgpack maps on binary WebSocket frames; byte strings are msgpack `bin` (Uint8Array here).
 import { Type, type Static, type TSchema } from "@sinclair/typebox";
 import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
@@ -298,7 +298,7 @@ export const gatewayFrameCheckers: Record<GatewayFrame["type"], TypeCheck<TSchem
   settled: compile(SettledFrame),
 };
 
-/** WebSocket close codes of the protocol (DESIGN §3). */
+/** WebSocket close codes of the protocol (docs/protocol.md). */
 export const CloseCode = {
   normal: 1000,
   goingAway: 1001,

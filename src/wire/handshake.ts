@@ -1,4 +1,4 @@
-// The handshake signature of protocol v1 (DESIGN §3) and raw Ed25519 key conversions, shared by the
+// The handshake signature of protocol v1 (docs/protocol.md) and raw Ed25519 key conversions, shared by the
 // gateway (verify) and the provider runtime (sign). All cryptography is node:crypto.
 import { createPublicKey, sign, verify, type KeyObject } from "node:crypto";
 
@@ -21,7 +21,7 @@ export function publicKeyFromRaw(raw: Uint8Array): KeyObject {
   return createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x }, format: "jwk" });
 }
 
-/** The exact bytes signed in the `auth` frame (DESIGN §3, handshake step 3). */
+/** The exact bytes signed in the `auth` frame (docs/protocol.md, handshake step 3). */
 export function handshakeMessage(sessionId: string, providerId: string, nonce: Uint8Array): Uint8Array {
   const text = `${HANDSHAKE_DOMAIN}\n${sessionId}\n${providerId}\n${Buffer.from(nonce).toString("hex")}`;
   return new TextEncoder().encode(text);

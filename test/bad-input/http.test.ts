@@ -1,5 +1,5 @@
 // Bad buyer input against a real gateway with one real provider process: every refusal is the
-// documented envelope (DESIGN §7) with its status, code and type, never a stack trace, and the gateway
+// documented envelope (docs/buyer-api.md) with its status, code and type, never a stack trace, and the gateway
 // keeps serving normal completions during and after the bad requests.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { errorTable, type ErrorCode } from "../../src/http/errors.ts";
@@ -14,8 +14,8 @@ beforeAll(async () => {
   gw = await startTestGateway();
   // Slow enough that a stream outlives a burst of bad requests; spare slots so nothing competes.
   provider = spawnProvider(gw, { id: "bad-input-http", maxConcurrency: 4, tokensPerSecond: 50 });
-  const { key_id, api_key } = gw.gateway.store.createApiKey({ account_id: gw.accountId, label: "to-revoke" });
-  expect(gw.gateway.store.revokeApiKey(key_id)).toBe(true);
+  const { key_id, api_key } = await gw.gateway.store.createApiKey({ account_id: gw.accountId, label: "to-revoke" });
+  expect(await gw.gateway.store.revokeApiKey(key_id)).toBe(true);
   revokedKey = api_key;
   await waitForReadyProviders(gw, 1);
 });
@@ -140,7 +140,7 @@ function send(c: BadCase): Promise<Response> {
 // Plain "at " alone is not a stack trace ("may be at most 4096" is a legitimate message).
 const STACK_FRAME = /(^|\n)\s*at\s+\S/;
 
-/** Asserts the DESIGN §7 envelope, headers and status for one refusal; returns the code. */
+/** Asserts the docs/buyer-api.md envelope, headers and status for one refusal; returns the code. */
 async function expectRefusal(res: Response, c: BadCase): Promise<void> {
   const text = await res.text();
   expect({ name: c.name, status: res.status }).toEqual({ name: c.name, status: c.status });
@@ -188,7 +188,7 @@ describe("bad buyer input gets its documented error envelope", () => {
       body: JSON.stringify({ model: "test-model", messages, max_tokens: 100, stream: true }),
     });
     expect(res.status).toBe(200);
-    // The status line only comes with the first delta (DESIGN §7): the stream is live from here on.
+    // The status line only comes with the first delta (docs/buyer-api.md): the stream is live from here on.
     let streamEnded = false;
     const reading = (async () => {
       const sse = await res.text();
@@ -261,7 +261,7 @@ describe("bad buyer input gets its documented error envelope", () => {
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe("invalid_request");
   });
 
-  // Bun's own 413 (past maxRequestBodySize) has no envelope and no X-Request-ID (DESIGN §7): the route
+  // Bun's own 413 (past maxRequestBodySize) has no envelope and no X-Request-ID (docs/buyer-api.md): the route
   // must stop reading at the limit itself.
   test("a body over 1 MiB still gets the request_too_large envelope", async () => {
     const c: BadCase = { name: "2 MiB chunked", body: chunkedBody(2 * 1024 * 1024), status: 413, code: "request_too_large", type: "invalid_request_error", param: null };

@@ -20,7 +20,7 @@ export const FLOOR_API_KEY = "floor-bench-key";
 const BUYER = "buyer";
 const PROVIDER = "provider";
 const PLATFORM = "platform";
-/** Credits per token (the catalog's default rate, DESIGN §6) and the provider's share in basis points. */
+/** Credits per token (the catalog's default rate, docs/ledger.md) and the provider's share in basis points. */
 const PROVIDER_SHARE_BPS = 9000;
 const packr = new Packr({ useRecords: false });
 

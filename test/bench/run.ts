@@ -101,7 +101,7 @@ async function main(): Promise<BenchResult> {
     // 0. Warm-up, discarded: each path serves the instant mock at concurrency 32 first, so the
     // concurrency-1 phase measures warm processes. Without it that phase ran while the gateway's JIT
     // threads were still compiling (for ~18,000 requests at one request at a time), on the same two
-    // cores as the request path (ninth pass, docs/benchmarks.md).
+    // cores as the request path (ninth pass, docs/benchmarks-archive.md).
     if (WARMUP_MS > 0) {
       for (const p of paths) {
         const t = targets[p]!;

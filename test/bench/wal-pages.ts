@@ -3,7 +3,7 @@
 // with 2,000 requests, truncates the WAL from a second connection, runs N (default 30) more — few
 // enough that no automatic checkpoint runs — and maps every WAL frame's page to its table or index
 // with SQLite's `dbstat`. Each modified page is one 4 KB frame (two `pwrite`s) of the commit, so this
-// is the ledger layout's share of a request's durable-write cost (tenth pass, docs/benchmarks.md).
+// is the ledger layout's share of a request's durable-write cost (tenth pass, docs/benchmarks-archive.md).
 import { Database } from "bun:sqlite";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";

@@ -1,4 +1,4 @@
-// The operator's single binary (DESIGN §2, issue 3 item 6): compiled once with the same function
+// The operator's single binary (docs/operator.md, issue 3 item 6): compiled once with the same function
 // `bun run build` uses, then run from a temp dir that has no node_modules and no sources.
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, rmSync, statSync } from "node:fs";

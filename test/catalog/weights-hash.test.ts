@@ -1,4 +1,4 @@
-// Model hashes from weight files (DESIGN §5), checked against values computed outside the module:
+// Model hashes from weight files (docs/catalog.md), checked against values computed outside the module:
 // literal digests worked out by hand with coreutils (`printf '<manifest>' | sha256sum`), and the same
 // computation repeated here with the `sha256sum` program, never with the code under test.
 import { expect, test } from "bun:test";

@@ -135,7 +135,10 @@ describe.skipIf(!hasChromium)("demo page refusals and sign-up (headless Chromium
       const page = await browser.newPage();
       await page.goto(`${gw.url}/demo`);
       expect(await page.getAttribute("a#get-key", "href")).toBe("/account");
-      await page.evaluate('document.getElementById("model").innerHTML = "<option>test-model</option>"'); // no provider needed to be refused
+      // No provider is needed to be refused; the page's own model load (which finds none) must end
+      // first, or it empties the list after the test fills it.
+      await page.waitForFunction('document.getElementById("status").textContent !== "Loading the models…"');
+      await page.evaluate('document.getElementById("model").innerHTML = "<option>test-model</option>"');
       await send(page, "hello");
       await page.waitForSelector('#status[data-state="refused"]', { timeout: 20_000 });
       const refusal = (await page.textContent("#refusal"))!;
@@ -156,6 +159,9 @@ describe.skipIf(!hasChromium)("demo page refusals and sign-up (headless Chromium
     try {
       const page = await browser.newPage();
       await page.goto(`${gw.url}/demo`);
+      // No provider is needed to be refused; the page's own model load (which finds none) must end
+      // first, or it empties the list after the test fills it.
+      await page.waitForFunction('document.getElementById("status").textContent !== "Loading the models…"');
       await page.evaluate('document.getElementById("model").innerHTML = "<option>test-model</option>"');
       await send(page, "hello");
       await page.waitForSelector('#status[data-state="refused"]', { timeout: 20_000 });

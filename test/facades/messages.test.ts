@@ -60,7 +60,7 @@ describe("messages.create", () => {
 
   test("stop_sequences, temperature, top_p and tools reach the provider as chat params", async () => {
     const { response } = await client.messages
-      // This SDK version's types omit the sampling parameters; the wire format has them (spec §4.2).
+      // This SDK version's types omit the sampling parameters; the wire format has them (docs/facades.md).
       .create({
         model: "test-model",
         max_tokens: 30,

@@ -1,4 +1,4 @@
-// Retry replays (DESIGN §7) through every inference entrypoint: the responder reports the bytes it
+// Retry replays (docs/buyer-api.md) through every inference entrypoint: the responder reports the bytes it
 // writes, and a retry of a finished request gets exactly those bytes (streamed or JSON) and the kept
 // headers, with no second provider job. A stream the buyer aborted is cancelled at the provider and
 // never replayed. Raw fetch, so the bytes compared are the bytes on the wire.

@@ -51,7 +51,7 @@ test("a silent first attempt is hedged; the hedge wins, the first is cancelled a
   expect(cancel).toMatchObject({ reason: "gateway_timeout", delivered_output_bytes: 0 });
   a.attempt(requestId, 0).end({ terminal_state: "gateway_timeout", receipt: { terminal_state: "gateway_timeout", boundBytes: 0 } });
   expect(await a.waitForSettled(requestId, 0)).toMatchObject({ label: "zero_settled", reason: "hedge_lost", provider_credits: 0 });
-  const settlements = gw.gateway.store.listSettlements({ request_id: requestId });
+  const settlements = await gw.gateway.store.listSettlements({ request_id: requestId });
   expect(settlements.find((s) => s.attempt_n === 0)).toMatchObject({ label: "zero_settled", reason: "hedge_lost", debit_credits: 0 });
   const metrics = await (await fetch(`${gw.url}/metrics`)).text();
   expect(metrics).toContain('gateway_hedges_total{result="sent"} 1');

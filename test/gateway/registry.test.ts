@@ -1,6 +1,6 @@
 // The registry's routing views and the session actor's in-flight count: views read the live count at
 // once; the actor hears it at the end of a turn in which it changed, when it moves it between ready
-// and busy (issue 7).
+// and busy.
 import { describe, expect, test } from "bun:test";
 import type { ProviderSessionEvent } from "../../actors/providerSession.ts";
 import { Registry, type AttemptHandle, type SessionHandle } from "../../src/gateway/registry.ts";

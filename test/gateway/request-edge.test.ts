@@ -129,7 +129,9 @@ async function setup(providers: string[], maxTokens = 100) {
   const advance = (ms: number) => {
     for (let i = 0; i < ms; i++) clock.increment(1);
   };
-  return { clock, registry, sent, settlementCalls, actorEvents, buyer, runner, attempt, chunk, end, advance };
+  /** Lets the stand-in's commits run: success waits for the delivered record's commit (docs/receipts.md). */
+  const flush = () => new Promise<void>((resolve) => setImmediate(resolve));
+  return { clock, registry, sent, settlementCalls, actorEvents, buyer, runner, attempt, chunk, end, advance, flush };
 }
 
 describe("the request actor's edge on an injected clock", () => {
@@ -143,6 +145,7 @@ describe("the request actor's edge on an injected clock", () => {
       e.chunk(0, seq);
     }
     e.end(0);
+    await e.flush();
     expect(e.buyer.calls.filter((c) => c.kind === "relay").map((c) => c.detail)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     expect(e.buyer.calls.at(-1)).toEqual({ kind: "succeed", detail: { finishReason: "stop", usage: { prompt_tokens: 3, completion_tokens: 13 } } });
     // One provider.chunk; progress at most once per idle-check window (12 s of chunks: 2–3 windows).
@@ -166,6 +169,7 @@ describe("the request actor's edge on an injected clock", () => {
     expect(e.settlementCalls).toContain("released 0");
     e.chunk(1, 0);
     e.end(1);
+    await e.flush();
     expect(e.buyer.calls.at(-1)?.kind).toBe("succeed");
   });
 
@@ -199,6 +203,7 @@ describe("the request actor's edge on an injected clock", () => {
     const e = await setup(["p1"], 3);
     e.chunk(0, 0, 2);
     e.chunk(0, 1, 2);
+    await e.flush();
     expect(e.buyer.calls.filter((c) => c.kind === "relay").map((c) => c.detail)).toEqual([0]);
     expect(e.buyer.calls.at(-1)).toMatchObject({ kind: "succeed", detail: { finishReason: "length", usage: { completion_tokens: 2 } } });
     expect(e.sent.get("p1")!.find((f) => f.type === "cancel")).toMatchObject({ reason: "gateway_timeout", delivered_output_bytes: 1 });

@@ -1,4 +1,4 @@
-// Ledger entries have no index by account (migration 'DROP INDEX ledger_entries_account', issue 7):
+// Ledger entries have no index by account (migration 'DROP INDEX ledger_entries_account'):
 // per-account balances summed from the entries still equal the kept totals, for every account, and a
 // database migrated with entries in it loses the index and none of its balances.
 import { Database } from "bun:sqlite";

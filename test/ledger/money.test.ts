@@ -1,4 +1,4 @@
-// Money rules of DESIGN §6: debit rounding, the 90/10 split, and the property that a charge neither
+// Money rules of docs/ledger.md: debit rounding, the 90/10 split, and the property that a charge neither
 // creates nor destroys a credit.
 import { describe, expect, test } from "bun:test";
 import { debitCredits, observedBilling, priceUsage, splitDebit, type Rates } from "../../src/ledger/money.ts";

@@ -1,4 +1,4 @@
-// GET /v1/rate-card (spec §2.5): rows by slug, a `default` row at 1,000,000 credits per million tokens,
+// GET /v1/rate-card (docs/ledger.md): rows by slug, a `default` row at 1,000,000 credits per million tokens,
 // usd_per_million_credits, provider_share_bps on every row, generated_at.
 import { expect, test } from "bun:test";
 import { buildRateCard, rateCardHandler, rowFor, type RateCardBody } from "../../src/ledger/rateCard.ts";

@@ -1,5 +1,5 @@
 // A settlement refers to its deciding receipt's row in the arrival log instead of storing the envelope
-// a second time (issue 7): every reader still gets the envelope, and rows settled the old way (the
+// a second time: every reader still gets the envelope, and rows settled the old way (the
 // envelope in the settlement row itself) read as before.
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";

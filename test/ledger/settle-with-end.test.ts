@@ -1,4 +1,4 @@
-// The request path's merged writes (issue 7) leave exactly the rows the separate writes left: an
+// The request path's merged writes leave exactly the rows the separate writes left: an
 // attempt that ends and settles at once gets its delivered record from the settlement's own UPDATE,
 // and what the store returns is what it stored (it no longer reads rows back).
 import { describe, expect, test } from "bun:test";

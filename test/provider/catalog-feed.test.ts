@@ -1,4 +1,4 @@
-// The provider's catalog check (DESIGN §5): the signed feed is fetched from the gateway, verified
+// The provider's catalog check (docs/catalog.md): the signed feed is fetched from the gateway, verified
 // under a pinned operator key (trust on first use, or --catalog-pubkey), refused when older than the
 // one in force or signed by another key, and only matching catalog models are advertised — a retired
 // model stops being advertised at the next refresh.

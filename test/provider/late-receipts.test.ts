@@ -1,4 +1,4 @@
-// Receipts the gateway may not have are re-sent as `receipt` frames on the next session (DESIGN §3):
+// Receipts the gateway may not have are re-sent as `receipt` frames on the next session (docs/protocol.md):
 // an attempt whose session died before `end`, and an `end` whose socket died before the gateway's
 // `settled`. A settled attempt's receipt is not re-sent; the outbox forgets receipts past the
 // pending deadline and survives a restart when persisted.

@@ -68,7 +68,7 @@ describe("happy paths", () => {
     expect(ended(r)?.finish_reason).toBe("tool_calls");
   });
 
-  test("prompt tokens are capped at the gateway's own bound (DESIGN §4)", async () => {
+  test("prompt tokens are capped at the gateway's own bound (docs/receipts.md)", async () => {
     const job = { messages: [{ role: "user", content: "hi" }] };
     const r = await run({ kind: "happy", promptTokens: 1_000_000 }, { job });
     expect(ended(r)?.usage.input_tokens).toBe(16 + 8 + 2);

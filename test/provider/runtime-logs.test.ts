@@ -1,8 +1,8 @@
 // The provider runtime's logs (its stdout and stderr as a process) never hold prompts or outputs
-// (DESIGN §2): a real gateway, a real `gateway provider` process, a real request.
+// (docs/operator.md): a real gateway, a real `gateway provider` process, a real request.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { syntheticText } from "../../src/provider/synthetic.ts";
-import { spawnProvider, startTestGateway, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";
+import { spawnProvider, startTestGateway, waitFor, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";
 
 let gw: TestGateway;
 let provider: ProviderProcess;
@@ -38,8 +38,8 @@ test("a served request leaves ids and counts in the provider's log, never the pr
   expect(output).toBe(syntheticText(messages as never, 24).join(""));
   expect(streamed).toContain("[DONE]");
 
-  await provider.waitForEvent("job_received");
-  await Bun.sleep(100); // let the second job's lines arrive
+  // Both jobs' lines are in once both are settled (a job's last line).
+  await waitFor(() => provider.events.filter((e) => e.event === "settled").length === 2, 5000, "both jobs settled");
   await provider.kill();
   const logged = JSON.stringify(provider.events) + (await new Response(provider.proc.stderr as ReadableStream).text());
   expect(provider.events.filter((e) => e.event === "job_received")).toHaveLength(2);

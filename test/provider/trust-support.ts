@@ -56,7 +56,7 @@ export function routedJob(options: { key: ProviderKey; providerId: string; model
   return { job: { ...draft, route: jobRouteOf(snapshot, digest) }, snapshot, digest };
 }
 
-/** Tool calls assembled from deltas by DESIGN §4's rule, written out here rather than imported. */
+/** Tool calls assembled from deltas by docs/receipts.md's rule, written out here rather than imported. */
 function assemble(chunks: readonly ChunkFrame[]): ToolCall[] | null {
   const calls = new Map<number, ToolCall>();
   for (const chunk of chunks) {

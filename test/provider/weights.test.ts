@@ -1,4 +1,4 @@
-// `--model SERVE_ID=PATH` hashes weights per DESIGN §5 before the runtime says hello: a directory by
+// `--model SERVE_ID=PATH` hashes weights per docs/catalog.md before the runtime says hello: a directory by
 // snapshot-manifest-v1, a single GGUF file by gguf-file-v1. The expected hashes are computed here with
 // node:crypto directly, from the spec's text, not with src/catalog.
 import { afterAll, describe, expect, test } from "bun:test";

@@ -48,11 +48,11 @@ export interface Account {
   apiKey: string;
 }
 
-export function newAccount(gw: TestGateway, tier: "free" | "paid", credits = 0): Account {
+export async function newAccount(gw: TestGateway, tier: "free" | "paid", credits = 0): Promise<Account> {
   const store = gw.gateway.store;
-  const { account_id } = store.createAccount({ name: `${tier}-buyer`, tier });
-  const { api_key } = store.createApiKey({ account_id });
-  if (credits > 0) expect(store.grantCredits(account_id, credits).ok).toBe(true);
+  const { account_id } = await store.createAccount({ name: `${tier}-buyer`, tier });
+  const { api_key } = await store.createApiKey({ account_id });
+  if (credits > 0) expect((await store.grantCredits(account_id, credits)).ok).toBe(true);
   return { accountId: account_id, apiKey: api_key };
 }
 
@@ -74,7 +74,7 @@ export async function chat(
   return { status: response.status, headers: response.headers, json: (await response.json()) as Record<string, any> };
 }
 
-/** The quota_exhausted answer of DESIGN §7 for daily quota or concurrency: 429, retryable, headers. */
+/** The quota_exhausted answer of docs/buyer-api.md for daily quota or concurrency: 429, retryable, headers. */
 export function expectQuota429(r: { status: number; headers: Headers; json: Record<string, any> }, scope: string): void {
   expect(r.status).toBe(429);
   expect(r.json.error).toMatchObject({ code: "quota_exhausted", type: "rate_limit_error", retryable: true });
@@ -85,7 +85,7 @@ export function expectQuota429(r: { status: number; headers: Headers; json: Reco
   expect(r.headers.get("x-should-retry")).toBeNull();
 }
 
-/** DESIGN §4's prompt-token bound of one user message: UTF-8 bytes + 8 + 16. */
+/** docs/receipts.md's prompt-token bound of one user message: UTF-8 bytes + 8 + 16. */
 export const boundOf = (content: string) => Buffer.byteLength(content, "utf8") + 8 + 16;
 
 export const day = () => new Date().toISOString().slice(0, 10);

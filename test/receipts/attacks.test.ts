@@ -119,6 +119,14 @@ const attacks: [string, () => VerifyReceiptInput, string][] = [
   ["observed output tokens above delivered", () =>
     goldenInput({ envelope: signed({ observed_output_tokens: 9, billable_output_tokens: 9 }) }), "output_tokens_inflated"],
   ["billable output tokens above delivered", () => goldenInput({ envelope: signed({ billable_output_tokens: 9 }) }), "output_tokens_inflated"],
+  ["one 'x' claiming 40 tokens: billable output above delivered bytes + tool-call bytes + 4", () => {
+    const output_hash = outputHashOf({ content: "x", finish_reason: "stop", start: 0, end: 1, terminal_state: "normal_done", tool_calls: null });
+    return goldenInput({
+      envelope: signed({ output_hash, end: 1, delivered_output_bytes: 1, billable_output_tokens: 40, observed_output_tokens: 40 }),
+      // A record that counted the 40 tokens (no edge check): the verifier's bound still refuses them.
+      delivered: { output_hash, start_byte: 0, end_byte: 1, tokens: 40, terminal_state: "normal_done", tool_calls_delivered: false, tool_call_bytes: 0 },
+    });
+  }, "output_tokens_inflated"],
   ["observed output tokens below delivered", () =>
     goldenInput({ envelope: signed({ observed_output_tokens: 7, billable_output_tokens: 7 }) }), "output_tokens_mismatch"],
   ["prompt tokens above the gateway's bound", () => {

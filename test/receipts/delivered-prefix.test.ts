@@ -1,4 +1,4 @@
-// The delivered-prefix rules both sides share (DESIGN §4): tool-call assembly, the cancel prefix,
+// The delivered-prefix rules both sides share (docs/receipts.md): tool-call assembly, the cancel prefix,
 // "delivered nothing", and the prompt-token bound (which must agree with the HTTP layer's).
 import { describe, expect, test } from "bun:test";
 import { promptTokenBound as httpBound } from "../../src/http/chat/normalize.ts";

@@ -63,6 +63,9 @@ export function goldenInput(overrides: Partial<VerifyReceiptInput> = {}): Verify
       end_byte: d.end_byte,
       tokens: d.tokens,
       terminal_state: d.terminal_state,
+      // The golden chunks' tool-call names and arguments: "get_time" + '{"tz":' + '"UTC"}'.
+      tool_calls_delivered: true,
+      tool_call_bytes: 8 + 6 + 6,
     },
     promptTokenBound: golden.snapshot.prompt_token_bound,
     requestStartMs: golden.snapshot.request_started_at_unix_ms,

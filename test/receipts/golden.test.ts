@@ -65,6 +65,8 @@ describe("src/receipts computes the golden hashes", () => {
       terminal_state: d.terminal_state,
       finish_reason: d.finish_reason,
       tool_calls_delivered: true,
+      // "get_time" + '{"tz":' + '"UTC"}': the tool-call names and arguments the chunks carry.
+      tool_call_bytes: 8 + 6 + 6,
     });
   });
 });

@@ -1,10 +1,10 @@
-// An independent v0.4 receipt signer, written from DESIGN §4's text alone. It imports nothing from
+// An independent v0.4 receipt signer, written from docs/receipts.md's text alone. It imports nothing from
 // src/receipts: canonical JSON is built by hand (field names are fixed ASCII, so writing them in
 // sorted order and the values with JSON.stringify is RFC 8785 for these objects), hashing and Ed25519
 // are node:crypto. If src/receipts and this file disagree, a test fails — they cannot share a bug.
 import { createHash, createPrivateKey, createPublicKey, sign, type KeyObject } from "node:crypto";
 
-/** DESIGN §4's T in JCS order (field names sorted by code unit), values as JSON text. */
+/** docs/receipts.md's T in JCS order (field names sorted by code unit), values as JSON text. */
 export type Fields = [name: string, jsonText: string][];
 
 const sha256 = (text: string | Uint8Array) => createHash("sha256").update(text).digest("hex");
@@ -39,7 +39,7 @@ export interface ToolCall {
   arguments: string;
 }
 
-/** output_hash per DESIGN §4 (keys: content, finish_reason, output_prefix_end_byte, output_prefix_start_byte, terminal_state, tool_calls). */
+/** output_hash per docs/receipts.md (keys: content, finish_reason, output_prefix_end_byte, output_prefix_start_byte, terminal_state, tool_calls). */
 export function outputHashOf(o: {
   content: string;
   finish_reason: string | null;
@@ -133,7 +133,7 @@ export function signFields(fields: Fields, key: KeyObject): string {
 export const signReceipt = (v: ReceiptValues) => signFields(fieldsOf(v), v.key);
 
 /**
- * DESIGN §4's prompt-token bound, written from its text: UTF-8 bytes of every message content and of
+ * docs/receipts.md's prompt-token bound, written from its text: UTF-8 bytes of every message content and of
  * the tools JSON, plus 8 per message, plus 16, plus, for each assistant tool call, the UTF-8 bytes of
  * its function name and arguments plus 8. A name or arguments value that is not a string counts as
  * its JSON text (docs/receipts.md).

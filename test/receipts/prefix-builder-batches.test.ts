@@ -1,4 +1,4 @@
-// DeliveredPrefixBuilder hashes content in batches (issue 7): the hash, byte range and refusals must be
+// DeliveredPrefixBuilder hashes content in batches: the hash, byte range and refusals must be
 // exactly those of hashing the whole delivered text at once, for any chunking.
 import { describe, expect, test } from "bun:test";
 import { DeliveredPrefixBuilder, outputHash, type DeliveredChunk } from "../../src/receipts/index.ts";

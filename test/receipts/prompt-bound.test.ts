@@ -1,4 +1,4 @@
-// The prompt-token bound (DESIGN §4) against the independent vectors (test/fixtures/receipts/prompt-bounds.json,
+// The prompt-token bound (docs/receipts.md) against the independent vectors (test/fixtures/receipts/prompt-bounds.json,
 // made by generate.ts from the independent rule, never from src/receipts): assistant tool calls count,
 // so a tool-heavy conversation's honest prompt count is not refused as `input_tokens_inflated`.
 import { expect, test } from "bun:test";

@@ -1,4 +1,4 @@
-// `gateway verify-receipt` (DESIGN §2): results and exit codes 0 valid, 1 invalid, 2 inconclusive,
+// `gateway verify-receipt` (docs/operator.md): results and exit codes 0 valid, 1 invalid, 2 inconclusive,
 // 64 usage, 65 unreadable input — in process, and through the real `gateway` entry point.
 import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";

@@ -9,10 +9,13 @@ import { Database } from "bun:sqlite";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import type { CatalogState } from "../../src/catalog/index.ts";
-import { createSettlements, type SettlementMode, type Settlements } from "../../src/gateway/settlements.ts";
+import { createSettlements, type Settlements } from "../../src/gateway/settlements.ts";
+import type { SettlementMode } from "../../src/ledger/charges.ts";
 import { buildRateCard } from "../../src/ledger/index.ts";
+import { inlineJudge, type ReceiptJudge } from "../../src/receipts/judge.ts";
 import type { Log } from "../../src/log.ts";
 import { createReceiptSigner, deliveredPrefixOf } from "../../src/receipts/index.ts";
+import { asyncStore } from "../../src/store/asyncStore.ts";
 import { openStore, type Store } from "../../src/store/index.ts";
 import { decodeGatewayFrame } from "../../src/wire/codec.ts";
 import type { JobRoute, SettledFrame } from "../../src/wire/frames.ts";
@@ -46,6 +49,31 @@ const catalog: CatalogState = {
   models: new Map([[MODEL, catalogModel(MODEL)]]),
 };
 
+interface TrackedJudge extends ReceiptJudge {
+  /** Resolves once every receipt handed to this judge has had its verdict delivered. */
+  idle(): Promise<void>;
+}
+
+/** The gateway's inline judge (the signature checked by WebCrypto, later), counting verdicts to come. */
+function trackedJudge(): TrackedJudge {
+  let inFlight = 0;
+  const waiters: (() => void)[] = [];
+  return {
+    judge(input, done) {
+      inFlight++;
+      return inlineJudge.judge(input, (result) => {
+        try {
+          done(result);
+        } finally {
+          if (--inFlight === 0) for (const wake of waiters.splice(0)) wake();
+        }
+      });
+    },
+    stop: () => inlineJudge.stop(),
+    idle: () => (inFlight === 0 ? Promise.resolve() : new Promise((resolve) => waiters.push(resolve))),
+  };
+}
+
 interface Rig {
   path: string;
   store: Store;
@@ -58,6 +86,8 @@ interface Rig {
   receiptEvents: { type: string; status: string }[];
   /** The settlement edge's clock (the machine's pending deadline runs on real timers). */
   clock: { ms: number };
+  /** The rig's judge: the gateway's inline judge, counting the verdicts still to come. */
+  judge: TrackedJudge;
   /** Stops the settlements, then closes the store (idempotent). */
   close(): void;
 }
@@ -83,8 +113,10 @@ function openRig(options: { mode?: SettlementMode; pendingDeadlineMs?: number; p
   const log: Log = { debug() {}, info() {}, warn: (event, fields) => void warnings.push({ event, reason: fields?.reason }), error() {} };
   const receiptEvents: Rig["receiptEvents"] = [];
   const clock = { ms: Date.now() };
+  const judge = trackedJudge();
   const settlements = createSettlements({
-    store,
+    judge,
+    store: asyncStore(store),
     now: () => clock.ms,
     mode: options.mode ?? "enforce",
     pendingDeadlineMs: options.pendingDeadlineMs ?? 300_000,
@@ -113,7 +145,7 @@ function openRig(options: { mode?: SettlementMode; pendingDeadlineMs?: number; p
   cleanups.push(close);
   const accounts = store.listAccounts();
   const accountId = accounts[0]?.account_id ?? store.createAccount({ tier: "free" }).account_id;
-  return { path, store, settlements, accountId, settled, warnings, receiptEvents, clock, close };
+  return { path, store, settlements, accountId, settled, warnings, receiptEvents, clock, judge, close };
 }
 
 let requests = 0;
@@ -177,8 +209,12 @@ async function settledRow(rig: Rig, requestId: string) {
   return rig.store.getSettlement(requestId, 0)!;
 }
 
-/** Lets in-flight signature checks finish and group commits run. */
-const settle = () => Bun.sleep(30);
+/** Waits until every receipt's verdict has come, then until the group commit they caused has run. */
+async function settle(rig: Rig): Promise<void> {
+  await rig.judge.idle();
+  await new Promise((resolve) => setImmediate(resolve));
+  rig.store.flushCommits();
+}
 
 /** Receipts the store logged for an attempt, by disposition (the store has no reader: read the table). */
 function dispositions(rig: Rig, requestId: string): string[] {
@@ -278,7 +314,7 @@ describe("orderings", () => {
     const a = startAttempt(rig);
     endAndRelease(rig, a.requestId, flipSignatureChar(receiptFor(rig, a, [])), 0);
     expect(rig.store.getSettlement(a.requestId, 0)).toMatchObject({ label: "zero_settled", reason: "nothing_delivered" });
-    await settle();
+    await settle(rig);
     expect(rig.store.getSettlement(a.requestId, 0)).toMatchObject({ label: "zero_settled", reason: "nothing_delivered" });
     // The verdict is still logged, as it was when judging was synchronous.
     expect(rig.warnings).toEqual([{ event: "receipt_quarantined", reason: "bad_signature" }]);
@@ -302,7 +338,7 @@ describe("orderings", () => {
     expect(rig.settlements.receiptArrived(PROVIDER, a.requestId, 0, honest)).toBe("after_final");
     expect(dispositions(rig, a.requestId)).toEqual(["judged"]);
     await waitFor(() => rig.settled.length === 2);
-    await settle();
+    await settle(rig);
     expect(rig.settled.map((f) => f.reason)).toEqual(["bad_signature", "bad_signature"]);
   });
 
@@ -314,13 +350,13 @@ describe("orderings", () => {
     const receipt = receiptFor(first, a);
     first.settlements.receiptArrived(PROVIDER, a.requestId, 0, receipt);
     first.close(); // the store is closed too: a write after stop() would throw
-    await settle();
+    await settle(first);
     expect(first.settled).toEqual([]);
     expect(first.receiptEvents).toEqual([{ type: "receipt.arrived", status: "active" }]);
 
     const second = openRig({ path: first.path });
     expect(second.store.getSettlement(a.requestId, 0)).toMatchObject({ label: "pending" });
-    expect(second.settlements.resumePending()).toEqual({ resumed: 1, interrupted: 0 });
+    expect(await second.settlements.resumePending()).toEqual({ resumed: 1, interrupted: 0 });
     second.settlements.receiptArrived(PROVIDER, a.requestId, 0, receipt);
     expect(await settledRow(second, a.requestId)).toMatchObject({ label: "verified", ...CHARGE });
     await waitFor(() => second.settled.length === 1);

@@ -1,5 +1,5 @@
 // Shared pieces of the settlement end-to-end tests: buyers, the operator CLI as a child process, and
-// the money rules of DESIGN §6 written out again here (so a shared bug in src/ledger cannot hide).
+// the money rules of docs/ledger.md written out again here (so a shared bug in src/ledger cannot hide).
 import { expect } from "bun:test";
 import OpenAI from "openai";
 import { flushTestGateways, MAIN, type TestGateway } from "../support/harness.ts";
@@ -13,10 +13,10 @@ export interface Buyer {
 }
 
 /** A paid account with `credits` granted, and an SDK client for it. */
-export function paidBuyer(gw: TestGateway, credits: number): Buyer {
-  const { account_id } = gw.gateway.store.createAccount({ name: "paid-buyer", tier: "paid" });
-  const { api_key } = gw.gateway.store.createApiKey({ account_id });
-  expect(gw.gateway.store.grantCredits(account_id, credits).ok).toBe(true);
+export async function paidBuyer(gw: TestGateway, credits: number): Promise<Buyer> {
+  const { account_id } = await gw.gateway.store.createAccount({ name: "paid-buyer", tier: "paid" });
+  const { api_key } = await gw.gateway.store.createApiKey({ account_id });
+  expect((await gw.gateway.store.grantCredits(account_id, credits)).ok).toBe(true);
   return { accountId: account_id, apiKey: api_key, client: new OpenAI({ apiKey: api_key, baseURL: gw.baseURL, maxRetries: 0 }) };
 }
 
@@ -25,11 +25,11 @@ export function freeBuyer(gw: TestGateway): Buyer {
   return { accountId: gw.accountId, apiKey: gw.apiKey, client: new OpenAI({ apiKey: gw.apiKey, baseURL: gw.baseURL, maxRetries: 0 }) };
 }
 
-/** DESIGN §4's prompt-token bound: UTF-8 bytes of every content + 8 per message + 16 (no tools). */
+/** docs/receipts.md's prompt-token bound: UTF-8 bytes of every content + 8 per message + 16 (no tools). */
 export const promptBound = (messages: readonly { content: string }[]) =>
   messages.reduce((n, m) => n + utf8(m.content) + 8, 16);
 
-/** DESIGN §6: debit rounded half up; provider floor(debit × 9000 / 10000); platform the rest. */
+/** docs/ledger.md: debit rounded half up; provider floor(debit × 9000 / 10000); platform the rest. */
 export function expectedCharge(promptTokens: number, completionTokens: number, promptRate: number, completionRate: number) {
   const micro = BigInt(promptTokens) * BigInt(promptRate) + BigInt(completionTokens) * BigInt(completionRate);
   const whole = micro / 1_000_000n;
@@ -72,8 +72,8 @@ export function receiptsList(dataDir: string, requestId?: string): ReceiptLine[]
 }
 
 /** Every ledger balance sums to zero (double entry). */
-export function expectLedgerBalanced(gw: TestGateway): void {
-  const sum = gw.gateway.store.ledgerBalances().reduce((n, b) => n + b.balance, 0);
+export async function expectLedgerBalanced(gw: TestGateway): Promise<void> {
+  const sum = (await gw.gateway.store.ledgerBalances()).reduce((n, b) => n + b.balance, 0);
   expect(sum).toBe(0);
 }
 
@@ -81,7 +81,7 @@ export function expectLedgerBalanced(gw: TestGateway): void {
 export async function settledRow(gw: TestGateway, requestId: string, attemptN = 0, timeoutMs = 5000): Promise<SettlementRow> {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
-    const row = gw.gateway.store.getSettlement(requestId, attemptN);
+    const row = await gw.gateway.store.getSettlement(requestId, attemptN);
     if (row && row.label !== "pending") return row;
     if (performance.now() > deadline) throw new Error(`settlement ${requestId}#${attemptN} still ${row?.label ?? "missing"}`);
     await Bun.sleep(5);

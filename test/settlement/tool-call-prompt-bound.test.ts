@@ -1,7 +1,7 @@
 // A tool-heavy conversation, end to end (enforce mode, openai SDK): the gateway's prompt-token bound
 // counts each assistant tool call's name and arguments (+ 8), so a provider that reports the honest
 // prompt count of such a conversation is paid, and one that reports more is still quarantined
-// (`input_tokens_inflated`). The bound is computed here by the independent rule (DESIGN §4).
+// (`input_tokens_inflated`). The bound is computed here by the independent rule (docs/receipts.md).
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { ChatCompletionMessageParam, ChatCompletionTool } from "openai/resources/chat/completions";
 import { startTestGateway, waitForReadyProviders, type TestGateway } from "../support/harness.ts";
@@ -47,7 +47,7 @@ beforeAll(async () => {
   gw = await startTestGateway({ settlementMode: "enforce" }, { catalog: [MODEL] });
   provider = await ScriptedProvider.connect({ url: gw.wsUrl, id: "tools-prov", models: [MODEL], script });
   await waitForReadyProviders(gw, 1);
-  buyer = paidBuyer(gw, 1_000_000);
+  buyer = await paidBuyer(gw, 1_000_000);
 });
 
 afterAll(async () => {
@@ -78,7 +78,7 @@ test("an honest prompt count at the bound, carried mostly by assistant tool call
   expect(row.debit_credits).toBe(expectedCharge(reported, 3, 1_000_000, 1_000_000).debit);
   const atBound = await run(BOUND);
   expect({ label: atBound.label, reason: atBound.reason }).toEqual({ label: "verified", reason: null });
-  expectLedgerBalanced(gw);
+  await expectLedgerBalanced(gw);
 });
 
 test("one token above the bound is still quarantined input_tokens_inflated", async () => {

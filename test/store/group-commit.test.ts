@@ -1,7 +1,7 @@
 // Group commit (src/store/groupCommit.ts): the request path's ledger writes of one event-loop turn
 // share one transaction, and nothing that depends on them happens before it is durable; every other
 // store call commits the open group first; a key revoked by another process stops working at once.
-import { afterEach, expect, test } from "bun:test";
+import { afterEach, expect, spyOn, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { openStore, type Store } from "../../src/store/index.ts";
 import { LAZY_COMMIT_MS } from "../../src/store/groupCommit.ts";
@@ -13,11 +13,24 @@ afterEach(() => {
   for (const f of cleanup.splice(0)) f();
 });
 
-function open(): { store: Store; path: string } {
+/** The store's lazy commits, run when the test says time has passed (LAZY_COMMIT_MS). */
+function lazyTimers() {
+  const due: (() => void)[] = [];
+  return {
+    timer: (run: () => void) => void due.push(run),
+    /** LAZY_COMMIT_MS pass: every lazy commit scheduled so far runs. */
+    elapse: () => {
+      for (const run of due.splice(0)) run();
+    },
+  };
+}
+
+function open(): { store: Store; path: string; lazy: ReturnType<typeof lazyTimers> } {
   const path = files.path("gateway.db");
-  const store = openStore(path, { groupCommit: true });
+  const lazy = lazyTimers();
+  const store = openStore(path, { groupCommit: true, lazyCommitTimer: lazy.timer });
   cleanup.push(() => store.close());
-  return { store, path };
+  return { store, path, lazy };
 }
 
 /** What another connection (another process) sees: only committed rows. */
@@ -64,7 +77,7 @@ test("with no write waiting, an effect runs at once", () => {
 });
 
 test("a group no effect waits for stays open for the next turns' writes, at most LAZY_COMMIT_MS", async () => {
-  const { store, path } = open();
+  const { store, path, lazy } = open();
   const { account_id } = store.createAccount({ tier: "free" });
   store.reserve(reservation("req_l1", account_id));
   await new Promise((r) => setImmediate(r));
@@ -80,12 +93,14 @@ test("a group no effect waits for stays open for the next turns' writes, at most
   expect(committedReservations(path)).toEqual(["req_l1", "req_l2"]);
   // A lone write with no effect is still committed within LAZY_COMMIT_MS.
   store.reserve(reservation("req_l3", account_id));
-  await Bun.sleep(LAZY_COMMIT_MS + 20);
+  await new Promise((r) => setImmediate(r));
+  expect(committedReservations(path)).toEqual(["req_l1", "req_l2"]);
+  lazy.elapse();
   expect(committedReservations(path)).toEqual(["req_l1", "req_l2", "req_l3"]);
 });
 
 test("a lazy effect asks for no commit: it runs with the group's next commit, urgent or lazy", async () => {
-  const { store, path } = open();
+  const { store, path, lazy: timers } = open();
   const { account_id } = store.createAccount({ tier: "free" });
   const lazy: boolean[] = [];
   // No group open: at once, like afterCommit.
@@ -110,9 +125,23 @@ test("a lazy effect asks for no commit: it runs with the group's next commit, ur
   store.afterLazyCommit((committed) => lazy.push(committed));
   await new Promise((r) => setImmediate(r));
   expect(lazy).toEqual([true, true]);
-  await Bun.sleep(LAZY_COMMIT_MS + 20);
+  timers.elapse();
   expect(lazy).toEqual([true, true, true]);
   expect(committedReservations(path)).toEqual(["req_z1", "req_z2", "req_z3"]);
+});
+
+test("by default a group's lazy commit is scheduled LAZY_COMMIT_MS after it opens", () => {
+  const path = files.path("gateway.db");
+  const store = openStore(path, { groupCommit: true });
+  cleanup.push(() => store.close());
+  const { account_id } = store.createAccount({ tier: "free" });
+  const timers = spyOn(globalThis, "setTimeout");
+  try {
+    store.reserve(reservation("req_d1", account_id));
+    expect(timers.mock.calls.map((call) => call[1])).toEqual([LAZY_COMMIT_MS]);
+  } finally {
+    timers.mockRestore();
+  }
 });
 
 test("any other store call commits the open group first", () => {

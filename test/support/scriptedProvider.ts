@@ -1,7 +1,7 @@
 // A scripted provider for settlement tests: a real WebSocket client speaking protocol v1 (msgpack
 // frames, Ed25519 handshake) whose answer to every job is a script — accept with a chosen model hash,
 // send chunks, answer `cancel`, end with a receipt. Receipts are signed by the independent test signer
-// (test/receipts/independent-signer.ts, written from DESIGN §4 alone), never by src/receipts, and every
+// (test/receipts/independent-signer.ts, written from docs/receipts.md alone), never by src/receipts, and every
 // field can be tampered with before signing.
 import { randomBytes, type KeyObject } from "node:crypto";
 import { decodeGatewayFrame, encodeFrame } from "../../src/wire/codec.ts";

@@ -1,4 +1,4 @@
-// loadConfig: defaults < --config FILE < environment < flags (DESIGN §2). The environment is passed in,
+// loadConfig: defaults < --config FILE < environment < flags (docs/operator.md). The environment is passed in,
 // never read from the process; config files are real files in a temp dir.
 import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";

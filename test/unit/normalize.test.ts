@@ -1,4 +1,4 @@
-// normalizeChatRequest and promptTokenBound (pure, table-driven; DESIGN §7 request rules, §4 prompt bound).
+// normalizeChatRequest and promptTokenBound (pure, table-driven; docs/buyer-api.md request rules, the prompt bound of docs/receipts.md).
 import { describe, expect, test } from "bun:test";
 import { normalizeChatRequest, promptTokenBound, type NormalizeResult } from "../../src/http/chat/normalize.ts";
 import type { ChatCompletionRequest } from "../../src/http/chat/schema.ts";

@@ -8,13 +8,21 @@ import type { EndFrame, TerminalState } from "../../wire/frames.ts";
 
 export type SettlementLogic = ReturnType<typeof settlementLogic>;
 
-/** What the gateway itself fixed of an attempt when it released it. */
-export type DeliveredSummary = Pick<DeliveredPrefix, "output_hash" | "start_byte" | "end_byte" | "tokens" | "terminal_state">;
+/**
+ * What the gateway itself fixed of an attempt when it released it. The tool-call fields feed the
+ * output-token bound (docs/receipts.md); a record read back after a restart has no tool-call bytes.
+ */
+export type DeliveredSummary = Pick<DeliveredPrefix, "output_hash" | "start_byte" | "end_byte" | "tokens" | "terminal_state" | "tool_calls_delivered"> &
+  Partial<Pick<DeliveredPrefix, "tool_call_bytes">>;
 
 /** The receipt that was judged for an attempt, for its ledger row. */
 export interface JudgedEnvelope {
   envelope: string;
-  arrivalId: number;
+  /**
+   * Its row in the arrival log: the id itself when the store answered at once (embedded SQLite), else
+   * the write in flight; null when that write failed (the outcome then stores the envelope itself).
+   */
+  arrivalId: number | null | Promise<number | null>;
   receivedAtMs: number;
   /** The receipt's billable usage, once its judgement came (null when no body could be read). */
   billable: BilledUsage | null;
@@ -48,6 +56,11 @@ export interface OpenAttempt {
   unwrittenEnd: NonNullable<SettleInput["ended"]> | null;
   /** A receipt that arrived before the attempt was released: judged at release. */
   earlyReceipt: string | null;
+  /**
+   * The provider's `end` came after the gateway's cancel and named another terminal state: the two
+   * crossed. Receipts bound to that `end` are not judged; the one bound to the cancel's prefix is.
+   */
+  crossedEnd: boolean;
   judged: JudgedEnvelope | null;
 }
 

@@ -18,7 +18,9 @@ export function accepted(deps: DeliveryDeps, requestId: string, attemptN: number
   const att = deps.open.get(attemptKey(requestId, attemptN));
   if (!att || att.acceptedHash !== null) return true;
   att.acceptedHash = modelHash;
-  deps.store.recordAcceptedMeasurement(requestId, attemptN, modelHash);
+  void deps.writes.run("accepted_measurement", { request_id: requestId, attempt_n: attemptN }, () =>
+    deps.store.recordAcceptedMeasurement(requestId, attemptN, modelHash),
+  );
   const refusal = judgeAcceptedMeasurement(att.snapshot, modelHash);
   if (refusal === null) return true;
   deps.log.warn("measurement_mismatch", { request_id: requestId, attempt_n: attemptN, provider_id: att.providerId, reason: refusal });
@@ -49,11 +51,19 @@ export function cancelSent(open: OpenAttempts, requestId: string, attemptN: numb
   if (att && att.cancelReason === null) att.cancelReason = reason;
 }
 
-/** The provider's `end` for an attempt of this provider (live or already released). */
+/**
+ * The provider's `end` for an attempt of this provider (live or already released). An `end` after the
+ * gateway released the attempt, naming another terminal state than the one its record expects (the
+ * cancel's reason), crossed the gateway's cancel (docs/receipts.md, "A cancel that crosses `end`").
+ */
 export function endReceived(deps: JudgingDeps, providerId: string, frame: EndFrame): boolean {
   const att = deps.open.get(attemptKey(frame.request_id, frame.attempt_n));
   if (!att || att.providerId !== providerId || att.end) return false;
   att.end = frame;
+  if (att.delivered !== null && frame.terminal_state !== att.delivered.terminal_state) {
+    att.crossedEnd = true;
+    deps.log.info("cancel_crossed_end", { request_id: att.requestId, attempt_n: att.attemptN, provider_id: providerId, end_state: frame.terminal_state });
+  }
   if (frame.receipt !== undefined) receiptArrived(deps, providerId, frame.request_id, frame.attempt_n, frame.receipt);
   return true;
 }
@@ -90,5 +100,5 @@ export function released(deps: DeliveryDeps, requestId: string, attemptN: number
     verdictDue = judgeReceipt(deps, att, envelope);
   }
   att.actor.send({ type: "attempt.ended", deliveredNothing: deliveredNothing(prefix), verdictDue });
-  writeDeliveredRecord(deps.store, att);
+  writeDeliveredRecord(deps, att);
 }

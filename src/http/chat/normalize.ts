@@ -1,4 +1,4 @@
-// Turns a schema-valid chat request into what a provider job carries (pure; DESIGN §7 request rules).
+// Turns a schema-valid chat request into what a provider job carries (pure; docs/buyer-api.md request rules).
 import { gatewayError, type GatewayError } from "../errors.ts";
 import type { JobMessage, JobParams } from "../../wire/frames.ts";
 import type { NormalizedChat } from "../../chat/contract.ts";
@@ -91,6 +91,6 @@ export function normalizeChatRequest(body: ChatCompletionRequest, requestTokenCa
   };
 }
 
-// The gateway's own upper bound on prompt tokens (DESIGN §4) is the receipts module's: one rule for
+// The gateway's own upper bound on prompt tokens (docs/receipts.md) is the receipts module's: one rule for
 // admission, snapshots and receipt verification.
 export { promptTokenBound } from "../../receipts/hashes.ts";

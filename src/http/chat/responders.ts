@@ -1,6 +1,6 @@
 // Writing a chat completion to the buyer, as SSE or as one JSON body. Nothing — not even the status
 // line — is produced before the first delta (streaming) or the whole result (JSON), so failover before
-// that point is invisible (DESIGN §7).
+// that point is invisible (docs/buyer-api.md).
 import { errorResponse, inBandErrorFrame, type GatewayError } from "../errors.ts";
 import type { ChunkFrame, ToolCallDelta } from "../../wire/frames.ts";
 import type { ChatOutcome, ChatUsage } from "../../chat/contract.ts";
@@ -47,7 +47,7 @@ export function streamingResponder(o: ResponderOptions): FacadeResponder {
   return new ChatStreamResponder(o);
 }
 
-/** One per live stream, so a class: its methods are shared instead of closures made per stream (issue 7). */
+/** One per live stream, so a class: its methods are shared instead of closures made per stream. */
 class ChatStreamResponder implements FacadeResponder {
   private readonly out: LazyEventStream;
   private sentRole = false;
@@ -75,7 +75,7 @@ class ChatStreamResponder implements FacadeResponder {
   }
 
   relay(frame: ChunkFrame): void {
-    // Per-token fast path (issue 7): a content-only delta after the first is written from the
+    // Per-token fast path: a content-only delta after the first is written from the
     // template, byte-identical to the general path, without building and serialising an object.
     if (this.sentRole && frame.tool_calls === undefined && frame.content !== undefined) {
       this.out.writeFilled(this.contentDelta, JSON.stringify(frame.content));

@@ -1,6 +1,6 @@
 // Writing a chat-pipeline result as the messages facade's wire shape: one message object, or SSE where
 // every event has an `event:` line. Like chat completions, nothing is written before the first delta
-// (DESIGN §7), so failover before it stays invisible; a failure after it is an `event: error` with no
+// (docs/buyer-api.md), so failover before it stays invisible; a failure after it is an `event: error` with no
 // message_stop.
 import { messagesErrorEnvelope, messagesErrorResponse, type GatewayError } from "../errors.ts";
 import type { ChatOutcome } from "../../chat/contract.ts";

@@ -1,4 +1,4 @@
-// Messages request → the chat pipeline's NormalizedChat (pure; spec §4.2). Everything the facade does
+// Messages request → the chat pipeline's NormalizedChat (pure; docs/facades.md). Everything the facade does
 // not support is refused here, before any dispatch, with unsupported_content_shape naming the field.
 import { gatewayError, type GatewayError } from "../errors.ts";
 import type { NormalizeResult } from "../chat/normalize.ts";

@@ -1,6 +1,7 @@
 // Writing a chat-pipeline result as the responses facade's wire shape: one response object, or SSE
-// events carrying `type` and `sequence_number`. Nothing is written before the first delta (DESIGN
-// §7); a failure after it is a `response.failed` event (error code provider_disconnected) and the end.
+// events carrying `type` and `sequence_number`. Nothing is written before the first delta
+// (docs/buyer-api.md); a failure after it is a `response.failed` event (error code
+// provider_disconnected) and the end.
 import { errorEnvelope, errorResponse, type GatewayError } from "../errors.ts";
 import type { ChatOutcome, ChatUsage } from "../../chat/contract.ts";
 import { bufferedJsonResponder, lazyEventStream, type FacadeResponder } from "../output.ts";

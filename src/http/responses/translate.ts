@@ -1,4 +1,4 @@
-// Responses request → the chat pipeline's NormalizedChat (pure; spec §4.3). The facade is stateless:
+// Responses request → the chat pipeline's NormalizedChat (pure; docs/facades.md). The facade is stateless:
 // the full input comes with every request. Stateful or unoffered parameters are refused here, before
 // any dispatch, with unsupported_parameter naming them; hosted and unknown tools are dropped.
 import { gatewayError, type GatewayError } from "../errors.ts";

@@ -1,5 +1,5 @@
 // HTML of the sign-in and account pages and of browser-flow errors. Plain server-rendered forms, no
-// script. Every interpolated value goes through `esc`. Buyer-facing text stays within spec §1.5: no
+// script. Every interpolated value goes through `esc`. Buyer-facing text stays within docs/receipts.md: no
 // claim of private inference, attestation or verified provider honesty.
 import { errorTable, publicCode, type GatewayError } from "../errors.ts";
 import type { ApiKeyRow, IdentityRow } from "../../store/index.ts";

@@ -2,8 +2,8 @@
 // repeats byte for byte around TEXT. Once a payload has been parsed and mapped as a plain content delta,
 // its bytes before and after the text are its template; a later payload with the same bytes around a
 // text that is one well-formed JSON string body is the same delta with that text — the answer a full
-// JSON.parse and mapping would give, at a fraction of the cost (issue 7: the parse was ~19 % of a
-// provider runtime's CPU on an unthrottled stream). Anything else takes the full path. No I/O.
+// JSON.parse and mapping would give, at a fraction of the cost (docs/benchmarks.md, Measurements
+// behind the code). Anything else takes the full path. No I/O.
 
 const CONTENT_KEY = '"content":"';
 /** Two texts that differ from each other (and, for one of them at least, from any learned text). */

@@ -1,4 +1,4 @@
-// Upstream errors → the provider protocol's decline codes (DESIGN §3). Pure. Error text is read only
+// Upstream errors → the provider protocol's decline codes (docs/protocol.md). Pure. Error text is read only
 // to classify it and is never logged or forwarded: it may quote the prompt.
 import type { DeclineCode } from "../../wire/frames.ts";
 import { errorBodyChecker } from "./schema.ts";

@@ -1,4 +1,4 @@
-// Public face of the `openai` engine (DESIGN §2): forwards provider jobs to a local OpenAI-compatible server.
+// Public face of the `openai` engine (docs/operator.md): forwards provider jobs to a local OpenAI-compatible server.
 export {
   createOpenAIEngine,
   DEFAULT_FIRST_TOKEN_TIMEOUT_MS,

@@ -27,7 +27,7 @@ function present<T extends object, K extends keyof T>(from: T, keys: readonly K[
 }
 
 const MESSAGE_KEYS = ["role", "content", "name", "tool_call_id", "tool_calls"] as const;
-// Every forwarded parameter of DESIGN §7 (the gateway already dropped `user`, `metadata`, `n`…).
+// Every forwarded parameter of docs/buyer-api.md (the gateway already dropped `user`, `metadata`, `n`…).
 const PARAM_KEYS = [
   "max_tokens",
   "temperature",

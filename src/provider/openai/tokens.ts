@@ -1,8 +1,8 @@
-// Token counting for the openai engine (DESIGN §2, §4). Pure.
+// Token counting for the openai engine (docs/operator.md, docs/receipts.md). Pure.
 import type { JobFrame } from "../../wire/frames.ts";
 import { promptTokenBound } from "../../receipts/hashes.ts";
 
-// The bound a provider must never report above (DESIGN §4): the same function the gateway verifies with.
+// The bound a provider must never report above (docs/receipts.md): the same function the gateway verifies with.
 export { promptTokenBound };
 
 /**
@@ -18,7 +18,7 @@ export function inputTokens(job: Pick<JobFrame, "messages" | "params">, reported
 }
 
 /**
- * Output tokens per relayed chunk. DESIGN §2: one token per upstream content (or tool-call) delta,
+ * Output tokens per relayed chunk. docs/operator.md: one token per upstream content (or tool-call) delta,
  * unless the upstream reports per-chunk counts. Upstreams that do report a *cumulative* generated
  * count on every chunk (vLLM `continuous_usage_stats`: `usage.completion_tokens`; llama.cpp
  * `timings_per_token`: `timings.predicted_n`); a chunk then carries the difference since the last one.
