@@ -40,7 +40,7 @@ const LOAD_LEVELS = list(env.BENCH_LOAD_LEVELS, QUICK ? [16] : [64, 128, 256, 51
 const STREAM_LEVELS = list(env.BENCH_STREAM_LEVELS, QUICK ? [8] : [1, 32, 256, 1024, 2048, 4096]);
 const PROVIDERS = Number(env.BENCH_PROVIDERS ?? (QUICK ? 1 : 4));
 const LOG_LEVEL = env.BENCH_LOG_LEVEL ?? "info";
-const WARMUP_MS = Number(env.BENCH_WARMUP_MS ?? (QUICK ? 0 : 4000));
+const WARMUP_MS = Number(env.BENCH_WARMUP_MS ?? (QUICK ? 300 : 4000));
 const ROOT = join(import.meta.dir, "../..");
 /** A duration (full run, quick run) in ms, times BENCH_SCALE. */
 const ms = (full: number, quick: number) => Math.max(100, Math.round((QUICK ? quick : full) * SCALE));
@@ -90,24 +90,23 @@ async function main(): Promise<BenchResult> {
     let gatewayUrl = "";
     let providerPids: number[] = [];
     if (PATHS.includes("direct")) targets.direct = { url: `${mock.url}/v1/chat/completions`, headers: { "content-type": "application/json" }, server: null };
-    if (PATHS.includes("relay")) {
-      const relay = await startRelay(procs, { mockUrl: mock.url, clients: PROVIDERS });
-      targets.relay = { url: `${relay.url}/v1/chat/completions`, headers: { "content-type": "application/json" }, server: relay.server };
-    }
-    if (PATHS.includes("floor")) {
-      const floor = await startFloor(procs, { mockUrl: mock.url, clients: PROVIDERS });
-      targets.floor = { url: `${floor.url}/v1/chat/completions`, headers: { "content-type": "application/json", authorization: `Bearer ${floor.apiKey}` }, server: floor.server };
-    }
-    if (PATHS.includes("full")) {
-      const gw = await startGatewayStack(procs, { mockUrl: mock.url, providers: PROVIDERS, logLevel: LOG_LEVEL });
-      gatewayUrl = gw.url;
-      providerPids = gw.providers.map((p) => p.pid);
-      targets.full = {
-        url: `${gw.url}/v1/chat/completions`,
-        headers: { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` },
-        server: gw.gateway,
-      };
-    }
+    // The servers start side by side (the gateway's CLI set-up takes seconds); measurement starts once all are up.
+    await Promise.all([
+      PATHS.includes("relay") &&
+        startRelay(procs, { mockUrl: mock.url, clients: PROVIDERS }).then((relay) => {
+          targets.relay = { url: `${relay.url}/v1/chat/completions`, headers: { "content-type": "application/json" }, server: relay.server };
+        }),
+      PATHS.includes("floor") &&
+        startFloor(procs, { mockUrl: mock.url, clients: PROVIDERS }).then((floor) => {
+          targets.floor = { url: `${floor.url}/v1/chat/completions`, headers: { "content-type": "application/json", authorization: `Bearer ${floor.apiKey}` }, server: floor.server };
+        }),
+      PATHS.includes("full") &&
+        startGatewayStack(procs, { mockUrl: mock.url, providers: PROVIDERS, logLevel: LOG_LEVEL }).then((gw) => {
+          gatewayUrl = gw.url;
+          providerPids = gw.providers.map((p) => p.pid);
+          targets.full = { url: `${gw.url}/v1/chat/completions`, headers: { "content-type": "application/json", authorization: `Bearer ${gw.apiKey}` }, server: gw.gateway };
+        }),
+    ]);
     const paths = PATHS.filter((p) => targets[p]);
     log("every path up", paths.join(","));
     const results: Partial<Record<PathName, PathResult>> = Object.fromEntries(paths.map((p) => [p, { load: [], streams: [] } as unknown as PathResult]));
@@ -135,7 +134,7 @@ async function main(): Promise<BenchResult> {
     let overheadBefore = gatewayUrl ? await scrapeOverhead(gatewayUrl) : {};
     for (const p of paths) {
       const t = targets[p]!;
-      const r = await drive<LoadResult>({ mode: "load", url: t.url, headers: t.headers, body: body("bench-json", false, 16), concurrency: 1, warmupMs: QUICK ? 0 : ms(1000, 0), durationMs: ms(7000, 300) });
+      const r = await drive<LoadResult>({ mode: "load", url: t.url, headers: t.headers, body: body("bench-json", false, 16), concurrency: 1, warmupMs: QUICK ? 0 : ms(1000, 0), durationMs: ms(7000, 500) });
       results[p]!.latency_c1 = r;
       log(`${p} latency c=1`, { rps: r.rps, ...r.latency_ms, errors: r.errors });
     }

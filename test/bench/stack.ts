@@ -126,7 +126,7 @@ export async function startGatewayStack(
   o: { mockUrl: string; providers: number; logLevel: string; settings?: Record<string, unknown> },
 ): Promise<GatewayStack> {
   // The catalog's models one after another (each add signs the next catalog); the account alongside.
-  p.cli(["catalog", "init"]);
+  await p.cliAsync(["catalog", "init"]);
   const [{ account_id, api_key }] = await Promise.all([
     (async () => {
       const account = JSON.parse(await p.cliAsync(["accounts", "create", "--tier", "paid", "--name", "bench"])) as { account_id: string; api_key: string };
