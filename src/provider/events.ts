@@ -8,6 +8,8 @@ export interface RuntimeEvents {
   closed: (code: number, reason: string) => void;
   drain: () => void;
   settled: (frame: SettledFrame) => void;
+  /** The gateway answered the watchdog's ping: the socket is alive. */
+  pong: () => void;
 }
 
 type Listener = (...args: never[]) => void;

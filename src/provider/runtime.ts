@@ -225,7 +225,10 @@ class Runtime implements ProviderRuntime {
     // Started before the open: a connect that hangs (e.g. SYNs into a sleeping network) counts as silence too.
     session.watchdog = this.timers.setInterval(() => this.watchdogTick(session), this.pingIntervalMs);
     const heard = () => (session.lastHeardMs = this.now());
-    ws.addEventListener("pong", heard);
+    ws.addEventListener("pong", () => {
+      heard();
+      this.events.emit("pong");
+    });
     ws.onopen = () => {
       heard();
       this.sendHello(session);

@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { loadOrCreateProviderKey } from "../../src/provider/keys.ts";
 import { startProviderRuntime, type ProviderRuntimeOptions } from "../../src/provider/runtime.ts";
 import { createSyntheticEngine } from "../../src/provider/synthetic.ts";
+import { manualClock } from "../support/manualClock.ts";
 import { startBlackholeProxy, startFakeGateway, withTimeout, type FakeGateway } from "./fake-gateway.ts";
 
 const models = [{ model_id: "demo-model", model_hash: "ab".repeat(32), max_context_tokens: 8192 }];
@@ -55,11 +56,27 @@ async function until(predicate: () => boolean, timeoutMs: number, what: string):
   await withTimeout(wait, timeoutMs, what);
 }
 
+/** Resolves at the runtime's next event `name`. */
+function next(runtime: ReturnType<typeof startProviderRuntime>, name: "pong" | "welcome"): Promise<void> {
+  return new Promise((resolve) => {
+    const off = runtime.on(name, () => {
+      off();
+      resolve();
+    });
+  });
+}
+
 test("pongs keep an idle, healthy session up: no reconnect over many timeout periods", async () => {
   const { gateway, proxy } = gatewayWithProxy();
-  const h = start(proxy.url);
-  await (await gateway.session(0)).welcomed;
-  await Bun.sleep(WATCHDOG.timeoutMs * 5); // the gateway sends nothing in this time; only pongs answer
+  const clock = manualClock();
+  const h = start(proxy.url, { now: clock.now, timers: clock.timers });
+  await until(() => h.welcomes.length === 1, 1500, "the first welcome");
+  // Five timeout periods, one ping period at a time: the gateway sends nothing but the pong to each ping.
+  for (let elapsed = 0; elapsed < WATCHDOG.timeoutMs * 5; elapsed += WATCHDOG.pingIntervalMs) {
+    const ponged = next(h.runtime, "pong");
+    clock.advance(WATCHDOG.pingIntervalMs);
+    await withTimeout(ponged, 2000, `the pong after ${elapsed + WATCHDOG.pingIntervalMs} ms`);
+  }
   expect(h.runtime.connected).toBe(true);
   expect(gateway.sessions).toHaveLength(1);
   expect(h.logs.some((l) => l.event === "watchdog_timeout")).toBe(false);
@@ -67,17 +84,25 @@ test("pongs keep an idle, healthy session up: no reconnect over many timeout per
 
 test("a half-open socket (the link goes silent, no close) is dropped and the runtime reconnects", async () => {
   const { gateway, proxy } = gatewayWithProxy();
-  const h = start(proxy.url);
+  const clock = manualClock();
+  const h = start(proxy.url, { now: clock.now, timers: clock.timers });
   await until(() => h.welcomes.length === 1, 1500, "the first welcome");
   proxy.silenceOpenConnections();
-  const silencedAt = performance.now();
-  await until(() => h.welcomes.length === 2, 2000, "a second welcome");
-  const tookMs = performance.now() - silencedAt;
-  // Detection within timeout + one ping interval, then a backoff of at most maxMs.
-  expect(tookMs).toBeGreaterThanOrEqual(WATCHDOG.timeoutMs - 10);
-  expect(tookMs).toBeLessThan(WATCHDOG.timeoutMs + WATCHDOG.pingIntervalMs + 500);
+  let silentMs = 0;
+  while (!h.logs.some((l) => l.event === "watchdog_timeout") && silentMs <= WATCHDOG.timeoutMs * 2) {
+    clock.advance(WATCHDOG.pingIntervalMs);
+    silentMs += WATCHDOG.pingIntervalMs;
+  }
+  // Detected at the first tick once timeoutMs of silence passed: within one ping interval of it.
+  expect(silentMs).toBeGreaterThanOrEqual(WATCHDOG.timeoutMs);
+  expect(silentMs).toBeLessThanOrEqual(WATCHDOG.timeoutMs + WATCHDOG.pingIntervalMs);
   expect(h.logs.find((l) => l.event === "watchdog_timeout")).toMatchObject({ phase: "admitted" });
+  // The dropped socket closes (1006) and schedules a reconnect within the backoff's maxMs.
+  await until(() => h.logs.some((l) => l.event === "reconnect_scheduled"), 1500, "the reconnect to be scheduled");
   expect(h.logs.find((l) => l.event === "closed")).toMatchObject({ code: 1006 });
+  const welcomed = next(h.runtime, "welcome");
+  clock.advance(20);
+  await withTimeout(welcomed, 2000, "a second welcome");
   expect(h.runtime.sessionId).toBe(gateway.sessions[1]!.sessionId);
 });
 
@@ -104,12 +129,14 @@ test("a connect that is never answered is abandoned and retried", async () => {
 
 test("stop() ends the watchdog: no timeouts or reconnects afterwards", async () => {
   const { proxy } = gatewayWithProxy();
-  const h = start(proxy.url);
+  const clock = manualClock();
+  const h = start(proxy.url, { now: clock.now, timers: clock.timers });
   await until(() => h.welcomes.length === 1, 1500, "the first welcome");
   await h.runtime.stop();
   proxy.silenceOpenConnections();
-  await Bun.sleep(WATCHDOG.timeoutMs * 3);
+  clock.advance(WATCHDOG.timeoutMs * 3);
   expect(h.logs.some((l) => l.event === "watchdog_timeout" || l.event === "reconnect_scheduled")).toBe(false);
+  expect(clock.armed).toBe(0); // no ping, heartbeat or reconnect timer outlives stop()
 });
 
 test("rejects a watchdog whose timeout is not longer than its ping interval", () => {
