@@ -140,6 +140,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     ? redisReplays(node.redis, { nodeId: node.nodeId, windowMs: REPLAY_WINDOW_MS, inFlightMs: config.requestDeadlineMs, nodeAlive: (id) => node.alive(id) })
     : replayFile!;
   const slots = node ? sharedSlots(node.redis, config.clusterLeaseMs) : null;
+  const replays = createReplayCache({ now, backend: replayBackend });
 
   let stopped: () => void = () => {};
   const stoppedPromise = new Promise<void>((r) => (stopped = r));
@@ -167,6 +168,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     draining: () => supervisor.getSnapshot().matches("draining"),
     engines: node ? () => ({ redis: node.redis.up }) : undefined,
     storeUp: () => store.health().up,
+    waitingRetries: () => replays.waitingRetries(),
   });
 
   const settlements = createSettlements({
@@ -311,7 +313,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     rateCard: () => rateCard,
     settlements,
     quotas: quotaPolicy(config),
-    replays: createReplayCache({ now, backend: replayBackend }),
+    replays,
     sharedSlots: slots ?? undefined,
     engines: node ? () => ({ redis: node.redis.up }) : undefined,
     feedbackPerHour: config.feedbackPerHour,

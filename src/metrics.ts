@@ -104,6 +104,8 @@ export interface MetricsSources {
   engines?(): Record<string, boolean>;
   /** Whether the durable store's database answers (always on the embedded store). */
   storeUp?(): boolean;
+  /** Retries waiting for the result of an identical request in flight (docs/buyer-api.md). */
+  waitingRetries?(): number;
 }
 
 /** What routing shows in /metrics: gauges now, and counters since start. */
@@ -296,6 +298,14 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
     registers,
     collect() {
       this.set(sources.storeUp?.() === false ? 0 : 1);
+    },
+  });
+  new Gauge({
+    name: "gateway_retries_waiting",
+    help: "Buyer retries (x-stainless-retry-count >= 1) waiting for the result of an identical request still in flight, to replay it.",
+    registers,
+    collect() {
+      this.set(sources.waitingRetries?.() ?? 0);
     },
   });
   new Counter({

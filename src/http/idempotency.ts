@@ -116,6 +116,8 @@ export function createReplayCache(options: ReplayCacheOptions) {
   let seq = 0;
   let storedBytes = 0;
   let finished = 0;
+  /** Retries waiting for a result in flight (a gauge in /metrics). */
+  let waitingRetries = 0;
 
   /**
    * Whether a later request can still find `e`: a retry looks up only the latest request with its
@@ -185,13 +187,20 @@ export function createReplayCache(options: ReplayCacheOptions) {
     options.backend?.finished(e.keyId, e.fingerprint, result ? { fingerprint: e.fingerprint, ...result } : null);
     const waiters = e.waiters;
     e.waiters = null;
-    if (waiters) for (const w of waiters) w();
+    if (waiters) {
+      waitingRetries -= waiters.length;
+      for (const w of waiters) w();
+    }
     // Waiters hold the entry itself, so an unreachable one can go at once.
     if (!reachable(e)) forget(e);
     prune(e.at_ms);
   }
 
-  const settled = (e: Entry) => new Promise<void>((resolve) => (e.waiters ??= []).push(resolve));
+  const settled = (e: Entry) =>
+    new Promise<void>((resolve) => {
+      waitingRetries++;
+      (e.waiters ??= []).push(resolve);
+    });
 
   const replay = (e: Pick<Entry, "status" | "headers" | "body">): Response => {
     const headers = new Headers();
@@ -317,6 +326,8 @@ export function createReplayCache(options: ReplayCacheOptions) {
       options.backend?.started(fingerprint);
       return runFresh(null, fingerprint, start);
     },
+    /** Retries waiting now for the result of an identical request in flight (metrics and tests). */
+    waitingRetries: () => waitingRetries,
     /** Results held now (diagnostics and tests). */
     size: () => entries.size,
     /** In-flight results whose body is still being copied (diagnostics and tests). */

@@ -175,7 +175,8 @@ describe("retry marks without a key (x-stainless-retry-count ≥ 1)", () => {
     const first = chat(gw, account.apiKey, body, { "x-stainless-retry-count": "0" });
     await waitFor(() => gate.held === 1, 5000, "the first request held");
     const retry = chat(gw, account.apiKey, body, { "x-stainless-retry-count": "1" });
-    await Bun.sleep(50);
+    const waiting = async () => (await (await fetch(`${gw.url}/metrics`)).text()).includes("\ngateway_retries_waiting 1\n");
+    await waitFor(waiting, 5000, "the retry to wait for the first request");
     expect(provider.jobs.length - jobsBefore).toBe(1);
     gate.open();
     const [a, b] = await Promise.all([first, retry]);
