@@ -100,11 +100,12 @@ describe("scripted provider (independent signer)", () => {
   test("no prefix receipt: the full one is not settled on; the attempt waits for the pending deadline (no_receipt)", async () => {
     script = crossing(false, false);
     const before = await buyerBalance();
+    const superseded = gw.gateway.registry.ignoredReceipts.duplicate;
     expect(await firstDeltaThenAbort(MODEL)).toBe(CHUNKS[0]![0]);
     const requestId = provider.lastJob().request_id;
     await provider.attempt(requestId).cancelled();
-    // Well after the full receipt arrived, the attempt is still pending.
-    await Bun.sleep(PENDING_DEADLINE_MS / 3);
+    // Once the gateway has set the full receipt aside (counted, never judged), the attempt is still pending.
+    await waitFor(() => gw.gateway.registry.ignoredReceipts.duplicate > superseded, PENDING_DEADLINE_MS, "the full receipt to be set aside");
     expect((await gw.gateway.store.getSettlement(requestId, 0))?.label).toBe("pending");
     const row = await settledRow(gw, requestId, 0, PENDING_DEADLINE_MS + 4000);
     expect(row).toMatchObject({ label: "quarantined", reason: "no_receipt", debit_credits: 0 });
