@@ -5,7 +5,7 @@ import { afterEach, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import OpenAI, { APIError } from "openai";
 import { PROVIDER_CONNECT_PATH } from "../../src/compositionRoot.ts";
-import { collectJsonLines, MAIN, spawnProvider, tempDir, waitFor, type ProviderProcess, type TestGateway } from "../support/harness.ts";
+import { collectJsonLines, MAIN, spawnProvider, tempDir, waitFor, waitForRoutable, type ProviderProcess, type TestGateway } from "../support/harness.ts";
 
 const messages = [{ role: "user" as const, content: "Tell a slow story." }];
 
@@ -54,14 +54,8 @@ async function startProvider(gw: ServeProcess, tokensPerSecond: number): Promise
   const provider = spawnProvider(gw.asTestGateway, { id: "drain-prov", tokensPerSecond, maxConcurrency: 4 });
   cleanup.push(() => provider.kill());
   await provider.waitForEvent("welcome", undefined, 10_000);
-  // The gateway is in another process: ask its pool status until the provider is routable.
-  const deadline = performance.now() + 5000;
-  for (;;) {
-    const status = (await (await fetch(`${gw.asTestGateway.url}/v1/status`)).json()) as { capacity: { free_slots: number } };
-    if (status.capacity.free_slots > 0) return provider;
-    if (performance.now() > deadline) throw new Error("provider never became routable");
-    await Bun.sleep(10);
-  }
+  await waitForRoutable(gw.asTestGateway.url); // the gateway is another process
+  return provider;
 }
 
 /** Reads a raw SSE body to its end. */

@@ -2,7 +2,7 @@
 // prompt, the output and the API key never appear in anything the receiver gets.
 import { afterEach, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
-import { MAIN, tempDir, waitFor } from "../support/harness.ts";
+import { MAIN, tempDir, waitFor, waitForRoutable } from "../support/harness.ts";
 import { REDACTED } from "../../src/inspect.ts";
 import { gatewayMachine } from "../../actors/gateway.ts";
 import { providerSessionMachine } from "../../actors/providerSession.ts";
@@ -57,16 +57,14 @@ async function startDemoGateway(extra: string[]) {
 }
 
 async function complete(base: string, apiKey: string, prompt: string): Promise<string> {
-  for (let i = 0; i < 50; i++) {
-    const res = await fetch(`${base}/v1/chat/completions`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-      body: JSON.stringify({ model: "demo-chat", messages: [{ role: "user", content: prompt }], max_tokens: 12 }),
-    });
-    if (res.status === 200) return ((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content;
-    await Bun.sleep(50); // demo providers connect within milliseconds of the banner
-  }
-  throw new Error("no completion");
+  await waitForRoutable(base); // the demo providers connect just after the banner
+  const res = await fetch(`${base}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: "demo-chat", messages: [{ role: "user", content: prompt }], max_tokens: 12 }),
+  });
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content;
 }
 
 /** Every value under a `content` key anywhere in `value`. */

@@ -4,7 +4,7 @@
 // the provider is paid. The kill comes the moment the buyer has the last byte.
 import { afterAll, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
-import { modelHash, spawnGatewayProcess, tempDir, type GatewayProcess } from "../support/harness.ts";
+import { modelHash, spawnGatewayProcess, tempDir, waitForRoutable, type GatewayProcess } from "../support/harness.ts";
 import { ScriptedProvider, type Script } from "../support/scriptedProvider.ts";
 import { cli, expectedCharge, ledgerAudit, receiptsList } from "./support.ts";
 
@@ -77,7 +77,7 @@ test("delivered in full, then SIGKILL: after a restart each attempt waits for it
     const gw = await startServe();
     const provider = await ScriptedProvider.connect({ url: gw.wsUrl, id: "crash-prov", seed: SEED, models: [MODEL], inputTokens: INPUT_TOKENS, script: withholding });
     cleanup.push(() => provider.close());
-    await waitRoutable(gw);
+    await waitForRoutable(gw.url);
     const text = await deliverThenKill(gw, apiKey, stream);
     expect(text).toContain("delivered.");
     const job = provider.lastJob();
@@ -99,13 +99,3 @@ test("delivered in full, then SIGKILL: after a restart each attempt waits for it
   expect(ledgerAudit(dataDir).report.findings).toEqual([]);
 }, 60_000);
 
-/** Waits until the gateway (another process) has the provider routable. */
-async function waitRoutable(gw: GatewayProcess): Promise<void> {
-  const deadline = performance.now() + 5000;
-  for (;;) {
-    const status = (await (await fetch(`${gw.url}/v1/status`)).json()) as { capacity: { free_slots: number } };
-    if (status.capacity.free_slots > 0) return;
-    if (performance.now() > deadline) throw new Error("provider never became routable");
-    await Bun.sleep(10);
-  }
-}

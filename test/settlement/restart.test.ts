@@ -9,7 +9,7 @@ import { rmSync } from "node:fs";
 import OpenAI from "openai";
 import { databasePath } from "../../src/compositionRoot.ts";
 import { openStore } from "../../src/store/index.ts";
-import { modelHash, spawnGatewayProcess, tempDir, waitFor, type GatewayProcess } from "../support/harness.ts";
+import { modelHash, spawnGatewayProcess, tempDir, waitFor, waitForRoutable, type GatewayProcess } from "../support/harness.ts";
 import { ScriptedProvider, type Script } from "../support/scriptedProvider.ts";
 import { cli, expectedCharge, ledgerAudit, receiptsList } from "./support.ts";
 
@@ -42,17 +42,6 @@ async function startServe(): Promise<GatewayProcess> {
   return gw;
 }
 
-/** Waits until the gateway (another process) has the provider routable. */
-async function waitRoutable(gw: GatewayProcess): Promise<void> {
-  const deadline = performance.now() + 5000;
-  for (;;) {
-    const status = (await (await fetch(`${gw.url}/v1/status`)).json()) as { capacity: { free_slots: number } };
-    if (status.capacity.free_slots > 0) return;
-    if (performance.now() > deadline) throw new Error("provider never became routable");
-    await Bun.sleep(10);
-  }
-}
-
 /** Chunks, then `end` without its receipt (withheld). */
 const withholding: Script = (a) => {
   a.accept();
@@ -74,7 +63,7 @@ test("SIGKILL with settlements pending: after restart they resolve, reservations
     },
   ];
   const provider = await ScriptedProvider.connect({ url: first.wsUrl, id: "restart-prov", seed: SEED, models: [MODEL], inputTokens: INPUT_TOKENS, script: (a) => plan.shift()!(a) });
-  await waitRoutable(first);
+  await waitForRoutable(first.url);
   const client = new OpenAI({ apiKey, baseURL: first.baseURL, maxRetries: 0 });
 
   for (let i = 0; i < 2; i++) {

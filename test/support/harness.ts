@@ -97,6 +97,12 @@ export async function waitFor(predicate: () => boolean | Promise<boolean>, timeo
   }
 }
 
+/** Waits until the gateway at `url` (often another process) has a routable provider: free slots in /v1/status. */
+export function waitForRoutable(url: string, timeoutMs = 5000): Promise<void> {
+  const freeSlots = async () => ((await (await fetch(`${url}/v1/status`)).json()) as { capacity: { free_slots: number } }).capacity.free_slots;
+  return waitFor(async () => (await freeSlots()) > 0, timeoutMs, "a routable provider");
+}
+
 /** Waits until `n` providers are admitted and ready (idle slots) on the gateway. */
 export function waitForReadyProviders(gw: TestGateway, n: number, timeoutMs = 8000): Promise<void> {
   return waitFor(() => [...gw.gateway.registry.providerViews()].filter((v) => v.state === "ready").length >= n, timeoutMs, `${n} ready providers`);
