@@ -4,7 +4,7 @@
 // CSRF token; every action is logged; the token never appears in the logs.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
-import { MAIN, tempDir } from "../support/harness.ts";
+import { MAIN, tempDir, waitFor } from "../support/harness.ts";
 
 describe("operator console access", () => {
   let dataDir: string;
@@ -129,9 +129,9 @@ describe("operator console access", () => {
     const keyId = (JSON.parse(listed.split("\n")[0]!) as { key_id: string }).key_id;
     expect((await act({ action: "revokeKey", keyId })).status).toBe(200);
 
-    await Bun.sleep(200); // the log writer flushes once per event-loop turn
-    const actions = logs.split("\n").filter((l) => l.includes('"console_action"'));
-    expect(actions.map((l) => (JSON.parse(l) as { action: string }).action)).toEqual(["revokeKey", "drain", "ban", "unban", "revokeKey"]);
+    const actions = () => logs.split("\n").filter((l) => l.includes('"console_action"'));
+    await waitFor(() => actions().length >= 5, 5000, "the five console_action lines"); // the log writer flushes once per event-loop turn
+    expect(actions().map((l) => (JSON.parse(l) as { action: string }).action)).toEqual(["revokeKey", "drain", "ban", "unban", "revokeKey"]);
     expect(logs).toContain("console_login");
     expect(logs).not.toContain(token);
   });

@@ -17,7 +17,6 @@ const answer = (text: string): Script => (x) => {
   x.chunk(text, 1);
   x.end();
 };
-const late: (() => void)[] = [];
 
 beforeAll(async () => {
   gw = await startTestGateway({ hedgeAfterMs: 150, hedgeMaxPercent: 100, freeConcurrentRequests: 10, firstByteTimeoutMs: 10_000 });
@@ -30,7 +29,6 @@ beforeAll(async () => {
 
 afterEach(() => {
   scripts.clear();
-  while (late.length > 0) late.shift()!();
   gw.gateway.routing.reset();
 });
 
@@ -60,16 +58,19 @@ test("a silent first attempt is hedged; the hedge wins, the first is cancelled a
 });
 
 test("when the first attempt delivers first, the hedge is cancelled and loses", async () => {
-  // a-one answers after the hedge went out; b-two (the hedge) stays silent.
+  // a-one answers once the hedge reached b-two; b-two (the hedge) stays silent.
+  let answerFirst = () => {};
   scripts.set("a", (x) => {
     x.accept();
-    late.push(() => {});
-    setTimeout(() => {
+    answerFirst = () => {
       x.chunk("a", 1);
       x.end();
-    }, 400);
+    };
   });
-  scripts.set("b", (x) => x.accept());
+  scripts.set("b", (x) => {
+    x.accept();
+    answerFirst();
+  });
   const res = await client.chat.completions.create({ model: "m", messages, max_tokens: 8 });
   expect(res.choices[0]!.message.content).toBe("a");
   const requestId = a.lastJob().request_id;
