@@ -47,20 +47,24 @@ commands:
 operator commands read --data-dir DIR (env GATEWAY_DATA_DIR, default ./data), or with
 --database-url URL (env GATEWAY_DATABASE_URL) a cluster's PostgreSQL database.`;
 
-/** Pulls `--data-dir X` and `--database-url X` (either as `--name=X`) out of an operator command's argv. */
-function takeDataDir(argv: string[]): { dataDir: string; databaseUrl: string | undefined; rest: string[] } {
-  let dataDir = process.env.GATEWAY_DATA_DIR || "./data";
-  let databaseUrl = process.env.GATEWAY_DATABASE_URL || undefined;
+/** Pulls `--NAME X` and `--NAME=X` of each of `names` out of an operator command's argv; the last one given wins. */
+function takeFlags<N extends string>(argv: readonly string[], names: readonly N[]): { flags: Partial<Record<N, string>>; rest: string[] } {
+  const flags: Partial<Record<N, string>> = {};
   const rest: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
-    if (arg === "--data-dir" && argv[i + 1] !== undefined) dataDir = argv[++i]!;
-    else if (arg.startsWith("--data-dir=")) dataDir = arg.slice("--data-dir=".length);
-    else if (arg === "--database-url" && argv[i + 1] !== undefined) databaseUrl = argv[++i]!;
-    else if (arg.startsWith("--database-url=")) databaseUrl = arg.slice("--database-url=".length);
-    else rest.push(arg);
+    const name = names.find((n) => (arg === `--${n}` && argv[i + 1] !== undefined) || arg.startsWith(`--${n}=`));
+    if (name === undefined) rest.push(arg);
+    else flags[name] = arg === `--${name}` ? argv[++i]! : arg.slice(`--${name}=`.length);
   }
-  return { dataDir, databaseUrl, rest };
+  return { flags, rest };
+}
+
+/** `--data-dir` (env GATEWAY_DATA_DIR, default ./data) and `--database-url` (env GATEWAY_DATABASE_URL). */
+function takeDataDir(argv: string[]): { dataDir: string; databaseUrl: string | undefined; rest: string[] } {
+  const { flags, rest } = takeFlags(argv, ["data-dir", "database-url"]);
+  const dataDir = flags["data-dir"] ?? (process.env.GATEWAY_DATA_DIR || "./data");
+  return { dataDir, databaseUrl: flags["database-url"] ?? (process.env.GATEWAY_DATABASE_URL || undefined), rest };
 }
 
 /** The store an operator command works on: the cluster's PostgreSQL database, or the data dir's SQLite file. */
@@ -70,17 +74,10 @@ async function openOperatorStore(dataDir: string, databaseUrl: string | undefine
   return asyncStore(openStore(databasePath(dataDir), { keyPrefix }));
 }
 
-/** Pulls `--redis-url X` / `--redis-url=X` out of an operator command's argv (env GATEWAY_REDIS_URL). */
+/** `--redis-url` (env GATEWAY_REDIS_URL). */
 function takeRedisUrl(argv: string[]): { redisUrl: string | undefined; rest: string[] } {
-  let redisUrl = process.env.GATEWAY_REDIS_URL || undefined;
-  const rest: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === "--redis-url" && argv[i + 1] !== undefined) redisUrl = argv[++i]!;
-    else if (arg.startsWith("--redis-url=")) redisUrl = arg.slice("--redis-url=".length);
-    else rest.push(arg);
-  }
-  return { redisUrl, rest };
+  const { flags, rest } = takeFlags(argv, ["redis-url"]);
+  return { redisUrl: flags["redis-url"] ?? (process.env.GATEWAY_REDIS_URL || undefined), rest };
 }
 
 async function runOperator(run: (argv: readonly string[], ctx: OperatorContext) => Promise<number>, argv: string[]): Promise<number> {

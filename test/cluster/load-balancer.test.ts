@@ -4,29 +4,17 @@
 // delta arrives long before the last). Skipped visibly when nginx is not installed.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { waitFor } from "../support/harness.ts";
-import { clusterMissing } from "../support/cluster.ts";
-import { startCluster, type ClusterNodeProcess, type TestCluster } from "../support/cluster.ts";
+import { clusterMissing, startCluster, type ClusterNodeProcess, type TestCluster } from "../support/cluster.ts";
+import { freePort } from "../support/ports.ts";
 
 const NGINX = Bun.which("nginx") ?? (Bun.file("/usr/sbin/nginx").size > 0 ? "/usr/sbin/nginx" : null);
 const missing = clusterMissing ?? (NGINX ? null : "nginx is not installed (apt-get install nginx-light)");
 if (missing) console.warn(`[skipped] load balancer test: ${missing}`);
 const MODEL = "lb-model";
 const CONFIG = join(import.meta.dir, "../../deploy/nginx-cluster.conf");
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as { port: number }).port;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** The shipped config with this test's nodes and port: only the lines marked @nodes / @listen change. */
 function configFor(nodes: ClusterNodeProcess[], port: number): string {

@@ -75,7 +75,7 @@ describe("gateway backup (CLI) against a running gateway", () => {
     let written = 0;
     while (proc.exitCode === null) {
       gw.gateway.store.createAccount({ name: `during-${written++}`, tier: "free" });
-      await Bun.sleep(1);
+      await Bun.sleep(1); // on purpose: a steady writer, about one account a millisecond, while the backup runs
     }
     expect(await proc.exited).toBe(0);
     const printed = JSON.parse(await new Response(proc.stdout).text());

@@ -4,32 +4,18 @@
 // loopback with random ports; SIGKILL is a real kill -9.
 import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { collectJsonLines, MAIN, modelHash, tempDir, waitFor } from "./harness.ts";
+import { listeningAddress, MAIN, modelHash, spawnLogging, tempDir, waitFor, type GatewayProcess, type ProviderProcess } from "./harness.ts";
 import { postgresMissing, sharedPostgres } from "./postgres.ts";
 import { redisMissing, startRedis, type TestRedis } from "./redis.ts";
 
 /** Why a cluster cannot be started here (tests skip themselves), or null. */
 export const clusterMissing: string | null = redisMissing ?? postgresMissing;
 
-export interface ClusterNodeProcess {
+export interface ClusterNodeProcess extends GatewayProcess {
   name: string;
-  proc: ReturnType<typeof Bun.spawn>;
-  port: number;
-  url: string;
-  baseURL: string;
-  wsUrl: string;
-  events: Record<string, unknown>[];
-  waitForEvent(event: string, predicate?: (e: Record<string, unknown>) => boolean, timeoutMs?: number): Promise<Record<string, unknown>>;
-  kill(): Promise<void>;
 }
 
-export interface ClusterProviderProcess {
-  id: string;
-  proc: ReturnType<typeof Bun.spawn>;
-  events: Record<string, unknown>[];
-  waitForEvent(event: string, predicate?: (e: Record<string, unknown>) => boolean, timeoutMs?: number): Promise<Record<string, unknown>>;
-  kill(): Promise<void>;
-}
+export type ClusterProviderProcess = ProviderProcess;
 
 export interface TestCluster {
   redis: TestRedis;
@@ -53,12 +39,6 @@ export interface ClusterOptions {
   extraArgs?: string[];
 }
 
-const waitForEventIn = async (events: Record<string, unknown>[], event: string, predicate: (e: Record<string, unknown>) => boolean, timeoutMs: number) => {
-  let found: Record<string, unknown> | undefined;
-  await waitFor(() => (found = events.find((e) => e.event === event && predicate(e))) !== undefined, timeoutMs, `event ${event}`);
-  return found!;
-};
-
 export async function startCluster(options: ClusterOptions): Promise<TestCluster> {
   const redis = await startRedis();
   const databaseUrl = await (await sharedPostgres()).freshDatabase();
@@ -80,35 +60,9 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
   async function startNode(name: string): Promise<ClusterNodeProcess> {
     const args = ["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", "--database-url", databaseUrl, "--redis-url", redis.url, "--node-id", name];
     args.push("--cluster-lease-ms", String(leaseMs), "--settlement-mode", "enforce", "--heartbeat-interval-ms", "500", ...(options.extraArgs ?? []));
-    const proc = Bun.spawn(args, { stdout: "pipe", stderr: "pipe" });
-    const events: Record<string, unknown>[] = [];
-    collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
-    const kill = async () => {
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
-      await proc.exited;
-    };
-    procs.push({ kill });
-    try {
-      await waitFor(() => events.some((e) => e.event === "cluster_joined") || proc.exitCode !== null, 30_000, `node ${name} joined`);
-    } catch (e) {
-      await kill();
-      throw e;
-    }
-    const listening = events.find((e) => e.event === "gateway_listening");
-    if (!listening) throw new Error(`node ${name} exited: ${await new Response(proc.stderr as ReadableStream).text()}`);
-    const port = listening.port as number;
-    const url = `http://127.0.0.1:${port}`;
-    return {
-      name,
-      proc,
-      port,
-      url,
-      baseURL: `${url}/v1`,
-      wsUrl: `ws://127.0.0.1:${port}/v1/provider/connect`,
-      events,
-      waitForEvent: (event, predicate = () => true, timeoutMs = 5000) => waitForEventIn(events, event, predicate, timeoutMs),
-      kill,
-    };
+    const child = spawnLogging(args);
+    procs.push(child);
+    return { name, ...child, ...(await listeningAddress(child, "cluster_joined", 30_000, `node ${name}`)) };
   }
 
   const nodes: ClusterNodeProcess[] = [];
@@ -127,24 +81,13 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
       args.push("--max-concurrency", String(o.maxConcurrency ?? 4), "--synthetic-ttft-ms", String(o.ttftMs ?? 0));
       args.push("--synthetic-tokens-per-second", String(o.tokensPerSecond ?? 500));
       for (const m of o.models ?? models) args.push("--model", `${m}=${modelHash(m)}`);
-      const proc = Bun.spawn(args, { stdout: "pipe", stderr: "pipe" });
-      const events: Record<string, unknown>[] = [];
-      collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
-      const kill = async () => {
-        if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
-        await proc.exited;
-      };
-      procs.push({ kill });
-      return { id: o.id, proc, events, waitForEvent: (event, predicate = () => true, timeoutMs = 5000) => waitForEventIn(events, event, predicate, timeoutMs), kill };
+      const child = spawnLogging(args);
+      procs.push(child);
+      return { id: o.id, ...child };
     },
     async waitRoutable(node, n, timeoutMs = 30_000) {
-      const deadline = performance.now() + timeoutMs;
-      for (;;) {
-        const health = (await (await fetch(`${node.url}/healthz`)).json()) as { providers_admitted: number };
-        if (health.providers_admitted >= n) return;
-        if (performance.now() > deadline) throw new Error(`${node.url}: ${health.providers_admitted} of ${n} providers routable`);
-        await Bun.sleep(20);
-      }
+      const admitted = async () => ((await (await fetch(`${node.url}/healthz`)).json()) as { providers_admitted: number }).providers_admitted;
+      await waitFor(async () => (await admitted()) >= n, timeoutMs, `${n} providers routable at ${node.url}`);
     },
     async close() {
       for (const p of procs.reverse()) await p.kill();

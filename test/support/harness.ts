@@ -139,13 +139,38 @@ export interface ProviderProcessOptions {
   engine?: "synthetic" | "openai";
 }
 
-export interface ProviderProcess {
-  id: string;
+/** A child process whose stdout is JSON log lines (`gateway serve`, `gateway provider`). */
+export interface LoggingProcess {
   proc: ReturnType<typeof Bun.spawn>;
   /** Parsed JSON log lines, as they arrive. */
   events: Record<string, unknown>[];
   waitForEvent(event: string, predicate?: (e: Record<string, unknown>) => boolean, timeoutMs?: number): Promise<Record<string, unknown>>;
+  /** SIGKILL (unless it has exited), and wait for the exit. */
   kill(): Promise<void>;
+}
+
+/** Spawns `args` with piped output, collecting its stdout's JSON log lines. */
+export function spawnLogging(args: string[]): LoggingProcess {
+  const proc = Bun.spawn(args, { stdout: "pipe", stderr: "pipe" });
+  const events: Record<string, unknown>[] = [];
+  collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
+  return {
+    proc,
+    events,
+    async waitForEvent(event, predicate = () => true, timeoutMs = 5000) {
+      let found: Record<string, unknown> | undefined;
+      await waitFor(() => (found = events.find((e) => e.event === event && predicate(e))) !== undefined, timeoutMs, `event ${event}`);
+      return found!;
+    },
+    async kill() {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
+      await proc.exited;
+    },
+  };
+}
+
+export interface ProviderProcess extends LoggingProcess {
+  id: string;
 }
 
 export function spawnProvider(gw: TestGateway, o: ProviderProcessOptions): ProviderProcess {
@@ -178,35 +203,35 @@ export function spawnProvider(gw: TestGateway, o: ProviderProcessOptions): Provi
     ...(o.fault ? ["--synthetic-fault", o.fault] : []),
     ...(o.extraArgs ?? []),
   ];
-  const proc = Bun.spawn(args, { stdout: "pipe", stderr: "pipe" });
-  const events: Record<string, unknown>[] = [];
-  collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
-  return {
-    id: o.id,
-    proc,
-    events,
-    async waitForEvent(event, predicate = () => true, timeoutMs = 5000) {
-      let found: Record<string, unknown> | undefined;
-      await waitFor(() => (found = events.find((e) => e.event === event && predicate(e))) !== undefined, timeoutMs, `provider event ${event}`);
-      return found!;
-    },
-    async kill() {
-      proc.kill("SIGKILL");
-      await proc.exited;
-    },
-  };
+  return { id: o.id, ...spawnLogging(args) };
 }
 
-export interface GatewayProcess {
-  proc: ReturnType<typeof Bun.spawn>;
+/** Where a gateway listens. */
+export interface GatewayAddress {
   port: number;
   url: string;
   baseURL: string;
   wsUrl: string;
-  /** Parsed JSON log lines of the child's stdout, as they arrive. */
-  events: Record<string, unknown>[];
-  /** SIGKILL, and wait for the exit. */
-  kill(): Promise<void>;
+}
+
+export interface GatewayProcess extends LoggingProcess, GatewayAddress {}
+
+/**
+ * Where a `gateway serve` child listens (its `gateway_listening` line), once it logged `readyEvent`.
+ * A child that never does is killed; one that exited first is an error with its stderr.
+ */
+export async function listeningAddress(p: LoggingProcess, readyEvent: string, timeoutMs: number, what = "gateway"): Promise<GatewayAddress> {
+  try {
+    await waitFor(() => p.events.some((e) => e.event === readyEvent) || p.proc.exitCode !== null, timeoutMs, `${what}: ${readyEvent}`);
+  } catch (e) {
+    await p.kill();
+    throw e;
+  }
+  const listening = p.events.find((e) => e.event === "gateway_listening");
+  if (!listening) throw new Error(`${what} exited with ${p.proc.exitCode}: ${await new Response(p.proc.stderr as ReadableStream).text()}`);
+  const port = listening.port as number;
+  const url = `http://127.0.0.1:${port}`;
+  return { port, url, baseURL: `${url}/v1`, wsUrl: `ws://127.0.0.1:${port}${PROVIDER_CONNECT_PATH}` };
 }
 
 /**
@@ -214,29 +239,6 @@ export interface GatewayProcess {
  * real process: signals, restarts on the same data dir. Resolves once it logged `gateway_listening`.
  */
 export async function spawnGatewayProcess(dataDir: string, extraArgs: string[] = [], timeoutMs = 10_000): Promise<GatewayProcess> {
-  const proc = Bun.spawn(["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", ...extraArgs], { stdout: "pipe", stderr: "pipe" });
-  const events: Record<string, unknown>[] = [];
-  collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
-  try {
-    await waitFor(() => events.some((e) => e.event === "gateway_listening") || proc.exitCode !== null, timeoutMs, "gateway_listening");
-  } catch (e) {
-    proc.kill("SIGKILL");
-    throw e;
-  }
-  const listening = events.find((e) => e.event === "gateway_listening");
-  if (!listening) throw new Error(`gateway exited with ${proc.exitCode}: ${await new Response(proc.stderr as ReadableStream).text()}`);
-  const port = listening.port as number;
-  const url = `http://127.0.0.1:${port}`;
-  return {
-    proc,
-    port,
-    url,
-    baseURL: `${url}/v1`,
-    wsUrl: `ws://127.0.0.1:${port}${PROVIDER_CONNECT_PATH}`,
-    events,
-    async kill() {
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
-      await proc.exited;
-    },
-  };
+  const child = spawnLogging(["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", ...extraArgs]);
+  return { ...child, ...(await listeningAddress(child, "gateway_listening", timeoutMs)) };
 }

@@ -6,10 +6,10 @@
 
 import { spawnSync } from "node:child_process";
 import { chmodSync, chownSync, existsSync, mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { migratePostgres } from "../../src/store/postgres/index.ts";
+import { freePort } from "./ports.ts";
 
 const BIN = process.env.GATEWAY_TEST_PG_BIN ?? "/usr/lib/postgresql/15/bin";
 
@@ -41,18 +41,6 @@ export interface PostgresServer {
   start(): void;
   /** Stops the server and removes its data directory. */
   destroy(): void;
-}
-
-/** A port free on 127.0.0.1 right now (the OS picks it). */
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === "object" && address ? address.port : 0));
-    });
-  });
 }
 
 /** Runs a PostgreSQL binary as the `postgres` user when we are root, else as ourselves. */

@@ -3,7 +3,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createServer } from "node:net";
+import { freePort } from "./ports.ts";
 
 export const REDIS_SERVER = Bun.which("redis-server") ?? (Bun.file("/usr/bin/redis-server").size > 0 ? "/usr/bin/redis-server" : null);
 
@@ -22,18 +22,6 @@ export interface TestRedis {
   /** Starts a killed server again on the same port (empty: it never saved anything). */
   restart(): Promise<void>;
   stop(): Promise<void>;
-}
-
-/** A free loopback TCP port: Redis takes no port 0, so one is found by binding and releasing it. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as { port: number }).port;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 async function ping(port: number): Promise<boolean> {
