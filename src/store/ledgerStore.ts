@@ -12,6 +12,7 @@ import type { Database, Statement } from "bun:sqlite";
 import { createHash } from "node:crypto";
 import { buyerAccount, chargeAllowed, FUNDING_ACCOUNT, payingAccount, PLATFORM_ACCOUNT, PROMOTION_ACCOUNT, providerAccount } from "../ledger/charges.ts";
 import { priceUsage, type Charge } from "../ledger/money.ts";
+import { heldReservation, toReservation, toSettlement } from "./rowMapping.ts";
 import type {
   DeliveredRecord,
   LedgerAccountKind,
@@ -21,7 +22,6 @@ import type {
   NewAttempt,
   PostingRow,
   ReceiptDisposition,
-  ReservationRow,
   ReserveInput,
   ReserveResult,
   SettleInput,
@@ -57,56 +57,6 @@ interface DeliveredColumns {
   delivered_tool_call_bytes: number | null;
   reported_input_tokens: number | null;
 }
-
-function toSettlement(r: SettlementDbRow): SettlementRow {
-  const delivered: DeliveredRecord | null =
-    r.delivered_output_hash === null
-      ? null
-      : {
-          output_hash: r.delivered_output_hash,
-          start_byte: r.delivered_start_byte ?? 0,
-          end_byte: r.delivered_end_byte ?? 0,
-          tokens: r.delivered_tokens ?? 0,
-          terminal_state: r.delivered_terminal_state ?? "",
-          finish_reason: r.delivered_finish_reason,
-          tool_calls_delivered: r.delivered_tool_calls === 1,
-          tool_call_bytes: r.delivered_tool_call_bytes,
-          reported_input_tokens: r.reported_input_tokens,
-        };
-  return {
-    request_id: r.request_id,
-    attempt_n: r.attempt_n,
-    provider_id: r.provider_id,
-    account_id: r.account_id,
-    payer: r.payer,
-    mode: r.mode,
-    rates: {
-      prompt_credits_per_million: r.prompt_credits_per_million,
-      completion_credits_per_million: r.completion_credits_per_million,
-      provider_share_bps: r.provider_share_bps,
-    },
-    label: r.label,
-    reason: r.reason,
-    accepted_model_hash: r.accepted_model_hash,
-    delivered,
-    ended_at_ms: r.ended_at_ms,
-    pending_deadline_at_ms: r.pending_deadline_at_ms,
-    receipt: r.receipt ?? r.receipt_envelope ?? null,
-    receipt_received_at_ms: r.receipt_received_at_ms,
-    billed_prompt_tokens: r.billed_prompt_tokens,
-    billed_completion_tokens: r.billed_completion_tokens,
-    debit_credits: r.debit_credits,
-    provider_credits: r.provider_credits,
-    platform_credits: r.platform_credits,
-    created_at_ms: r.created_at_ms,
-    settled_at_ms: r.settled_at_ms,
-  };
-}
-
-interface ReservationDbRow extends Omit<ReservationRow, "request_ended"> {
-  request_ended: number;
-}
-const toReservation = (r: ReservationDbRow): ReservationRow => ({ ...r, request_ended: r.request_ended === 1 });
 
 /** A delivered record as settlement columns, in the order of DELIVERED_COLUMNS. */
 const deliveredColumns = (d: DeliveredRecord, ended_at_ms: number, pending_deadline_at_ms: number) => ({
@@ -400,22 +350,7 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
       if (available < input.credits) return { ok: false, code: "insufficient_balance", available_credits: available };
     }
     q.insertReservation.run(input.request_id, input.account_id, input.payer, input.day, input.tokens, input.credits, now_ms);
-    // The new row, as the schema's defaults make it (not read back).
-    const reservation: ReservationRow = {
-      request_id: input.request_id,
-      account_id: input.account_id,
-      payer: input.payer,
-      day: input.day,
-      tokens: input.tokens,
-      credits: input.credits,
-      state: "held",
-      request_ended: false,
-      used_tokens: 0,
-      used_credits: 0,
-      created_at_ms: now_ms,
-      resolved_at_ms: null,
-    };
-    return { ok: true, reservation };
+    return { ok: true, reservation: heldReservation(input, now_ms) };
   }).immediate;
 
   const markRequestEndedTx = db.transaction((request_id: string, now_ms: number) => {
@@ -508,7 +443,7 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
     },
 
     getReservation(request_id) {
-      const row = q.selectReservation.get(request_id) as ReservationDbRow | null;
+      const row = q.selectReservation.get(request_id) as object | null;
       return row === null ? null : toReservation(row);
     },
 
@@ -562,9 +497,7 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
             )
             .all() as (SettlementDbRow & { snapshot_json: string | null; snapshot_digest: string | null })[]
         ).map((r) => ({ ...toSettlement(r), snapshot_json: r.snapshot_json, snapshot_digest: r.snapshot_digest }));
-        const reservations = (db.query("SELECT * FROM reservations ORDER BY created_at_ms").all() as ReservationDbRow[]).map(
-          toReservation,
-        );
+        const reservations = (db.query("SELECT * FROM reservations ORDER BY created_at_ms").all() as object[]).map(toReservation);
         return {
           postings: postings.map((p) => ({ ...p, sealed: p.sealed === 1, entries: byPosting.get(p.id) ?? [] })),
           settlements,

@@ -19,13 +19,13 @@ import type {
   LedgerBalance,
   NewAttempt,
   PostingRow,
-  ReservationRow,
   ReserveInput,
   ReserveResult,
   SettleInput,
   SettleResult,
 } from "../ledgerTypes.ts";
 import type { AsyncStore } from "../asyncStore.ts";
+import { heldReservation } from "../rowMapping.ts";
 import { num, toReservation, toSettlement } from "./rows.ts";
 
 type Tx = SQL;
@@ -285,21 +285,7 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
         }
         await tx`INSERT INTO reservations (request_id, account_id, payer, day, tokens, credits, created_at_ms)
           VALUES (${input.request_id}, ${input.account_id}, ${input.payer}, ${input.day}, ${input.tokens}, ${input.credits}, ${now_ms})`;
-        const reservation: ReservationRow = {
-          request_id: input.request_id,
-          account_id: input.account_id,
-          payer: input.payer,
-          day: input.day,
-          tokens: input.tokens,
-          credits: input.credits,
-          state: "held",
-          request_ended: false,
-          used_tokens: 0,
-          used_credits: 0,
-          created_at_ms: now_ms,
-          resolved_at_ms: null,
-        };
-        return { ok: true, reservation };
+        return { ok: true, reservation: heldReservation(input, now_ms) };
       });
     },
 
