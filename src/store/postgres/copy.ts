@@ -83,27 +83,26 @@ export async function copySqliteToPostgres(source: Database, url: string): Promi
           );
         }
         // The copy must reproduce every balance and every held sum exactly, or nothing commits.
-        const before = source
-          .query("SELECT account_id, SUM(amount) AS balance FROM ledger_entries GROUP BY account_id ORDER BY account_id")
-          .all() as { account_id: string; balance: number }[];
-        const after = new Map(
-          ((await tx`SELECT account_id, balance FROM ledger_account_totals`) as Row[]).map((r) => [r.account_id as string, Number(r.balance)]),
-        );
-        for (const b of before) {
-          if (after.get(b.account_id) !== b.balance) {
-            throw new CopyMismatch(`balance of ${b.account_id}: ${b.balance} in SQLite, ${after.get(b.account_id)} after the copy`);
+        /** Checks each account's total in SQLite against the copy's; returns how many accounts it checked. */
+        const sameTotals = async (what: string, inSqlite: string, copied: Promise<unknown>): Promise<number> => {
+          const after = new Map(((await copied) as Row[]).map((r) => [r.account_id as string, Number(r.total)]));
+          const before = source.query(inSqlite).all() as { account_id: string; total: number }[];
+          for (const b of before) {
+            if (after.get(b.account_id) !== b.total) throw new CopyMismatch(`${what} of ${b.account_id}: ${b.total} in SQLite, ${after.get(b.account_id)} after the copy`);
           }
-        }
-        const heldBefore = source
-          .query("SELECT account_id, SUM(credits) AS c FROM reservations WHERE payer = 'buyer' AND state = 'held' GROUP BY account_id")
-          .all() as { account_id: string; c: number }[];
-        const heldAfter = new Map(
-          ((await tx`SELECT account_id, held_credits FROM reservation_holds`) as Row[]).map((r) => [r.account_id as string, Number(r.held_credits)]),
+          return before.length;
+        };
+        const balances = await sameTotals(
+          "balance",
+          "SELECT account_id, SUM(amount) AS total FROM ledger_entries GROUP BY account_id ORDER BY account_id",
+          tx`SELECT account_id, balance AS total FROM ledger_account_totals`,
         );
-        for (const h of heldBefore) {
-          if (heldAfter.get(h.account_id) !== h.c) throw new CopyMismatch(`held credits of ${h.account_id} differ after the copy`);
-        }
-        return { ok: true as const, rows, balances: before.length };
+        await sameTotals(
+          "held credits",
+          "SELECT account_id, SUM(credits) AS total FROM reservations WHERE payer = 'buyer' AND state = 'held' GROUP BY account_id",
+          tx`SELECT account_id, held_credits AS total FROM reservation_holds`,
+        );
+        return { ok: true as const, rows, balances };
       });
     } catch (error) {
       if (error instanceof CopyMismatch) return { ok: false, code: "mismatch", message: error.message };
