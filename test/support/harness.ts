@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createHash } from "node:crypto";
 import { loadConfig, type GatewayConfig } from "../../src/config/index.ts";
-import { silentLog } from "../../src/log.ts";
+import { silentLog, type Log } from "../../src/log.ts";
 import type { CatalogModel } from "../../src/catalog/index.ts";
 import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "../../src/compositionRoot.ts";
 import { sharedPostgres } from "./postgres.ts";
@@ -54,6 +54,8 @@ export const catalogModel = (modelId: string, extra: Partial<CatalogModel> = {})
 export interface TestGatewayOptions {
   /** Model ids put in the signed catalog at start (with modelHash hashes). */
   catalog?: readonly (string | CatalogModel)[];
+  /** The gateway's log; default silent. */
+  log?: Log;
 }
 
 /**
@@ -69,7 +71,7 @@ export async function startTestGateway(overrides: Partial<GatewayConfig> = {}, o
   const databaseUrl = process.env.GATEWAY_TEST_STORE === "postgres" ? await (await sharedPostgres()).freshDatabase() : undefined;
   const config: GatewayConfig = { ...loaded.config, port: 0, dataDir, databaseUrl, logLevel: "error", settlementMode: "observe", ...overrides };
   const catalogModels = options.catalog?.map((m) => (typeof m === "string" ? catalogModel(m) : m));
-  const gateway = await startGateway(config, { log: silentLog, catalogModels });
+  const gateway = await startGateway(config, { log: options.log ?? silentLog, catalogModels });
   liveGateways.add(gateway);
   const { account_id } = await gateway.store.createAccount({ name: "test", tier: "free" });
   const { api_key } = await gateway.store.createApiKey({ account_id });
