@@ -2,6 +2,7 @@
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { createActor, type InspectionEvent } from "xstate";
+import type { Serve, Server } from "bun";
 import { gatewayMachine } from "../actors/gateway.ts";
 import type { GatewayConfig } from "./config/index.ts";
 import { admitProvider } from "./gateway/admission.ts";
@@ -15,12 +16,12 @@ import { createBuyerSurface } from "./http/signup/index.ts";
 import { errorResponse, errorTable, gatewayError } from "./http/errors.ts";
 import { createLog, type Log } from "./log.ts";
 import { createPrometheusMetrics, type PrometheusMetrics } from "./metrics.ts";
-import { openStore, type Store } from "./store/index.ts";
+import { openStore, type Store, type StoreOptions } from "./store/index.ts";
 import { looseModes } from "./store/dataDir.ts";
 import { pollCatalog, startCatalog, type CatalogLive, type CatalogModel } from "./catalog/index.ts";
 import { buildRateCard, RateRowConfig } from "./ledger/index.ts";
 import { createSettlements, type Settlements } from "./gateway/settlements.ts";
-import { workerJudge } from "./receipts/judge.ts";
+import { workerJudge, type ReceiptJudge } from "./receipts/judge.ts";
 import { hexId, timeOrderedId } from "./gateway/ids.ts";
 import { CONSOLE_PATH, createConsole, teeMetrics } from "./console/index.ts";
 
@@ -35,6 +36,26 @@ export interface GatewayPorts {
   monotonicNow?: () => number;
   /** Models added to (or updated in) the signed catalog at start, e.g. the demo's. */
   catalogModels?: readonly CatalogModel[];
+  /** Every timer of the gateway (actors' delays, end-of-turn commits, polls); default the real ones. */
+  timers?: GatewayTimers;
+  /** Where receipts are judged; default a worker thread (src/receipts/judge.ts). */
+  judge?: ReceiptJudge;
+  /** The listening socket: HTTP and provider WebSockets; default Bun.serve. */
+  serve?: (options: Serve.Options<SocketData>) => Pick<Server<SocketData>, "port" | "stop">;
+  /** How the store schedules and makes its group commits durable (the simulation's, test/sim/). */
+  storeHooks?: Pick<StoreOptions, "endOfTurn" | "lazyCommitTimer" | "syncWal" | "commitFails">;
+}
+
+/**
+ * The gateway's timers as one port, so a simulation (test/sim/) drives them all from its own clock.
+ * `setImmediate`: runs at the end of the current event-loop turn.
+ */
+export interface GatewayTimers {
+  setTimeout(run: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+  setInterval(run: () => void, ms: number): unknown;
+  clearInterval(handle: unknown): void;
+  setImmediate(run: () => void): void;
 }
 
 export interface RunningGateway {
@@ -47,6 +68,8 @@ export interface RunningGateway {
   settlements: Settlements;
   /** This gateway's own metrics (its own prom-client Registry). */
   metrics: PrometheusMetrics;
+  /** Buyer requests whose actor is still running. */
+  liveRequests: () => number;
   /** The HTTP routes mounted (method, path, hidden from the API reference or not). */
   httpRoutes: () => { method: string; path: string; hidden: boolean }[];
   /** Stops taking requests, tells providers to drain, resolves when idle or the grace period ends. */
@@ -80,7 +103,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     log.warn("data_dir_mode_loose", { ...loose, hint: `chmod ${loose.expected.slice(1)} ${loose.path}` });
   }
   // Group commit: the request path's ledger writes share one durable commit per event-loop turn.
-  const store = openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, groupCommit: true });
+  const store = openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, groupCommit: true, ...ports.storeHooks });
   const gatewaySecret = store.getOrCreateSecret("gateway_hmac", 32);
   const catalogStart = startCatalog({ dataDir: config.dataDir, store, now, random, models: ports.catalogModels });
   if (!catalogStart.ok) {
@@ -96,7 +119,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   }
   const rateCard = builtCard.card;
   const buyerSurface = createBuyerSurface({ config, store, gatewaySecret, now, randomBytes: random, log });
-  const registry = new Registry();
+  const timers = ports.timers;
+  const registry = new Registry(timers?.setImmediate);
 
   let stopped: () => void = () => {};
   const stoppedPromise = new Promise<void>((r) => (stopped = r));
@@ -110,7 +134,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
       },
       delays: { drainGrace: config.drainGraceMs },
     }),
-    { inspect: ports.inspect },
+    { inspect: ports.inspect, ...(timers ? { clock: timers } : {}) },
   ).start();
   const accepting = () => supervisor.getSnapshot().matches("running");
   const monotonicNow = ports.monotonicNow ?? (() => performance.now());
@@ -135,7 +159,8 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     log,
     inspect: ports.inspect,
     onSettled: (label) => metrics.settlementLabelled(label),
-    judge: workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
+    judge: ports.judge ?? workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
+    clock: timers,
   });
   // The operator console (/console) sees what the metrics see: the prometheus port, teed.
   const operatorConsole = createConsole({
@@ -151,8 +176,10 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
   const metrics = teeMetrics(prometheus, operatorConsole.live);
   const resumed = settlements.resumePending();
   if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
-  const stopCatalogPoll = pollCatalog(catalog, (result) =>
-    log.info("catalog_reloaded", { ok: result.ok, catalog_id: catalog.current()?.catalog_id ?? null }),
+  const stopCatalogPoll = pollCatalog(
+    catalog,
+    (result) => log.info("catalog_reloaded", { ok: result.ok, catalog_id: catalog.current()?.catalog_id ?? null }),
+    { timers },
   );
 
   const runner = createRequestRunner({
@@ -163,6 +190,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     streamIdleTimeoutMs: config.streamIdleTimeoutMs,
     requestDeadlineMs: config.requestDeadlineMs,
     inspect: ports.inspect,
+    actorClock: timers,
     onClosed: () => {
       if (!accepting()) supervisor.send({ type: "request.closed" });
     },
@@ -243,9 +271,11 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     },
     inspect: ports.inspect,
     log,
+    clock: timers,
   });
 
-  const server = Bun.serve<SocketData>({
+  const serve = ports.serve ?? ((options: Serve.Options<SocketData>) => Bun.serve<SocketData>(options));
+  const server = serve({
     port: config.port,
     hostname: config.host,
     // Routes stop reading at maxBodyBytes and answer with the error envelope; this is only the
@@ -282,6 +312,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     catalog,
     settlements,
     metrics,
+    liveRequests: () => runner.liveRequests(),
     httpRoutes: handleHttp.routes,
     async drain() {
       supervisor.send({ type: "gateway.drain", liveRequests: runner.liveRequests() });

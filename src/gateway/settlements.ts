@@ -2,7 +2,7 @@
 // before dispatch, the delivered prefix measured as chunks reach the buyer, receipts judged by the pure
 // verifier, one `settlement` actor per attempt, and each outcome written to the ledger in one
 // transaction. This file composes the parts under src/gateway/settlement/.
-import { createActor, type InspectionEvent } from "xstate";
+import { createActor, type ActorOptions, type AnyActorLogic, type InspectionEvent } from "xstate";
 import { settlementLogic } from "../../actors/settlement.ts";
 import type { CatalogState } from "../catalog/state.ts";
 import type { NormalizedChat } from "../chat/contract.ts";
@@ -38,6 +38,8 @@ export interface SettlementDeps {
   onSettled?: (label: FinalLabel) => void;
   /** Where receipts are judged (default: on this thread, src/receipts/judge.ts). Stopped with the settlements. */
   judge?: ReceiptJudge;
+  /** The clock of the settlement actors' timers (the simulation's, test/sim/); default the real one. */
+  clock?: ActorOptions<AnyActorLogic>["clock"];
 }
 
 export interface OpenAttemptInput {
@@ -79,6 +81,7 @@ export function createSettlements(deps: SettlementDeps) {
         pendingDeadlineMs: resumedPendingMs ?? deps.pendingDeadlineMs,
       },
       inspect: deps.inspect,
+      ...(deps.clock ? { clock: deps.clock } : {}),
     });
     open.set(attemptKey(att.requestId, att.attemptN), { ...att, actor });
     actor.start();

@@ -84,6 +84,8 @@ export interface GroupCommitOptions {
    * Without it every group commits with the connection's own setting (FULL) and effects follow it.
    */
   syncWal?: SyncWal;
+  /** Asked before each COMMIT; true fails it as a disk error would (fault injection). */
+  commitFails?: () => boolean;
 }
 
 /** Wraps a store's methods (an object of functions over `db`) with group commit. */
@@ -106,6 +108,7 @@ export function withGroupCommit<S extends object>(store: S, db: Database, option
 
   const commit = (): boolean => {
     try {
+      if (options.commitFails?.()) throw new Error("injected commit failure");
       db.exec("COMMIT");
       return true;
     } catch {
