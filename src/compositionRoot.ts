@@ -43,7 +43,7 @@ export interface GatewayPorts {
   /** The listening socket: HTTP and provider WebSockets; default Bun.serve. */
   serve?: (options: Serve.Options<SocketData>) => Pick<Server<SocketData>, "port" | "stop">;
   /** How the store schedules and makes its group commits durable (the simulation's, test/sim/). */
-  storeHooks?: Pick<StoreOptions, "endOfTurn" | "lazyCommitTimer" | "syncWal" | "commitFails">;
+  storeHooks?: Pick<StoreOptions, "endOfTurn" | "lazyCommitTimer" | "syncWal" | "commitFails" | "onCommitFailed">;
 }
 
 /**
@@ -103,7 +103,13 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     log.warn("data_dir_mode_loose", { ...loose, hint: `chmod ${loose.expected.slice(1)} ${loose.path}` });
   }
   // Group commit: the request path's ledger writes share one durable commit per event-loop turn.
-  const store = openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, groupCommit: true, ...ports.storeHooks });
+  // A failed group COMMIT (disk error) stops the process: its writes are lost while memory acted on
+  // them; the restart recovers from what is durable (docs/decisions.md, "Fail-stop on a failed commit").
+  const failStop = () => {
+    log.error("store_commit_failed", { action: "exit" });
+    process.exit(70);
+  };
+  const store = openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, randomBytes: random, groupCommit: true, onCommitFailed: failStop, ...ports.storeHooks });
   const gatewaySecret = store.getOrCreateSecret("gateway_hmac", 32);
   const catalogStart = startCatalog({ dataDir: config.dataDir, store, now, random, models: ports.catalogModels });
   if (!catalogStart.ok) {

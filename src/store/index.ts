@@ -121,6 +121,7 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
     scheduleLazy: options.lazyCommitTimer,
     schedule: options.endOfTurn,
     commitFails: options.commitFails,
+    onCommitFailed: options.onCommitFailed,
     ...(syncWal ? { syncWal } : {}),
   });
   return {

@@ -84,6 +84,8 @@ export interface StoreOptions {
   syncWal?: SyncWal | null;
   /** Asked before each group COMMIT; true makes that commit fail as a disk error would (fault injection, test/sim/). */
   commitFails?: () => boolean;
+  /** Called when a group COMMIT failed, before its effects hear `false` (the gateway's fail-stop, docs/decisions.md). */
+  onCommitFailed?: () => void;
 }
 
 /**

@@ -102,6 +102,29 @@ export async function runSeed(o: SimOptions): Promise<SimResult> {
   /** ms the gateway was down (I2's allowance) and the wall clock's forward jumps. */
   const allowance = { downMs: 0, forwardJumpMs: 0 };
 
+  /**
+   * The gateway process dies (kill -9, or its fail-stop on a failed commit): at once nothing of it runs
+   * any more — no timer, no socket, no buyer connection — and what it had not committed is lost (closing
+   * its store rolls the open group back: its commit fails, the process being dead). It restarts on the
+   * same data dir a little later.
+   */
+  const crash = (dead: Incarnation, why: string): void => {
+    if (!dead.alive) return;
+    // A disk error that made a commit fail is gone after the restart.
+    failCommits = 0;
+    trace.add(`gateway #${dead.n} dies (${why})`);
+    dead.alive = false;
+    dead.scope.kill();
+    for (const b of buyers) if (b.incarnation === dead.n) b.reset();
+    for (const p of providers) p.gatewayDied();
+    const downMs = 100 + r.int(3_000);
+    allowance.downMs += downMs;
+    clock.at(0, () => void dead.gateway.stop());
+    clock.at(downMs, () => {
+      void start().then((inc) => (current = inc));
+    });
+  };
+
   const start = async (): Promise<Incarnation> => {
     const n = ++incarnations;
     const scope = clock.scope(`gateway#${n}`);
@@ -139,6 +162,7 @@ export async function runSeed(o: SimOptions): Promise<SimResult> {
           trace.add("a group commit fails (injected)");
           return true;
         },
+        onCommitFailed: () => crash(inc, "fail-stop on the failed commit"),
       },
     });
     if (!handlers) throw new Error("the gateway did not listen");
@@ -222,26 +246,10 @@ export async function runSeed(o: SimOptions): Promise<SimResult> {
           trace.add(`the wall clock jumps ${ms} ms`);
         } else if (kind === "commit_fails") {
           failCommits += 1 + r.int(2);
-        } else void crash();
+        } else crash(current, "killed");
       });
     }
   }
-
-  const crash = async (): Promise<void> => {
-    const dead = current!;
-    trace.add(`gateway #${dead.n} crashes`);
-    dead.alive = false;
-    dead.scope.kill();
-    for (const b of buyers) if (b.incarnation === dead.n) b.reset();
-    for (const p of providers) p.gatewayDied();
-    // A kill -9 loses the open group: closing now rolls it back (its commit fails: the process is dead).
-    await dead.gateway.stop();
-    const downMs = 100 + r.int(3_000);
-    allowance.downMs += downMs;
-    clock.at(downMs, () => {
-      void start().then((inc) => (current = inc));
-    });
-  };
 
   // The end of the run: once every buyer is done and every receipt answered (or the pending deadline
   // has long passed), providers leave for good and the gateway goes quiet.
