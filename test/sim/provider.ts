@@ -38,6 +38,8 @@ interface JobPlan {
   swapAt: number | null;
   inflateAt: number | null;
   disconnectAfterFrames: number | null;
+  /** `accepted` names a hash other than the catalog's (a refused measurement). */
+  wrongHash: boolean;
   receipt: ReceiptFault;
   declineCode: DeclineCode;
   inputTokens: number;
@@ -251,13 +253,14 @@ export class SimProvider {
       swapAt: null,
       inflateAt: null,
       disconnectAfterFrames: null,
+      wrongHash: false,
       receipt: "none",
       declineCode: "queue_full",
       inputTokens: 3 + r.int(20),
     };
     if (r.next() >= this.o.faultRate) return plan;
     // One fault kind per faulty job, so each one's effect is readable in the trace.
-    const fault = r.pick(["decline", "stall", "stallMid", "duplicate", "swap", "inflate", "disconnect", "late", "twice", "forged", "never", "inflatedReceipt"] as const);
+    const fault = r.pick(["decline", "stall", "stallMid", "duplicate", "swap", "inflate", "disconnect", "late", "twice", "forged", "never", "inflatedReceipt", "wrongHash"] as const);
     this.faults.count(`provider_${fault}`);
     switch (fault) {
       case "decline":
@@ -278,7 +281,11 @@ export class SimProvider {
         plan.inflateAt = r.int(n);
         break;
       case "disconnect":
-        plan.disconnectAfterFrames = r.int(n + 2);
+        // Any frame: before `accepted` (0) … after `end` (n + 2).
+        plan.disconnectAfterFrames = r.int(n + 3);
+        break;
+      case "wrongHash":
+        plan.wrongHash = true;
         break;
       case "inflatedReceipt":
         plan.receipt = "inflated";
@@ -295,7 +302,7 @@ export class SimProvider {
     const plan = this.plan();
     const attempt: SimAttempt = { job, plan, sent: [], framesSent: 0, cancel: null, ended: false, nextChunk: 0 };
     this.attempts.set(key, attempt);
-    this.trace.add(`${this.id} job ${key} plan ${plan.kind}${plan.receipt !== "none" ? ` receipt:${plan.receipt}` : ""}${plan.duplicateAt !== null ? " dup" : ""}${plan.swapAt !== null ? " swap" : ""}${plan.inflateAt !== null ? " inflate" : ""}${plan.disconnectAfterFrames !== null ? ` drop@${plan.disconnectAfterFrames}` : ""} chunks=${plan.chunks.length}`);
+    this.trace.add(`${this.id} job ${key} plan ${plan.kind}${plan.receipt !== "none" ? ` receipt:${plan.receipt}` : ""}${plan.duplicateAt !== null ? " dup" : ""}${plan.swapAt !== null ? " swap" : ""}${plan.inflateAt !== null ? " inflate" : ""}${plan.disconnectAfterFrames !== null ? ` drop@${plan.disconnectAfterFrames}` : ""}${plan.wrongHash ? " wrong-hash" : ""} chunks=${plan.chunks.length}`);
     const socket = this.socket;
     this.clock.at(plan.firstDelayMs / 4, () => {
       if (this.socket !== socket || attempt.ended) return;
@@ -305,7 +312,8 @@ export class SimProvider {
         this.send({ type: "declined", request_id: job.request_id, attempt_n: job.attempt_n, code: plan.declineCode });
         return;
       }
-      this.jobFrame(attempt, { type: "accepted", request_id: job.request_id, attempt_n: job.attempt_n, model_hash: this.o.model.model_hash });
+      const hash = plan.wrongHash ? "f".repeat(64) : this.o.model.model_hash;
+      if (!this.jobFrame(attempt, { type: "accepted", request_id: job.request_id, attempt_n: job.attempt_n, model_hash: hash })) return;
       if (plan.kind === "stall") return;
       this.clock.at(plan.firstDelayMs, () => this.nextChunk(attempt, socket));
     });
@@ -378,13 +386,14 @@ export class SimProvider {
       usage: { input_tokens: plan.inputTokens, output_tokens: outputTokens },
       ...(inline ? { receipt } : {}),
     });
+    if (sentEnd && plan.disconnectAfterFrames === attempt.framesSent) this.disconnect(`fault after the end of ${key}`);
     // The end may never leave (the disconnect fault): the receipt still waits in the outbox, as the runtime's does.
     if (plan.receipt === "never") return;
     this.outbox.set(key, receipt);
     const socket = this.socket;
     if (sentEnd && plan.receipt === "twice") this.send({ type: "receipt", request_id: job.request_id, attempt_n: job.attempt_n, receipt });
     if (plan.receipt === "late") {
-      this.clock.at(100 + this.rng.int(20_000), () => {
+      this.clock.at(100 + this.rng.int(12_000), () => {
         if (this.socket === socket && this.connected && this.admitted) this.send({ type: "receipt", request_id: job.request_id, attempt_n: job.attempt_n, receipt });
       });
     }
@@ -416,7 +425,7 @@ export class SimProvider {
       key: this.key,
       account_scope: r.account_scope,
       model_id: job.model_id,
-      model_hash: this.o.model.model_hash,
+      model_hash: plan.wrongHash ? "f".repeat(64) : this.o.model.model_hash,
       expected_catalog_model_hash: r.expected_catalog_model_hash,
       catalog_id: r.catalog_id,
       catalog_body_digest: r.catalog_body_digest,

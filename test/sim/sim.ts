@@ -55,7 +55,7 @@ if (import.meta.main) {
   const from = Number(flag("from") ?? "1");
   const figures = await runSeeds(from, count, faultRate, (r) => {
     if (r.violations.length > 0) console.log(`seed ${r.seed} FAILED: ${r.violations.join("; ")}`);
-    if (r.seed % 1000 === 0) console.log(`… seed ${r.seed}`);
+    if (r.seed % 1000 === 0) console.log(`… seed ${r.seed}, rss ${Math.round(process.memoryUsage().rss / 1e6)} MB`);
   });
   console.log(
     JSON.stringify({

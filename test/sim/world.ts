@@ -125,9 +125,9 @@ export async function runSeed(o: SimOptions): Promise<SimResult> {
     firstByteTimeoutMs: 2_000,
     streamIdleTimeoutMs: 2_000,
     requestDeadlineMs: 20_000,
-    heartbeatIntervalMs: 2_000,
+    heartbeatIntervalMs: 5_000,
     handshakeTimeoutMs: 2_000,
-    pendingDeadlineMs: 30_000,
+    pendingDeadlineMs: 10_000,
     maxAttempts: 3,
     rateCard: JSON.stringify([{ slug: "default", prompt_credits_per_million: 700_000, completion_credits_per_million: 2_300_000 }]),
   };
