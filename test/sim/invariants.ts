@@ -18,13 +18,18 @@ import type { TimerScope } from "./clock.ts";
 /** Bugs a test plants through the simulation's hooks, to prove the checks can fail (sim.test.ts). */
 export type Bug = "double_charge" | "leaked_slot";
 
+/** How long after the providers left and the pending deadline passed the gateway must be quiet (nothing armed but its catalog poll). */
+export const QUIET_MS = 5_000;
+
 export interface InvariantInput {
   gateway: RunningGateway;
   scope: TimerScope;
   buyers: readonly SimBuyer[];
   grants: ReadonlyMap<string, number>;
   config: GatewayConfig;
-  allowance: { downMs: number; forwardJumpMs: number };
+  allowance: { downMs: number; forwardJumpMs: number; backwardJumpMs: number };
+  /** Each provider's acknowledged outcomes (`settled` frames it received), by attempt key. */
+  acknowledged: ReadonlyMap<string, { label: string; providerCredits: number }>;
 }
 
 export async function checkInvariants(input: InvariantInput): Promise<{ violations: string[]; checks: number }> {
@@ -75,6 +80,15 @@ export async function checkInvariants(input: InvariantInput): Promise<{ violatio
   const funding = await store.ledgerBalance(FUNDING_ACCOUNT);
   const granted = [...grants.values()].reduce((a, b) => a + b, 0);
   check(funding === -granted, () => `I1 funding balance ${funding} ≠ −grants ${granted}`);
+
+  // A restart loses nothing acknowledged: every `settled` frame a provider received is in the ledger as sent.
+  const byKey = new Map(settlements.map((s) => [`${s.request_id}#${s.attempt_n}`, s]));
+  for (const [key, ack] of input.acknowledged) {
+    const row = byKey.get(key);
+    check(row !== undefined && row.label === ack.label && row.provider_credits === ack.providerCredits, () =>
+      `I1 ${key} was acknowledged ${ack.label} with ${ack.providerCredits} credits; the ledger has ${row ? `${row.label} with ${row.provider_credits}` : "nothing"}`,
+    );
+  }
 
   // I2 everything settles, by its deadline (allowing for the time the gateway was down and forward wall-clock jumps).
   const slack = input.allowance.downMs + input.allowance.forwardJumpMs + 1_000;
@@ -141,6 +155,6 @@ export async function checkInvariants(input: InvariantInput): Promise<{ violatio
   const held = data.reservations.filter((x) => x.state === "held");
   check(held.length === 0, () => `I5 ${held.length} reservations still held (${held.map((x) => x.request_id).join(", ")})`);
   const timers = input.scope.pending();
-  check(timers === 0, () => `I5 ${timers} timers still armed`);
+  check(timers === 0, () => `I5 ${timers} timers still armed ${QUIET_MS} ms after the providers left and the pending deadline passed`);
   return { violations, checks };
 }

@@ -85,6 +85,8 @@ export class SimProvider {
   private readonly attempts = new Map<string, SimAttempt>();
   /** Receipts sent and not yet answered by a final `settled` frame (the runtime's outbox). */
   readonly outbox = new Map<string, string>();
+  /** Every final `settled` frame received: the gateway's acknowledgements, which a restart must not lose. */
+  readonly acknowledged = new Map<string, { label: string; providerCredits: number }>();
   /** The provider stops reconnecting (end of the run). */
   retired = false;
   readonly stats: ProviderStats = { jobs: 0, chunksSent: 0 };
@@ -212,7 +214,9 @@ export class SimProvider {
       case "cancel":
         return this.onCancel(frame);
       case "settled":
-        if (frame.label !== "pending") this.outbox.delete(attemptKey(frame.request_id, frame.attempt_n));
+        if (frame.label === "pending") return;
+        this.outbox.delete(attemptKey(frame.request_id, frame.attempt_n));
+        this.acknowledged.set(attemptKey(frame.request_id, frame.attempt_n), { label: frame.label, providerCredits: frame.provider_credits });
         return;
       case "drain":
         return;

@@ -21,7 +21,7 @@ import { SimClock, type TimerScope } from "./clock.ts";
 import { SimBuyer } from "./buyer.ts";
 import { SimProvider } from "./provider.ts";
 import { FaultCounter, Trace } from "./trace.ts";
-import { checkInvariants, type Bug } from "./invariants.ts";
+import { checkInvariants, QUIET_MS, type Bug } from "./invariants.ts";
 
 export interface SimOptions {
   seed: number;
@@ -136,7 +136,7 @@ export async function runSeed(o: SimOptions): Promise<SimResult> {
   let current: Incarnation | null = null;
   let incarnations = 0;
   /** ms the gateway was down (I2's allowance) and the wall clock's forward jumps. */
-  const allowance = { downMs: 0, forwardJumpMs: 0 };
+  const allowance = { downMs: 0, forwardJumpMs: 0, backwardJumpMs: 0 };
 
   /**
    * The gateway process dies (kill -9, or its fail-stop on a failed commit): at once nothing of it runs
@@ -269,17 +269,19 @@ export async function runSeed(o: SimOptions): Promise<SimResult> {
     });
   }
 
-  // World faults over the first 25 s.
+  let providersLeftAt: number | null = null;
+  // World faults over the first 25 s (none once the providers left: the run is winding down).
   if (worldFaults) {
     for (let i = 0, n = r.int(4); i < n; i++) {
       const kind = r.pick(["clock_jump", "commit_fails", "gateway_crash"] as const);
       const at = 200 + r.int(25_000);
       clock.at(at, () => {
-        if (!current?.alive) return;
+        if (!current?.alive || providersLeftAt !== null) return;
         faults.count(kind);
         if (kind === "clock_jump") {
           const ms = r.pick([-1, 1]) * (1 + r.int(45_000));
           if (ms > 0) allowance.forwardJumpMs += ms;
+          else allowance.backwardJumpMs -= ms;
           clock.jumpWall(ms);
           trace.add(`the wall clock jumps ${ms} ms`);
         } else if (kind === "commit_fails") {
@@ -298,6 +300,7 @@ export async function runSeed(o: SimOptions): Promise<SimResult> {
     const answered = providers.every((p) => p.outbox.size === 0);
     if (allDone && current?.alive && (answered || clock.monotonic() - lastBuyersDone! > config.pendingDeadlineMs + 10_000)) {
       trace.add("providers leave");
+      providersLeftAt = clock.monotonic();
       for (const p of providers) p.retire();
       return;
     }
@@ -307,13 +310,19 @@ export async function runSeed(o: SimOptions): Promise<SimResult> {
 
   let events = 0;
   const violations: string[] = [];
-  while (clock.step()) {
+  for (;;) {
+    // Quiet: nothing left but the gateway's own intervals — or, once the providers left, nothing due
+    // before every pending deadline has passed, and QUIET_MS more (a timer armed beyond that is a leak
+    // I5 reports). A deadline is wall time (it survives a restart): after the wall clock went back, a
+    // restart's resumed attempt waits that much longer.
+    if (clock.onlyBackgroundLeft()) break;
+    if (providersLeftAt !== null && (clock.nextAt() ?? 0) > providersLeftAt + config.pendingDeadlineMs + allowance.backwardJumpMs + QUIET_MS) break;
+    if (!clock.step()) break;
     await drain();
     if (++events > MAX_EVENTS) {
       violations.push(`runaway: more than ${MAX_EVENTS} events`);
       break;
     }
-    if (clock.onlyBackgroundLeft()) break;
   }
   await drain();
   const inc = current!;
@@ -324,6 +333,7 @@ export async function runSeed(o: SimOptions): Promise<SimResult> {
     grants,
     config,
     allowance,
+    acknowledged: new Map(providers.flatMap((p) => [...p.acknowledged])),
   });
   violations.push(...checked.violations);
   const settlements = (await inc.gateway.store.listSettlements()).length;
