@@ -217,6 +217,7 @@ export class SimProvider {
         if (frame.label === "pending") return;
         this.outbox.delete(attemptKey(frame.request_id, frame.attempt_n));
         this.acknowledged.set(attemptKey(frame.request_id, frame.attempt_n), { label: frame.label, providerCredits: frame.provider_credits });
+        this.trace.add(`${this.id} settled ${attemptKey(frame.request_id, frame.attempt_n)} ${frame.label}${frame.reason ? ` (${frame.reason})` : ""}, ${frame.provider_credits} credits`);
         return;
       case "drain":
         return;
