@@ -14,6 +14,7 @@ export interface BatchFigures {
   seeds: number;
   failed: SimResult[];
   faults: FaultCounter;
+  outcomes: FaultCounter;
   checks: number;
   requests: number;
   settlements: number;
@@ -24,11 +25,12 @@ export interface BatchFigures {
 /** Runs seeds from..from+count-1 one after another; `onResult` sees each. */
 export async function runSeeds(from: number, count: number, faultRate?: number, onResult?: (r: SimResult) => void): Promise<BatchFigures> {
   const started = performance.now();
-  const figures: BatchFigures = { seeds: 0, failed: [], faults: new FaultCounter(), checks: 0, requests: 0, settlements: 0, events: 0, seconds: 0 };
+  const figures: BatchFigures = { seeds: 0, failed: [], faults: new FaultCounter(), outcomes: new FaultCounter(), checks: 0, requests: 0, settlements: 0, events: 0, seconds: 0 };
   for (let seed = from; seed < from + count; seed++) {
     const result = await runSeed({ seed, faultRate });
     figures.seeds++;
     figures.faults.merge(result.faults);
+    figures.outcomes.merge(result.outcomes);
     figures.checks += result.checks;
     figures.requests += result.requests;
     figures.settlements += result.settlements;
@@ -48,6 +50,7 @@ if (import.meta.main) {
     for (const line of result.trace) console.log(line);
     console.log(`seed ${result.seed}: ${result.requests} requests, ${result.settlements} settlements, ${result.events} events, ${result.checks} checks`);
     console.log(`faults: ${JSON.stringify(Object.fromEntries(result.faults))}`);
+    console.log(`outcomes: ${JSON.stringify(Object.fromEntries(result.outcomes))}`);
     for (const v of result.violations) console.log(`VIOLATION ${v}`);
     process.exit(result.violations.length > 0 ? 1 : 0);
   }
@@ -68,6 +71,7 @@ if (import.meta.main) {
       events: figures.events,
       checks: figures.checks,
       faults: Object.fromEntries([...figures.faults.counts].sort()),
+      outcomes: Object.fromEntries([...figures.outcomes.counts].sort()),
       failed_seeds: figures.failed.map((r) => r.seed),
     }),
   );

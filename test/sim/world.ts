@@ -40,6 +40,8 @@ export interface SimResult {
   violations: string[];
   trace: string[];
   faults: Map<string, number>;
+  /** Buyers' endings and attempts' final labels, counted. */
+  outcomes: Map<string, number>;
   /** Invariant checks evaluated (each a comparison that could have failed). */
   checks: number;
   requests: number;
@@ -336,10 +338,21 @@ export async function runSeed(o: SimOptions): Promise<SimResult> {
     acknowledged: new Map(providers.flatMap((p) => [...p.acknowledged])),
   });
   violations.push(...checked.violations);
-  const settlements = (await inc.gateway.store.listSettlements()).length;
+  const rows = await inc.gateway.store.listSettlements();
+  const settlements = rows.length;
+  // What the buyers saw and how attempts ended, for the batch figures.
+  const outcomes = new Map<string, number>();
+  const tally = (k: string) => outcomes.set(k, (outcomes.get(k) ?? 0) + 1);
+  for (const b of buyers) {
+    const x = b.result;
+    tally(
+      x.reset ? "buyer: cut by a crash" : x.aborted ? "buyer: aborted" : `buyer: ${x.status ?? "no status"}${x.errorCode ? ` ${x.errorCode}` : x.completed ? " complete" : ""}`,
+    );
+  }
+  for (const row of rows) tally(`attempt: ${row.label}${row.reason ? ` (${row.reason})` : ""}${row.debit_credits > 0 ? " charged" : ""}`);
   await inc.gateway.stop();
   rmSync(dataDir, { recursive: true, force: true });
-  return { seed: o.seed, violations, trace: trace.lines, faults: faults.counts, checks: checked.checks, requests: buyers.length, settlements, events };
+  return { seed: o.seed, violations, trace: trace.lines, faults: faults.counts, outcomes, checks: checked.checks, requests: buyers.length, settlements, events };
 }
 
 /**
