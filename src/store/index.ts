@@ -126,6 +126,7 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
   });
   return {
     ...grouped,
+    forgetCachedKeys: keys.forget,
     close: () => {
       grouped.close();
       wal?.close();
