@@ -320,7 +320,7 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
       complete: () => {
         // A hedge still in flight (the request failed or was cancelled meanwhile) is let go first.
         handle.hedgeCancel?.();
-        disarmHedge(handle);
+        disarmHedge(deps, handle);
         handles.delete(handle.requestId);
         settlements.requestEnded(handle.requestId);
         report(handle);
@@ -334,7 +334,7 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
         if (live) registry.releaseAttempt(live.key);
         if (live) settlements.released(handle.requestId, live.attemptN);
         handle.hedgeCancel?.();
-        disarmHedge(handle);
+        disarmHedge(deps, handle);
         settlements.requestEnded(handle.requestId);
         handle.responder.fail(INTERNAL_ERROR);
         handles.delete(handle.requestId);

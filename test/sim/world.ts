@@ -131,6 +131,9 @@ export async function runSeed(o: SimOptions): Promise<SimResult> {
     handshakeTimeoutMs: 2_000,
     pendingDeadlineMs: 10_000,
     maxAttempts: 3,
+    // A third of the runs hedge: a second attempt to another provider when the first is slow to start.
+    hedgeAfterMs: r.next() < 1 / 3 ? 100 + r.int(900) : 0,
+    hedgeMaxPercent: 50,
     rateCard: JSON.stringify([{ slug: "default", prompt_credits_per_million: 700_000, completion_credits_per_million: 2_300_000 }]),
   };
   const model = catalogModel(MODEL);
