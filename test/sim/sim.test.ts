@@ -51,10 +51,15 @@ describe("the whole-system simulation", () => {
   }
 
   test("regression: without the fail-stop a failed commit leaves attempts pending and reservations held", async () => {
-    // Seed 23 fails a group commit that holds a late receipt's settlement (found by this simulation).
-    const before = await runSeed({ seed: 23, failStop: false });
-    expect(before.violations.some((v) => v.startsWith("I2 ") && v.endsWith("is still pending"))).toBe(true);
-    const after = await runSeed({ seed: 23 });
+    // Found by this simulation: a failed group commit that held a settlement left its attempt pending
+    // with no actor to settle it. The first seed showing it without the fail-stop must be clean with it.
+    let found = null;
+    for (let seed = 1; seed <= 300 && found === null; seed++) {
+      const before = await runSeed({ seed, failStop: false });
+      if (before.violations.some((v) => v.startsWith("I2 ") && v.endsWith("is still pending"))) found = seed;
+    }
+    expect(found).not.toBeNull();
+    const after = await runSeed({ seed: found! });
     expect(after.violations).toEqual([]);
-  });
+  }, 60_000);
 });
