@@ -7,9 +7,7 @@ import { attemptKey, isRemote } from "./registry.ts";
 import type { RequestHandle } from "./requestHandle.ts";
 import { chooseProvider, type RouteChoice } from "./routing.ts";
 import { adoptHedge, armHedge } from "./hedgedAttempt.ts";
-import { publicKeyOf, routableViews, type DispatchDeps } from "./candidates.ts";
-
-export type { DispatchDeps, RemoteProviders } from "./candidates.ts";
+import { publicKeyOf, routableViews, type DispatchDeps } from "./dispatchDeps.ts";
 
 export const unavailableMessages = {
   model_not_available: (model: string) => `The model '${model}' is not available. List available models with GET /v1/models.`,

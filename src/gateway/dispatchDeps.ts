@@ -1,5 +1,6 @@
-// Who may serve a model: the local and other nodes' provider sessions that advertise the catalog's
-// hash for it, and what a dispatch depends on. Shared by the first attempt's dispatch and its hedge.
+// What one attempt's dispatch works with (its dependencies) and the sessions it may route to — apart
+// from dispatch.ts, so that the hedge's module (hedgedAttempt.ts), which dispatch.ts calls, can use
+// them too without an import cycle.
 import type { Log } from "../log.ts";
 import type { MetricsPort } from "../metrics.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
