@@ -6,11 +6,14 @@ import type { AsyncStore } from "../store/asyncStore.ts";
 import type { ProviderBinding, AccountTier } from "../store/index.ts";
 import { backupDatabase } from "../store/backup.ts";
 import { parseFlags, type FlagSpec, type ParseResult } from "./flags.ts";
+import type { ChangeMessage } from "../cluster/messages.ts";
 
 export interface OperatorContext {
   store: AsyncStore;
   stdout: (line: string) => void;
   stderr: (line: string) => void;
+  /** A change every running gateway node must apply at once (announced to a cluster, docs/scale-out.md). */
+  changed?: (change: ChangeMessage) => void;
   /** Clock for "today" (default Date.now). */
   now?: () => number;
 }
@@ -25,6 +28,7 @@ const PROVIDER_ID = /^[A-Za-z0-9._-]{1,64}$/;
 const ACCOUNTS_USAGE = [
   "usage: gateway accounts create [--tier free|paid] [--name N] [--env]",
   "       gateway accounts list [--json]",
+  "       gateway accounts set-tier ACCOUNT_ID --tier free|paid",
 ];
 const KEYS_USAGE = [
   "usage: gateway keys create --account ID [--label L]",
@@ -50,7 +54,7 @@ type Subcommand = (argv: readonly string[], ctx: OperatorContext, usage: readonl
 
 /** Runs `gateway accounts …`; `argv` starts after the word `accounts`. */
 export function runAccountsCommand(argv: readonly string[], ctx: OperatorContext): Promise<number> {
-  return dispatch(argv, ctx, ACCOUNTS_USAGE, { create: accountsCreate, list: accountsList });
+  return dispatch(argv, ctx, ACCOUNTS_USAGE, { create: accountsCreate, list: accountsList, "set-tier": accountsSetTier });
 }
 
 /** Runs `gateway keys …`; `argv` starts after the word `keys`. */
@@ -212,6 +216,19 @@ const accountsCreate: Subcommand = async (argv, ctx, usage) => {
   return EXIT_OK;
 };
 
+/** Moves an account between free and paid: its keys' limits and payer change with their next request. */
+const accountsSetTier: Subcommand = async (argv, ctx, usage) => {
+  const p = parse(argv, { tier: { kind: "string" } }, ["ACCOUNT_ID"], ctx, usage);
+  if (typeof p === "number") return p;
+  const tier = p.flags.tier;
+  if (tier !== "free" && tier !== "paid") return usageError(ctx, usage, `--tier must be free or paid, got ${tier ?? "nothing"}`);
+  const account = await ctx.store.setAccountTier(p.positionals[0]!, tier);
+  if (!account) return failure(ctx, `unknown account ${p.positionals[0]}`);
+  ctx.changed?.({ kind: "tier_changed" });
+  ctx.stdout(json(account));
+  return EXIT_OK;
+};
+
 /**
  * Each account with what an operator checks first: its balance (paid: prepaid credits left), what it
  * spent today (UTC: credits debited, tokens counted) and how many keys work.
@@ -268,7 +285,8 @@ const keysRevoke: Subcommand = async (argv, ctx, usage) => {
   const p = parse(argv, {}, ["KEY_ID"], ctx, usage);
   if (typeof p === "number") return p;
   const key_id = p.positionals[0]!;
-  if (!await ctx.store.revokeApiKey(key_id)) return failure(ctx, `unknown key ${key_id}`);
+  if (!(await ctx.store.revokeApiKey(key_id))) return failure(ctx, `unknown key ${key_id}`);
+  ctx.changed?.({ kind: "key_revoked" });
   ctx.stdout(json({ key_id, revoked: true }));
   return EXIT_OK;
 };
@@ -354,6 +372,7 @@ const providersBan: Subcommand = async (argv, ctx, usage) => {
   const p = providerIdArg(argv, ctx, usage);
   if (typeof p === "number") return p;
   ctx.stdout(json(providerJson(await ctx.store.banProvider(p.id))));
+  ctx.changed?.({ kind: "provider_banned", provider_id: p.id });
   return EXIT_OK;
 };
 

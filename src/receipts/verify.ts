@@ -39,6 +39,7 @@ export const SETTLEMENT_REASONS = [
   // outcomes without a verdict on a receipt
   "no_receipt", // no receipt by the pending deadline
   "nothing_delivered", // zero_settled: no byte and no tool call reached the buyer
+  "hedge_lost", // zero_settled: a hedged attempt of the same request delivered first (docs/routing.md)
   "interrupted", // the gateway lost its own delivered record (stopped mid-attempt): never charged
 ] as const;
 export type SettlementReason = (typeof SETTLEMENT_REASONS)[number];
@@ -204,7 +205,7 @@ function afterSignature(input: VerifyReceiptInput, r: ReceiptBody): ReceiptJudge
 }
 
 /** The output-token bound of a delivered record (outputTokenBound), Infinity when its tool-call bytes are unknown. */
-function deliveredOutputBound(d: VerifyReceiptInput["delivered"]): number {
+export function deliveredOutputBound(d: VerifyReceiptInput["delivered"]): number {
   const toolCallBytes = d.tool_call_bytes ?? (d.tool_calls_delivered === false ? 0 : null);
   return toolCallBytes === null ? Infinity : outputTokenBound(d.end_byte - d.start_byte, toolCallBytes);
 }

@@ -87,12 +87,16 @@ export interface Store extends IdentityStore, DemoSessionStore, LedgerStore, Fee
   createAccount(input: { name?: string; tier: AccountTier }, now_ms?: number): { account_id: string };
   listAccounts(): AccountRow[];
   getAccount(account_id: string): AccountRow | null;
+  /** Moves an account to another tier (its keys follow at once); null when the account is unknown. */
+  setAccountTier(account_id: string, tier: AccountTier): AccountRow | null;
 
   /** Issues a key for an existing account (throws on an unknown account: check first). The raw key
    *  is returned here once and never stored. */
   createApiKey(input: { account_id: string; label?: string }, now_ms?: number): { key_id: string; api_key: string };
   /** True when the key exists (revoking twice keeps the first revocation time); false when unknown. */
   revokeApiKey(key_id: string, now_ms?: number): boolean;
+  /** Drops cached key lookups, when the store keeps any (another node announced a key or tier change). */
+  forgetCachedKeys?(): void;
   listApiKeys(account_id?: string): ApiKeyRow[];
 
   getProviderBinding(provider_id: string): ProviderBinding | null;
