@@ -61,4 +61,4 @@ test("bun run bench --quick measures every path and prints issue 27's targets ta
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-}, 60_000);
+}, 120_000);
