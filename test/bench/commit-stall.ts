@@ -45,7 +45,11 @@ try {
     console.log(`\n## ${name}: ${r.rps} req/s, p50 ${r.latency_ms.p50} ms, p99 ${r.latency_ms.p99} ms, errors ${r.errors}`);
     console.log(`gateway event-loop delay (ms): p50 ${delay?.p50} p90 ${delay?.p90} p99 ${delay?.p99} max ${delay?.max} (n=${delay?.n})`);
     console.log(`main-thread SQL over ${seconds} s (total ms, calls, µs a call, slowest):`);
-    console.log(readFileSync(join(dir, `sql-${pid}.txt`), "utf8").split("\n").slice(0, 14).join("\n"));
+    const rows = readFileSync(join(dir, `sql-${pid}.txt`), "utf8").split("\n").filter(Boolean);
+    const total = rows.reduce((sum, row) => sum + Number(row.trim().split(" ")[0]), 0);
+    console.log(rows.slice(0, 12).join("\n"));
+    console.log(`… all SQL: ${total.toFixed(1)} ms (${((total / (seconds * 1000)) * 100).toFixed(1)} % of the window); writes at FULL (each its own fsync on the event loop):`);
+    console.log(rows.filter((row) => row.includes("[FULL") && !row.includes("PRAGMA") && /INSERT|UPDATE|DELETE|COMMIT/.test(row)).join("\n") || "  none");
   }
 } finally {
   await procs.stop();

@@ -68,6 +68,8 @@ export interface StreamResult {
   frames_per_s: number;
   /** SSE content events that carried them (fewer than frames when a provider merged deltas). */
   events: number;
+  /** The most streams open at once (answered, not yet ended): N only if a level's N streams overlapped. */
+  peak_live: number;
   statuses: Record<string, number>;
 }
 
@@ -155,6 +157,8 @@ async function runStreams(spec: StreamSpec): Promise<StreamResult> {
   let events = 0;
   let stalled = 0;
   let maxGap = 0;
+  let live = 0;
+  let peakLive = 0;
   const origin = performance.timeOrigin;
   const init = { method: "POST", headers: spec.headers, body: spec.body };
 
@@ -167,6 +171,7 @@ async function runStreams(spec: StreamSpec): Promise<StreamResult> {
     let last = -1;
     let worstGap = 0;
     let lastTransit = -1;
+    let opened = false;
     const myGaps: number[] = [];
     const myTransit: number[] = [];
     try {
@@ -174,6 +179,8 @@ async function runStreams(spec: StreamSpec): Promise<StreamResult> {
       status = res.status;
       if (status < 200 || status >= 300) await res.arrayBuffer();
       else {
+        opened = true;
+        if (++live > peakLive) peakLive = live;
         const reader = res.body!.getReader();
         const decoder = new TextDecoder();
         let tail = "";
@@ -217,6 +224,7 @@ async function runStreams(spec: StreamSpec): Promise<StreamResult> {
     } catch {
       // A reset mid-stream: the frames that arrived still count below.
     }
+    if (opened) live--;
     if (!record) return;
     streams++;
     statuses[status] = (statuses[status] ?? 0) + 1;
@@ -257,6 +265,7 @@ async function runStreams(spec: StreamSpec): Promise<StreamResult> {
     wall_s: Math.round(wall * 1000) / 1000,
     frames_per_s: Math.round(frames / wall),
     events,
+    peak_live: peakLive,
     statuses,
   };
 }

@@ -43,6 +43,8 @@ test("bun run bench --quick measures every path and prints issue 27's targets ta
       for (const l of p.load) expect({ name, errors: l.errors, ok: l.ok > 0 }).toEqual({ name, errors: 0, ok: true });
       for (const s of [p.stream_c1.ttft_run, p.stream_c1.gap_run, p.stream_throughput, ...p.streams]) {
         expect({ name, delivered: s.delivered_ratio, errors: s.errors }).toEqual({ name, delivered: 1, errors: 0 });
+        expect(s.peak_live).toBeGreaterThan(0);
+        expect(s.peak_live).toBeLessThanOrEqual(s.streams + 1);
       }
       // Servers under test report their event-loop delay and RSS; direct has no server of ours.
       if (name !== "direct") {
@@ -61,4 +63,4 @@ test("bun run bench --quick measures every path and prints issue 27's targets ta
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-}, 60_000);
+}, 120_000);
