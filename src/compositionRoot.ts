@@ -15,7 +15,9 @@ import { createBuyerSurface } from "./http/signup/index.ts";
 import { errorResponse, errorTable, gatewayError } from "./http/errors.ts";
 import { createLog, type Log } from "./log.ts";
 import { createPrometheusMetrics, type PrometheusMetrics } from "./metrics.ts";
-import { openStore, type Store } from "./store/index.ts";
+import { openStore } from "./store/index.ts";
+import { asyncStore, type AsyncStore } from "./store/asyncStore.ts";
+import { openPostgresStore } from "./store/postgres/index.ts";
 import { looseModes } from "./store/dataDir.ts";
 import { pollCatalog, startCatalog, type CatalogLive, type CatalogModel } from "./catalog/index.ts";
 import { buildRateCard, RateRowConfig } from "./ledger/index.ts";
@@ -40,7 +42,8 @@ export interface GatewayPorts {
 export interface RunningGateway {
   url: string;
   port: number;
-  store: Store;
+  /** The durable store: PostgreSQL on a cluster node (databaseUrl), else the SQLite file of dataDir. */
+  store: AsyncStore;
   registry: Registry;
   /** The signed catalog in force (reloaded on change). */
   catalog: CatalogLive;
@@ -72,26 +75,30 @@ export function databasePath(dataDir: string): string {
   return join(dataDir, "gateway.db");
 }
 
-export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): RunningGateway {
+export async function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): Promise<RunningGateway> {
   const now = ports.now ?? Date.now;
   const random = ports.randomBytes ?? ((n: number) => new Uint8Array(randomBytes(n)));
   const log = ports.log ?? createLog(config.logLevel);
   for (const loose of looseModes(config.dataDir)) {
     log.warn("data_dir_mode_loose", { ...loose, hint: `chmod ${loose.expected.slice(1)} ${loose.path}` });
   }
-  // Group commit: the request path's ledger writes share one durable commit per event-loop turn.
-  const store = openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, groupCommit: true });
-  const gatewaySecret = store.getOrCreateSecret("gateway_hmac", 32);
-  const catalogStart = startCatalog({ dataDir: config.dataDir, store, now, random, models: ports.catalogModels });
+  // A cluster node's durable state is PostgreSQL; the embedded node's, the SQLite file, with group
+  // commit: the request path's ledger writes share one durable commit per event-loop turn.
+  const store: AsyncStore =
+    config.databaseUrl !== undefined
+      ? await openPostgresStore(config.databaseUrl, { keyPrefix: config.keyPrefix, now })
+      : asyncStore(openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, groupCommit: true }));
+  const gatewaySecret = await store.getOrCreateSecret("gateway_hmac", 32);
+  const catalogStart = await startCatalog({ dataDir: config.dataDir, store, now, random, models: ports.catalogModels });
   if (!catalogStart.ok) {
-    store.close();
+    await store.close();
     throw new Error(`catalog: ${catalogStart.message}`);
   }
   const catalog = catalogStart.live;
   const rateCardRows = parseRateCardSetting(config.rateCard);
   const builtCard = rateCardRows.ok ? buildRateCard({ rows: rateCardRows.rows }) : rateCardRows;
   if (!builtCard.ok) {
-    store.close();
+    await store.close();
     throw new Error(`rateCard: ${builtCard.message}`);
   }
   const rateCard = builtCard.card;
@@ -121,6 +128,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     ignoredReceipts: () => registry.ignoredReceipts,
     liveRequests: () => runner.liveRequests(),
     draining: () => supervisor.getSnapshot().matches("draining"),
+    storeUp: () => store.health().up,
   });
 
   const settlements = createSettlements({
@@ -138,7 +146,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     judge: workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
   });
   // The operator console (/console) sees what the metrics see: the prometheus port, teed.
-  const operatorConsole = createConsole({
+  const operatorConsole = await createConsole({
     consoleToken: config.consoleToken,
     store,
     registry,
@@ -149,7 +157,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
     now,
   });
   const metrics = teeMetrics(prometheus, operatorConsole.live);
-  const resumed = settlements.resumePending();
+  const resumed = await settlements.resumePending();
   if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
   const stopCatalogPoll = pollCatalog(catalog, (result) =>
     log.info("catalog_reloaded", { ok: result.ok, catalog_id: catalog.current()?.catalog_id ?? null }),
@@ -300,7 +308,7 @@ export function startGateway(config: GatewayConfig, ports: GatewayPorts = {}): R
       supervisor.stop();
       stopCatalogPoll();
       settlements.stop();
-      store.close();
+      await store.close();
     },
   };
 }

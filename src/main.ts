@@ -17,6 +17,10 @@ import { runLedgerCommand, runReceiptsCommand } from "./ledger/cli.ts";
 import { processIo, runVerifyReceipt } from "./receipts/verifyCli.ts";
 import { databasePath } from "./compositionRoot.ts";
 import { openStore } from "./store/index.ts";
+import { asyncStore, type AsyncStore } from "./store/asyncStore.ts";
+import { openPostgresStore } from "./store/postgres/index.ts";
+import { runStoreCommand } from "./cli/storeMigrate.ts";
+import { runPgDump } from "./cli/pgBackup.ts";
 import { runServe } from "./serveCommand.ts";
 import { runConsoleCommand } from "./console/cli.ts";
 
@@ -35,30 +39,48 @@ commands:
   ledger        audit the ledger against stored receipts (gateway ledger audit)
   verify-receipt  check a receipt offline (gateway verify-receipt --help)
   backup        copy the gateway's database while it runs (gateway backup --to FILE)
+  store         move a single node's store into PostgreSQL (gateway store migrate --to postgres://…)
   console       the operator console at /console: gateway console token prints its token
 
-operator commands read --data-dir DIR (env GATEWAY_DATA_DIR, default ./data).`;
+operator commands read --data-dir DIR (env GATEWAY_DATA_DIR, default ./data), or with
+--database-url URL (env GATEWAY_DATABASE_URL) a cluster's PostgreSQL database.`;
 
-/** Pulls `--data-dir X` / `--data-dir=X` out of an operator command's argv. */
-function takeDataDir(argv: string[]): { dataDir: string; rest: string[] } {
+/** Pulls `--data-dir X` and `--database-url X` (either as `--name=X`) out of an operator command's argv. */
+function takeDataDir(argv: string[]): { dataDir: string; databaseUrl: string | undefined; rest: string[] } {
   let dataDir = process.env.GATEWAY_DATA_DIR || "./data";
+  let databaseUrl = process.env.GATEWAY_DATABASE_URL || undefined;
   const rest: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (arg === "--data-dir" && argv[i + 1] !== undefined) dataDir = argv[++i]!;
     else if (arg.startsWith("--data-dir=")) dataDir = arg.slice("--data-dir=".length);
+    else if (arg === "--database-url" && argv[i + 1] !== undefined) databaseUrl = argv[++i]!;
+    else if (arg.startsWith("--database-url=")) databaseUrl = arg.slice("--database-url=".length);
     else rest.push(arg);
   }
-  return { dataDir, rest };
+  return { dataDir, databaseUrl, rest };
+}
+
+/** The store an operator command works on: the cluster's PostgreSQL database, or the data dir's SQLite file. */
+async function openOperatorStore(dataDir: string, databaseUrl: string | undefined): Promise<AsyncStore> {
+  const keyPrefix = process.env.GATEWAY_KEY_PREFIX || undefined;
+  if (databaseUrl !== undefined) return openPostgresStore(databaseUrl, { keyPrefix, maxConnections: 2 });
+  return asyncStore(openStore(databasePath(dataDir), { keyPrefix }));
 }
 
 async function runOperator(run: (argv: readonly string[], ctx: OperatorContext) => Promise<number>, argv: string[]): Promise<number> {
-  const { dataDir, rest } = takeDataDir(argv);
-  const store = openStore(databasePath(dataDir), { keyPrefix: process.env.GATEWAY_KEY_PREFIX || undefined });
+  const { dataDir, databaseUrl, rest } = takeDataDir(argv);
+  let store: AsyncStore;
+  try {
+    store = await openOperatorStore(dataDir, databaseUrl);
+  } catch (error) {
+    console.error(`error: cannot open the store: ${error instanceof Error ? error.message : String(error)}`);
+    return 1;
+  }
   try {
     return await run(rest, { store, stdout: (l) => console.log(l), stderr: (l) => console.error(l) });
   } finally {
-    store.close();
+    await store.close();
   }
 }
 
@@ -89,17 +111,24 @@ async function main(argv: string[]): Promise<number> {
     case "receipts":
       return runOperator(runReceiptsCommand, rest);
     case "ledger":
-      return runOperator(
-        (args, ctx) => runLedgerCommand(args, ctx, { catalogLookup: catalogLookupFrom((id) => ctx.store.getCatalog(id)) }),
-        rest,
-      );
+      return runOperator(async (args, ctx) => {
+        // The audit looks catalogs up synchronously: read the (small, append-only) history once.
+        const history = new Map((await ctx.store.listCatalogHistory()).map((entry) => [entry.catalog_id, entry]));
+        return runLedgerCommand(args, ctx, { catalogLookup: catalogLookupFrom((id) => history.get(id)) });
+      }, rest);
     case "verify-receipt":
       return runVerifyReceipt(rest, processIo);
     case "console":
       return runOperator(runConsoleCommand, rest);
     case "backup": {
+      const { dataDir, databaseUrl, rest: args } = takeDataDir(rest);
+      const io = { stdout: (l: string) => console.log(l), stderr: (l: string) => console.error(l) };
+      if (databaseUrl !== undefined) return runPgDump(args, { databaseUrl, ...io });
+      return runBackupCommand(args, { databasePath: databasePath(dataDir), ...io });
+    }
+    case "store": {
       const { dataDir, rest: args } = takeDataDir(rest);
-      return runBackupCommand(args, { databasePath: databasePath(dataDir), stdout: (l) => console.log(l), stderr: (l) => console.error(l) });
+      return runStoreCommand(args, { databasePath: databasePath(dataDir), stdout: (l) => console.log(l), stderr: (l) => console.error(l) });
     }
     case "--help":
     case "help":

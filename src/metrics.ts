@@ -98,6 +98,8 @@ export interface MetricsSources {
   ignoredReceipts?(): Readonly<Record<string, number>>;
   liveRequests(): number;
   draining(): boolean;
+  /** Whether the durable store's database answers (always on the embedded store). */
+  storeUp?(): boolean;
 }
 
 export interface PrometheusMetrics extends MetricsPort {
@@ -262,6 +264,14 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
     registers,
     collect() {
       this.set(sources.draining() ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: "gateway_store_up",
+    help: "1 while the durable store's database answers (PostgreSQL on a cluster node; always 1 on SQLite), else 0.",
+    registers,
+    collect() {
+      this.set(sources.storeUp?.() === false ? 0 : 1);
     },
   });
   new Counter({

@@ -9,7 +9,7 @@ import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "./comp
 import { loadOrCreateProviderKey } from "./provider/keys.ts";
 import { startProviderWithCatalogFeed, type CatalogProvider } from "./provider/withCatalogFeed.ts";
 import { createSyntheticEngine } from "./provider/synthetic.ts";
-import type { Store } from "./store/index.ts";
+import type { AsyncStore as Store } from "./store/asyncStore.ts";
 import type { CatalogModel } from "./catalog/index.ts";
 
 /** The demo's models: synthetic engines, with stand-in hashes derived from their names. */
@@ -38,16 +38,16 @@ const DEMO_KEY_FILE = "demo-dev-key";
  * (saved 0600; earlier demo keys are revoked so only the printed one works). Demo data only: a real
  * gateway never keeps a key in plain text.
  */
-function demoApiKey(store: Store, dataDir: string): string {
+async function demoApiKey(store: Store, dataDir: string): Promise<string> {
   const file = join(dataDir, DEMO_KEY_FILE);
   const saved = existsSync(file) ? readFileSync(file, "utf8").trim() : "";
-  if (saved !== "" && store.authenticateApiKey(saved)?.tier === "free") return saved;
-  let account = store.listAccounts().find((a) => a.name === "demo-dev");
-  account ??= { ...store.createAccount({ name: "demo-dev", tier: "free" }), name: "demo-dev", tier: "free", created_at_ms: 0 };
-  for (const key of store.listApiKeys(account.account_id)) {
-    if (key.label === DEMO_KEY_LABEL && key.revoked_at_ms === null) store.revokeApiKey(key.key_id);
+  if (saved !== "" && (await store.authenticateApiKey(saved))?.tier === "free") return saved;
+  let account = (await store.listAccounts()).find((a) => a.name === "demo-dev");
+  account ??= { ...(await store.createAccount({ name: "demo-dev", tier: "free" })), name: "demo-dev", tier: "free", created_at_ms: 0 };
+  for (const key of await store.listApiKeys(account.account_id)) {
+    if (key.label === DEMO_KEY_LABEL && key.revoked_at_ms === null) await store.revokeApiKey(key.key_id);
   }
-  const apiKey = store.createApiKey({ account_id: account.account_id, label: DEMO_KEY_LABEL }).api_key;
+  const apiKey = (await store.createApiKey({ account_id: account.account_id, label: DEMO_KEY_LABEL })).api_key;
   writeFileSync(file, `${apiKey}\n`, { mode: 0o600 });
   return apiKey;
 }
@@ -105,7 +105,7 @@ export async function runServe(argv: string[]): Promise<number> {
   const inspector = config.inspect === undefined ? null : startInspector(config.inspect, { log });
   let gateway: RunningGateway;
   try {
-    gateway = startGateway(config, { log, inspect: inspector?.inspect, catalogModels: config.demo ? DEMO_CATALOG_MODELS : undefined });
+    gateway = await startGateway(config, { log, inspect: inspector?.inspect, catalogModels: config.demo ? DEMO_CATALOG_MODELS : undefined });
   } catch (error) {
     console.error(`gateway serve: ${(error as Error).message}`);
     inspector?.stop();
@@ -133,7 +133,7 @@ export async function runServe(argv: string[]): Promise<number> {
   });
   if (config.demo) {
     demo.push(...(await startDemoProviders(config, gateway, log)));
-    const apiKey = demoApiKey(gateway.store, config.dataDir);
+    const apiKey = await demoApiKey(gateway.store, config.dataDir);
     const base = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${gateway.port}`;
     console.error(
       [

@@ -120,15 +120,15 @@ const writer = (ctx: Required<CatalogCliContext>, key: OperatorKey): CatalogWrit
 
 // ── init ─────────────────────────────────────────────────────────────────────────────────────────
 
-const init: Sub = (argv, ctx) => {
+const init: Sub = async (argv, ctx) => {
   const p = parse(argv, { "valid-days": { kind: "string" } }, ctx);
   if (typeof p === "number") return p;
   const valid = validFor(ctx, p.flags["valid-days"]);
   if (!valid.ok) return valid.exit;
-  const loaded = setUpOperatorKey(ctx.dataDir, ctx.store);
+  const loaded = await setUpOperatorKey(ctx.dataDir, ctx.store);
   if (!loaded.ok) return failure(ctx, loaded.message);
   warnInsecure(ctx, loaded.key);
-  const result = ensureCatalog(writer(ctx, loaded.key), { valid_for_ms: valid.ms });
+  const result = await ensureCatalog(writer(ctx, loaded.key), { valid_for_ms: valid.ms });
   if (!result.ok) return failure(ctx, result.message);
   ctx.stdout(
     JSON.stringify({
@@ -203,13 +203,13 @@ const add: Sub = async (argv, ctx) => {
     const first = catalogModelChecker.Errors(model).First();
     return usageError(ctx, `invalid catalog entry${first ? ` (${first.path.slice(1)}: ${first.message})` : ""}`);
   }
-  const result = changeCatalog(writer(ctx, keyed.key), (models) => addModel(models, model, f.replace), { valid_for_ms: valid.ms });
+  const result = await changeCatalog(writer(ctx, keyed.key), (models) => addModel(models, model, f.replace), { valid_for_ms: valid.ms });
   if (!result.ok) return failure(ctx, result.message);
   ctx.stdout(JSON.stringify({ action: result.changed ? "added" : "unchanged", model, ...summary(result.state) }));
   return EXIT_OK;
 };
 
-const remove: Sub = (argv, ctx) => {
+const remove: Sub = async (argv, ctx) => {
   const p = parse(argv, { "model-id": { kind: "string" }, "valid-days": { kind: "string" } }, ctx);
   if (typeof p === "number") return p;
   const valid = validFor(ctx, p.flags["valid-days"]);
@@ -218,21 +218,21 @@ const remove: Sub = (argv, ctx) => {
   if (model_id === undefined) return usageError(ctx, "--model-id is required");
   const keyed = withKey(ctx);
   if (!keyed.ok) return keyed.exit;
-  const result = changeCatalog(writer(ctx, keyed.key), (models) => removeModel(models, model_id), { valid_for_ms: valid.ms });
+  const result = await changeCatalog(writer(ctx, keyed.key), (models) => removeModel(models, model_id), { valid_for_ms: valid.ms });
   if (!result.ok) return failure(ctx, result.message);
   ctx.stdout(JSON.stringify({ action: "removed", model_id, ...summary(result.state) }));
   return EXIT_OK;
 };
 
-const sign: Sub = (argv, ctx) => {
+const sign: Sub = async (argv, ctx) => {
   const p = parse(argv, { "valid-days": { kind: "string" } }, ctx);
   if (typeof p === "number") return p;
   const valid = validFor(ctx, p.flags["valid-days"]);
   if (!valid.ok) return valid.exit;
   const keyed = withKey(ctx);
   if (!keyed.ok) return keyed.exit;
-  if (ctx.store.latestCatalog() === null) return failure(ctx, "no catalog yet; run gateway catalog init");
-  const result = changeCatalog(writer(ctx, keyed.key), (models) => ({ ok: true, models: [...models], changed: false }), {
+  if ((await ctx.store.latestCatalog()) === null) return failure(ctx, "no catalog yet; run gateway catalog init");
+  const result = await changeCatalog(writer(ctx, keyed.key), (models) => ({ ok: true, models: [...models], changed: false }), {
     valid_for_ms: valid.ms,
     force: true,
   });
@@ -243,10 +243,10 @@ const sign: Sub = (argv, ctx) => {
 
 // ── show / history / pubkey (read-only: no private key needed) ────────────────────────────────────
 
-const show: Sub = (argv, ctx) => {
+const show: Sub = async (argv, ctx) => {
   const p = parse(argv, { json: { kind: "boolean" } }, ctx);
   if (typeof p === "number") return p;
-  const entry = ctx.store.latestCatalog();
+  const entry = await ctx.store.latestCatalog();
   if (entry === null) return failure(ctx, "no catalog yet; run gateway catalog init");
   const line = historyLine(entry);
   const body = JSON.parse(line.body) as { models: CatalogModel[] };
@@ -274,10 +274,10 @@ const show: Sub = (argv, ctx) => {
   return EXIT_OK;
 };
 
-const history: Sub = (argv, ctx) => {
+const history: Sub = async (argv, ctx) => {
   const p = parse(argv, { json: { kind: "boolean" } }, ctx);
   if (typeof p === "number") return p;
-  for (const entry of ctx.store.listCatalogHistory()) {
+  for (const entry of await ctx.store.listCatalogHistory()) {
     const line = historyLine(entry);
     if (p.flags.json) ctx.stdout(JSON.stringify(line));
     else {

@@ -1,8 +1,8 @@
 // Live reload: the gateway's handle on the catalog in force. `reload()` is cheap when nothing changed
 // (one `SELECT MAX(seq)` on the history's primary key), so it can be polled every second or two and
-// called on SIGHUP; a `gateway catalog add` in another process commits a new history row, and the
-// next poll sees the larger seq (WAL readers see every committed transaction).
-import type { Store } from "../store/index.ts";
+// called on SIGHUP; a `gateway catalog add` in another process (or on another node of a cluster)
+// commits a new history row, and the next poll sees the larger seq.
+import type { AsyncStore } from "../store/asyncStore.ts";
 import { catalogHealth, catalogStateFromEntry, type CatalogHealth, type CatalogState } from "./state.ts";
 
 export type CatalogReload =
@@ -14,7 +14,7 @@ export interface CatalogLive {
   /** The catalog in force (null only before any feed was accepted or when none verifies). */
   current(): CatalogState | null;
   /** Loads the latest history entry when its seq differs from the one in force. Never throws. */
-  reload(): CatalogReload;
+  reload(): Promise<CatalogReload>;
   /** ok, or degraded with a reason (expired, missing, or the latest entry failed to verify). */
   health(now_ms: number): CatalogHealth | { status: "degraded"; reason: "catalog_invalid"; message: string };
   /** Raw 32-byte operator public key the catalog is verified under (GET /v1/catalog/pubkey). */
@@ -27,21 +27,27 @@ export interface CatalogLive {
  * A latest row that does not verify under `publicKeyRaw` (edited database, other key) is not used;
  * the previous state stays in force and health() reports `catalog_invalid` until a good row arrives.
  */
-export function createCatalogLive(deps: {
-  store: Pick<Store, "latestCatalogSeq" | "latestCatalog">;
+export async function createCatalogLive(deps: {
+  store: Pick<AsyncStore, "latestCatalogSeq" | "latestCatalog">;
   publicKeyRaw: Uint8Array;
-}): CatalogLive {
+}): Promise<CatalogLive> {
   let state: CatalogState | null = null;
   // The seq last examined, good or bad: a bad row is reported once, not re-verified on every poll.
   let seenSeq = 0;
   let failure: { code: string; message: string } | null = null;
 
-  const reload = (): CatalogReload => {
+  // One reload at a time: a poll that finds one running shares its answer.
+  let running: Promise<CatalogReload> | null = null;
+  const reload = (): Promise<CatalogReload> => {
+    running ??= reloadOnce().finally(() => (running = null));
+    return running;
+  };
+  const reloadOnce = async (): Promise<CatalogReload> => {
     let seq: number;
     try {
-      seq = deps.store.latestCatalogSeq();
+      seq = await deps.store.latestCatalogSeq();
       if (seq === seenSeq) return { ok: true, changed: false };
-      const entry = deps.store.latestCatalog();
+      const entry = await deps.store.latestCatalog();
       if (entry === null) return { ok: true, changed: false };
       seq = entry.seq;
       seenSeq = seq;
@@ -55,12 +61,12 @@ export function createCatalogLive(deps: {
       failure = null;
       return { ok: true, changed: true, state, previous };
     } catch (error) {
-      // e.g. SQLITE_BUSY past busy_timeout: try again at the next poll (seenSeq is unchanged).
+      // e.g. SQLITE_BUSY past busy_timeout, PostgreSQL unreachable: try again at the next poll.
       return { ok: false, code: "store_error", message: error instanceof Error ? error.message : String(error), seq: seenSeq };
     }
   };
 
-  reload();
+  await reload();
   return {
     current: () => state,
     reload,
@@ -90,8 +96,9 @@ export function pollCatalog(
 ): () => void {
   const timers = options.timers ?? { setInterval: (fn, ms) => setInterval(fn, ms), clearInterval: (h) => clearInterval(h as Timer) };
   const handle = timers.setInterval(() => {
-    const result = live.reload();
-    if (!(result.ok && !result.changed)) onReload(result);
+    void live.reload().then((result) => {
+      if (!(result.ok && !result.changed)) onReload(result);
+    });
   }, options.intervalMs ?? CATALOG_POLL_MS);
   return () => timers.clearInterval(handle);
 }

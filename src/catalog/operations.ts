@@ -1,7 +1,7 @@
 // Changing the catalog: read the feed in force, edit its model list, sign a new body and append it to
 // the history, then publish the files. Shared by `gateway catalog …` and `gateway serve` (which creates
 // an empty catalog on an empty data dir and, with --demo, adds the demo models).
-import type { Store } from "../store/index.ts";
+import type { AsyncStore } from "../store/asyncStore.ts";
 import { buildCatalogBody, encodeCatalogBody, signCatalogBody, type RandomBytes } from "./feed.ts";
 import { publishCatalogFiles } from "./files.ts";
 import { createCatalogLive, type CatalogLive } from "./live.ts";
@@ -10,7 +10,7 @@ import type { CatalogModel } from "./schema.ts";
 import { catalogStateFromEntry, upsertModels, type CatalogState, type ModelsEdit } from "./state.ts";
 
 export interface CatalogWriter {
-  store: Store;
+  store: Pick<AsyncStore, "latestCatalog" | "appendCatalog">;
   key: OperatorKey;
   dataDir: string;
   now: () => number;
@@ -33,8 +33,8 @@ export type CatalogChangeResult =
 const MAX_ATTEMPTS = 5;
 
 /** The catalog in force, checked against the writer's key; null state when the history is empty. */
-function current(writer: CatalogWriter): { ok: true; state: CatalogState | null; seq: number } | Extract<CatalogChangeResult, { ok: false }> {
-  const entry = writer.store.latestCatalog();
+async function current(writer: CatalogWriter): Promise<{ ok: true; state: CatalogState | null; seq: number } | Extract<CatalogChangeResult, { ok: false }>> {
+  const entry = await writer.store.latestCatalog();
   if (entry === null) return { ok: true, state: null, seq: 0 };
   const loaded = catalogStateFromEntry(entry, writer.key.publicKeyRaw);
   if (loaded.ok) return { ok: true, state: loaded.state, seq: entry.seq };
@@ -54,13 +54,13 @@ function current(writer: CatalogWriter): { ok: true; state: CatalogState | null;
  * nothing (`catalog sign`); otherwise an unchanged list appends nothing and returns the feed in force.
  * Retries when another writer appended first, re-reading its result, so no change is lost.
  */
-export function changeCatalog(
+export async function changeCatalog(
   writer: CatalogWriter,
   edit: (models: readonly CatalogModel[]) => ModelsEdit,
   options: { valid_for_ms?: number; force?: boolean } = {},
-): CatalogChangeResult {
+): Promise<CatalogChangeResult> {
   for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-    const now = current(writer);
+    const now = await current(writer);
     if (!now.ok) return now;
     const edited = edit(now.state?.body.models ?? []);
     if (!edited.ok) return edited;
@@ -75,7 +75,7 @@ export function changeCatalog(
       random: writer.random,
     });
     const bytes = encodeCatalogBody(body);
-    const appended = writer.store.appendCatalog(
+    const appended = await writer.store.appendCatalog(
       { body: bytes, signature: signCatalogBody(bytes, writer.key.privateKey), public_key: writer.key.publicKeyRaw, expect_latest_seq: now.seq },
       writer.now(),
     );
@@ -98,7 +98,7 @@ export function changeCatalog(
 export function ensureCatalog(
   writer: CatalogWriter,
   options: { models?: readonly CatalogModel[]; valid_for_ms?: number } = {},
-): CatalogChangeResult {
+): Promise<CatalogChangeResult> {
   const models = [...(options.models ?? [])];
   // changed: false makes changeCatalog a no-op when a feed is in force; with an empty history it
   // always signs (there is nothing to keep), here with `models`.
@@ -114,11 +114,11 @@ export type OperatorKeySetup =
  * then the key was lost or moved, and a new key would sign feeds that no provider which pinned the
  * old one accepts, so it is refused (`key_lost`) rather than silently rotated.
  */
-export function setUpOperatorKey(dataDir: string, store: Pick<Store, "latestCatalogSeq">): OperatorKeySetup {
+export async function setUpOperatorKey(dataDir: string, store: Pick<AsyncStore, "latestCatalogSeq">): Promise<OperatorKeySetup> {
   const existing = loadOperatorKey(dataDir);
   if (existing.ok) return existing;
   if (existing.code !== "missing") return existing;
-  if (store.latestCatalogSeq() > 0) {
+  if ((await store.latestCatalogSeq()) > 0) {
     return { ok: false, code: "key_lost", message: `the catalog history exists but ${operatorKeyPath(dataDir)} is missing; restore the operator key file` };
   }
   return loadOrCreateOperatorKey(dataDir);
@@ -129,18 +129,19 @@ export function setUpOperatorKey(dataDir: string, store: Pick<Store, "latestCata
  * empty data dir; with `models` (the demo's), those are added or updated in the catalog; then the
  * live handle the gateway routes by (poll it with pollCatalog, reload it on SIGHUP).
  */
-export function startCatalog(deps: {
+export async function startCatalog(deps: {
   dataDir: string;
-  store: Store;
+  store: Pick<AsyncStore, "latestCatalog" | "latestCatalogSeq" | "appendCatalog">;
   now: () => number;
   random: RandomBytes;
   models?: readonly CatalogModel[];
-}): { ok: true; live: CatalogLive; key: OperatorKey; keyCreated: boolean } | { ok: false; code: string; message: string } {
-  const key = setUpOperatorKey(deps.dataDir, deps.store);
+}): Promise<{ ok: true; live: CatalogLive; key: OperatorKey; keyCreated: boolean } | { ok: false; code: string; message: string }> {
+  const key = await setUpOperatorKey(deps.dataDir, deps.store);
   if (!key.ok) return key;
   const writer: CatalogWriter = { store: deps.store, key: key.key, dataDir: deps.dataDir, now: deps.now, random: deps.random };
   const wanted = deps.models ?? [];
-  const ensured = wanted.length === 0 ? ensureCatalog(writer) : changeCatalog(writer, (models) => upsertModels(models, wanted));
+  const ensured = wanted.length === 0 ? await ensureCatalog(writer) : await changeCatalog(writer, (models) => upsertModels(models, wanted));
   if (!ensured.ok) return ensured;
-  return { ok: true, live: createCatalogLive({ store: deps.store, publicKeyRaw: key.key.publicKeyRaw }), key: key.key, keyCreated: key.created };
+  const live = await createCatalogLive({ store: deps.store, publicKeyRaw: key.key.publicKeyRaw });
+  return { ok: true, live, key: key.key, keyCreated: key.created };
 }

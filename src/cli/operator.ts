@@ -2,12 +2,13 @@
 // 0 done, 1 the operation failed (unknown id, store error), 64 usage error (EX_USAGE).
 // JSON goes to stdout where a program reads it; messages and usage go to stderr.
 
-import type { ProviderBinding, Store, AccountTier } from "../store/index.ts";
+import type { AsyncStore } from "../store/asyncStore.ts";
+import type { ProviderBinding, AccountTier } from "../store/index.ts";
 import { backupDatabase } from "../store/backup.ts";
 import { parseFlags, type FlagSpec, type ParseResult } from "./flags.ts";
 
 export interface OperatorContext {
-  store: Store;
+  store: AsyncStore;
   stdout: (line: string) => void;
   stderr: (line: string) => void;
   /** Clock for "today" (default Date.now). */
@@ -45,7 +46,7 @@ const CREDITS_USAGE = [
 
 const FEEDBACK_USAGE = ["usage: gateway feedback list [--account ID] [--limit N] [--json]"];
 
-type Subcommand = (argv: readonly string[], ctx: OperatorContext, usage: readonly string[]) => number;
+type Subcommand = (argv: readonly string[], ctx: OperatorContext, usage: readonly string[]) => Promise<number>;
 
 /** Runs `gateway accounts …`; `argv` starts after the word `accounts`. */
 export function runAccountsCommand(argv: readonly string[], ctx: OperatorContext): Promise<number> {
@@ -94,7 +95,7 @@ async function dispatch(
     return usageError(ctx, usage, word === undefined ? "missing subcommand" : `unknown subcommand ${word}`);
   }
   try {
-    return run(rest, ctx, usage);
+    return await run(rest, ctx, usage);
   } catch (error) {
     // A store failure (e.g. the database stayed locked past busy_timeout) is reported, not thrown.
     ctx.stderr(`error: ${error instanceof Error ? error.message : String(error)}`);
@@ -140,7 +141,7 @@ const json = (value: unknown) => JSON.stringify(value);
 // ── credits ───────────────────────────────────────────────────────────────────────────────────────
 
 /** Prepaid credits of a paid account (docs/ledger.md): a balanced posting funding → buyer. */
-const creditsGrant: Subcommand = (argv, ctx, usage) => {
+const creditsGrant: Subcommand = async (argv, ctx, usage) => {
   const p = parse(argv, { account: { kind: "string" }, credits: { kind: "string" }, memo: { kind: "string" } }, [], ctx, usage);
   if (typeof p === "number") return p;
   if (!p.flags.account) return usageError(ctx, usage, "--account is required");
@@ -148,26 +149,26 @@ const creditsGrant: Subcommand = (argv, ctx, usage) => {
   if (!p.flags.credits || !Number.isSafeInteger(credits) || credits <= 0) {
     return usageError(ctx, usage, "--credits must be a positive whole number of credits");
   }
-  const account = ctx.store.getAccount(p.flags.account);
+  const account = await ctx.store.getAccount(p.flags.account);
   if (!account) return failure(ctx, `unknown account ${p.flags.account}`);
   if (account.tier !== "paid") return failure(ctx, `account ${p.flags.account} is free tier: free-tier usage is paid by the promotion account`);
-  const granted = ctx.store.grantCredits(account.account_id, credits, p.flags.memo);
+  const granted = await ctx.store.grantCredits(account.account_id, credits, p.flags.memo);
   if (!granted.ok) return failure(ctx, `cannot grant ${credits} credits (${granted.code})`);
-  ctx.stdout(json({ account_id: account.account_id, granted_credits: credits, available_credits: ctx.store.availableCredits(account.account_id) }));
+  ctx.stdout(json({ account_id: account.account_id, granted_credits: credits, available_credits: await ctx.store.availableCredits(account.account_id) }));
   return EXIT_OK;
 };
 
-const creditsBalance: Subcommand = (argv, ctx, usage) => {
+const creditsBalance: Subcommand = async (argv, ctx, usage) => {
   const p = parse(argv, { account: { kind: "string" } }, [], ctx, usage);
   if (typeof p === "number") return p;
   if (!p.flags.account) return usageError(ctx, usage, "--account is required");
-  const account = ctx.store.getAccount(p.flags.account);
+  const account = await ctx.store.getAccount(p.flags.account);
   if (!account) return failure(ctx, `unknown account ${p.flags.account}`);
   ctx.stdout(
     json({
       account_id: account.account_id,
-      balance_credits: ctx.store.ledgerBalance(`buyer:${account.account_id}`),
-      available_credits: ctx.store.availableCredits(account.account_id),
+      balance_credits: await ctx.store.ledgerBalance(`buyer:${account.account_id}`),
+      available_credits: await ctx.store.availableCredits(account.account_id),
     }),
   );
   return EXIT_OK;
@@ -176,12 +177,12 @@ const creditsBalance: Subcommand = (argv, ctx, usage) => {
 // ── feedback ──────────────────────────────────────────────────────────────────────────────────────
 
 /** Buyer ratings for review, newest first (POST /v1/feedback). Comments are the buyer's own words. */
-const feedbackList: Subcommand = (argv, ctx, usage) => {
+const feedbackList: Subcommand = async (argv, ctx, usage) => {
   const p = parse(argv, { account: { kind: "string" }, limit: { kind: "string" }, json: { kind: "boolean" } }, [], ctx, usage);
   if (typeof p === "number") return p;
   const limit = p.flags.limit === undefined ? undefined : Number(p.flags.limit);
   if (limit !== undefined && (!Number.isSafeInteger(limit) || limit <= 0)) return usageError(ctx, usage, "--limit must be a positive whole number");
-  const rows = ctx.store.listFeedback({ account_id: p.flags.account, limit });
+  const rows = await ctx.store.listFeedback({ account_id: p.flags.account, limit });
   if (p.flags.json) rows.forEach((row) => ctx.stdout(json(row)));
   else {
     table(
@@ -195,14 +196,14 @@ const feedbackList: Subcommand = (argv, ctx, usage) => {
 
 // ── accounts ──────────────────────────────────────────────────────────────────────────────────────
 
-const accountsCreate: Subcommand = (argv, ctx, usage) => {
+const accountsCreate: Subcommand = async (argv, ctx, usage) => {
   const p = parse(argv, { tier: { kind: "string" }, name: { kind: "string" }, env: { kind: "boolean" } }, [], ctx, usage);
   if (typeof p === "number") return p;
   const tier = p.flags.tier ?? "free";
   if (tier !== "free" && tier !== "paid") return usageError(ctx, usage, `--tier must be free or paid, got ${tier}`);
-  const { account_id } = ctx.store.createAccount({ tier: tier satisfies AccountTier, name: p.flags.name });
+  const { account_id } = await ctx.store.createAccount({ tier: tier satisfies AccountTier, name: p.flags.name });
   // A new account gets its first key at once, so the operator can hand it over in one step.
-  const { api_key } = ctx.store.createApiKey({ account_id });
+  const { api_key } = await ctx.store.createApiKey({ account_id });
   if (p.flags.env) {
     // For `eval "$(gateway accounts create … --env)"` (README): both values are [A-Za-z0-9_-] only.
     ctx.stdout(`export ACCOUNT_ID=${account_id}`);
@@ -215,24 +216,25 @@ const accountsCreate: Subcommand = (argv, ctx, usage) => {
  * Each account with what an operator checks first: its balance (paid: prepaid credits left), what it
  * spent today (UTC: credits debited, tokens counted) and how many keys work.
  */
-const accountsList: Subcommand = (argv, ctx, usage) => {
+const accountsList: Subcommand = async (argv, ctx, usage) => {
   const p = parse(argv, { json: { kind: "boolean" } }, [], ctx, usage);
   if (typeof p === "number") return p;
   const day = new Date((ctx.now ?? Date.now)()).toISOString().slice(0, 10); // the UTC day quotas count
   const activeKeys = new Map<string, number>();
-  for (const key of ctx.store.listApiKeys()) {
+  for (const key of await ctx.store.listApiKeys()) {
     if (key.revoked_at_ms === null) activeKeys.set(key.account_id, (activeKeys.get(key.account_id) ?? 0) + 1);
   }
-  const rows = ctx.store.listAccounts().map((account) => {
-    const usage = ctx.store.accountUsage(account.account_id, day);
-    return {
+  const rows = [];
+  for (const account of await ctx.store.listAccounts()) {
+    const usage = await ctx.store.accountUsage(account.account_id, day);
+    rows.push({
       ...account,
-      balance_credits: account.tier === "paid" ? ctx.store.ledgerBalance(`buyer:${account.account_id}`) : null,
+      balance_credits: account.tier === "paid" ? await ctx.store.ledgerBalance(`buyer:${account.account_id}`) : null,
       spent_credits_today: usage.spent_credits_day,
       tokens_today: usage.daily_tokens_used,
       active_keys: activeKeys.get(account.account_id) ?? 0,
-    };
-  });
+    });
+  }
   if (p.flags.json) rows.forEach((row) => ctx.stdout(json(row)));
   else {
     const cells = rows.map((r) => [
@@ -252,34 +254,34 @@ const accountsList: Subcommand = (argv, ctx, usage) => {
 
 // ── keys ──────────────────────────────────────────────────────────────────────────────────────────
 
-const keysCreate: Subcommand = (argv, ctx, usage) => {
+const keysCreate: Subcommand = async (argv, ctx, usage) => {
   const p = parse(argv, { account: { kind: "string" }, label: { kind: "string" } }, [], ctx, usage);
   if (typeof p === "number") return p;
   const account_id = p.flags.account;
   if (account_id === undefined) return usageError(ctx, usage, "--account is required");
-  if (ctx.store.getAccount(account_id) === null) return failure(ctx, `unknown account ${account_id}`);
-  ctx.stdout(json(ctx.store.createApiKey({ account_id, label: p.flags.label })));
+  if (await ctx.store.getAccount(account_id) === null) return failure(ctx, `unknown account ${account_id}`);
+  ctx.stdout(json(await ctx.store.createApiKey({ account_id, label: p.flags.label })));
   return EXIT_OK;
 };
 
-const keysRevoke: Subcommand = (argv, ctx, usage) => {
+const keysRevoke: Subcommand = async (argv, ctx, usage) => {
   const p = parse(argv, {}, ["KEY_ID"], ctx, usage);
   if (typeof p === "number") return p;
   const key_id = p.positionals[0]!;
-  if (!ctx.store.revokeApiKey(key_id)) return failure(ctx, `unknown key ${key_id}`);
+  if (!await ctx.store.revokeApiKey(key_id)) return failure(ctx, `unknown key ${key_id}`);
   ctx.stdout(json({ key_id, revoked: true }));
   return EXIT_OK;
 };
 
-const keysList: Subcommand = (argv, ctx, usage) => {
+const keysList: Subcommand = async (argv, ctx, usage) => {
   const p = parse(argv, { account: { kind: "string" }, json: { kind: "boolean" } }, [], ctx, usage);
   if (typeof p === "number") return p;
   const account_id = p.flags.account;
-  if (account_id !== undefined && ctx.store.getAccount(account_id) === null) {
+  if (account_id !== undefined && await ctx.store.getAccount(account_id) === null) {
     return failure(ctx, `unknown account ${account_id}`);
   }
   // Rows carry the display prefix only: the store never returns hashes or keys.
-  const rows = ctx.store.listApiKeys(account_id);
+  const rows = await ctx.store.listApiKeys(account_id);
   if (p.flags.json) rows.forEach((row) => ctx.stdout(json(row)));
   else {
     table(
@@ -328,46 +330,46 @@ function providerIdArg(argv: readonly string[], ctx: OperatorContext, usage: rea
   return { id, flags: p.flags };
 }
 
-const providersPin: Subcommand = (argv, ctx, usage) => {
+const providersPin: Subcommand = async (argv, ctx, usage) => {
   const p = providerIdArg(argv, ctx, usage, { "public-key": { kind: "string" } });
   if (typeof p === "number") return p;
   const b64 = p.flags["public-key"];
   if (typeof b64 !== "string") return usageError(ctx, usage, "--public-key is required");
   const key = decodeEd25519PublicKey(b64);
   if (key === null) return usageError(ctx, usage, "--public-key must be standard base64 of a 32-byte Ed25519 key");
-  ctx.stdout(json(providerJson(ctx.store.pinProvider(p.id, key))));
+  ctx.stdout(json(providerJson(await ctx.store.pinProvider(p.id, key))));
   return EXIT_OK;
 };
 
-const providersUnpin: Subcommand = (argv, ctx, usage) => {
+const providersUnpin: Subcommand = async (argv, ctx, usage) => {
   const p = providerIdArg(argv, ctx, usage);
   if (typeof p === "number") return p;
-  const binding = ctx.store.unpinProvider(p.id);
+  const binding = await ctx.store.unpinProvider(p.id);
   if (binding === null) return failure(ctx, `unknown provider ${p.id}`);
   ctx.stdout(json(providerJson(binding)));
   return EXIT_OK;
 };
 
-const providersBan: Subcommand = (argv, ctx, usage) => {
+const providersBan: Subcommand = async (argv, ctx, usage) => {
   const p = providerIdArg(argv, ctx, usage);
   if (typeof p === "number") return p;
-  ctx.stdout(json(providerJson(ctx.store.banProvider(p.id))));
+  ctx.stdout(json(providerJson(await ctx.store.banProvider(p.id))));
   return EXIT_OK;
 };
 
-const providersUnban: Subcommand = (argv, ctx, usage) => {
+const providersUnban: Subcommand = async (argv, ctx, usage) => {
   const p = providerIdArg(argv, ctx, usage);
   if (typeof p === "number") return p;
-  const binding = ctx.store.unbanProvider(p.id);
+  const binding = await ctx.store.unbanProvider(p.id);
   if (!binding) return failure(ctx, `unknown provider ${p.id}`);
   ctx.stdout(json(providerJson(binding)));
   return EXIT_OK;
 };
 
-const providersList: Subcommand = (argv, ctx, usage) => {
+const providersList: Subcommand = async (argv, ctx, usage) => {
   const p = parse(argv, { json: { kind: "boolean" } }, [], ctx, usage);
   if (typeof p === "number") return p;
-  const rows = ctx.store.listProviders().map(providerJson);
+  const rows = (await ctx.store.listProviders()).map(providerJson);
   if (p.flags.json) rows.forEach((row) => ctx.stdout(json(row)));
   else {
     table(

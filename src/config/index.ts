@@ -95,7 +95,26 @@ export function loadConfig(argv: readonly string[], env: Record<string, string |
     }
     config[spec.key] = value;
   }
+  const backends = backendProblem(config.databaseUrl as string | undefined, config.redisUrl as string | undefined);
+  if (backends !== null) return { ok: false, message: backends };
   return { ok: true, config: config as unknown as GatewayConfig };
+}
+
+/**
+ * A cluster node needs both engines: PostgreSQL for what is durable, Redis for what is shared and live
+ * (docs/postgres-store.md). Neither is the embedded single node; one alone is a configuration error.
+ */
+export function backendProblem(databaseUrl: string | undefined, redisUrl: string | undefined): string | null {
+  if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
+    return "--database-url must be a postgres:// or postgresql:// URL";
+  }
+  if (redisUrl !== undefined && !/^rediss?:\/\//.test(redisUrl)) return "--redis-url must be a redis:// or rediss:// URL";
+  if ((databaseUrl === undefined) !== (redisUrl === undefined)) {
+    const given = databaseUrl === undefined ? "--redis-url (GATEWAY_REDIS_URL)" : "--database-url (GATEWAY_DATABASE_URL)";
+    const missing = databaseUrl === undefined ? "--database-url (GATEWAY_DATABASE_URL)" : "--redis-url (GATEWAY_REDIS_URL)";
+    return `${given} is set but ${missing} is not: a cluster node needs both (PostgreSQL for durable state, Redis for live shared state); set neither for the embedded single node`;
+  }
+  return null;
 }
 
 /** A setting's default as `serve --help` shows it. */

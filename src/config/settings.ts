@@ -34,6 +34,7 @@ export const settingSpecs = [
   s("port", "integer", 8080, "TCP port of the buyer API and the provider WebSocket endpoint (0 = any free port).", { min: 0 }),
   s("host", "string", "127.0.0.1", "Address to listen on."),
   s("dataDir", "string", "./data", "Folder holding the SQLite file, generated keys and the catalog."),
+  s("databaseUrl", "string", undefined, "PostgreSQL URL (postgres://USER@HOST:PORT/DB) of a cluster's durable state instead of the SQLite file; needs --redis-url too (docs/postgres-store.md). Prefer the env or config file when it holds a password: flags show in ps."),
   s("demo", "boolean", false, "Start built-in demo providers in-process and print a ready dev API key."),
   s("demoProviders", "integer", 2, "How many demo providers --demo starts.", { min: 1 }),
   s("messagesFacade", "boolean", false, "Serve POST /v1/messages and /v1/messages/count_tokens (off: they answer 404 endpoint_disabled)."),
@@ -71,6 +72,7 @@ export const settingSpecs = [
   s("demoRequestTokenCap", "integer", 512, "Largest max_tokens one demo request may ask for (an absent max_tokens reserves up to it).", { min: 1 }),
   s("demoConcurrentRequests", "integer", 2, "Requests one demo client IP (/32 or /64) may have running at once.", { min: 1 }),
   s("feedbackPerHour", "integer", 60, "POST /v1/feedback submissions accepted per client IP (/32 or /64) per hour.", { min: 0 }),
+  s("redisUrl", "string", undefined, "Redis URL (redis://HOST:PORT) of a cluster: concurrency slots, retry results, the provider registry and node-to-node forwarding live there (docs/scale-out.md)."),
   s("requestBodyTimeoutMs", "integer", 30_000, "Longest a buyer may take to send a request body (after valid credentials) before 408 request_timeout.", { min: 1 }),
   s("streamBufferBytes", "integer", 1024 * 1024, "Bytes of a stream's output that may wait unsent for a buyer that does not read; past it the attempt is cancelled (see docs/reliability.md).", { min: 1024 }),
   s("streamStallMs", "integer", 30_000, "How long a stream's output may wait unsent for a buyer that does not read before the attempt is cancelled.", { min: 1 }),
@@ -83,6 +85,7 @@ export interface GatewayConfig {
   port: number;
   host: string;
   dataDir: string;
+  databaseUrl: string | undefined;
   demo: boolean;
   demoProviders: number;
   messagesFacade: boolean;
@@ -120,6 +123,7 @@ export interface GatewayConfig {
   demoRequestTokenCap: number;
   demoConcurrentRequests: number;
   feedbackPerHour: number;
+  redisUrl: string | undefined;
   requestBodyTimeoutMs: number;
   streamBufferBytes: number;
   streamStallMs: number;

@@ -20,8 +20,8 @@ const digest = (text: string) => createHash("sha256").update(text).digest();
 const newSecret = () => randomBytes(32).toString("base64url");
 
 /** The operator token: the configured one, else the one stored in the gateway's database. */
-export function operatorToken(configured: string | undefined, stored: () => Uint8Array): string {
-  return configured && configured.length > 0 ? configured : Buffer.from(stored()).toString("base64url");
+export async function operatorToken(configured: string | undefined, stored: () => Promise<Uint8Array>): Promise<string> {
+  return configured && configured.length > 0 ? configured : Buffer.from(await stored()).toString("base64url");
 }
 
 function cookieValue(header: string | null, name: string): string | null {

@@ -18,7 +18,7 @@ export async function runConsoleCommand(argv: readonly string[], ctx: OperatorCo
     return EXIT_USAGE;
   }
   const configured = process.env.GATEWAY_CONSOLE_TOKEN;
-  const token = operatorToken(configured, () => ctx.store.getOrCreateSecret(CONSOLE_TOKEN_SECRET, 32));
+  const token = await operatorToken(configured, () => ctx.store.getOrCreateSecret(CONSOLE_TOKEN_SECRET, 32));
   // Guidance on stderr, the token alone on stdout's last line (scripts read it with `tail -n 1`).
   ctx.stderr(configured ? "The console token configured by GATEWAY_CONSOLE_TOKEN:" : "The console token kept in this gateway's database:");
   ctx.stderr("Open /console and paste it, or send it as 'Authorization: Bearer TOKEN'. Keep it secret.");

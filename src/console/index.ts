@@ -5,7 +5,7 @@ import type { Registry } from "../gateway/registry.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
 import type { Settlements } from "../gateway/settlements.ts";
 import type { Log } from "../log.ts";
-import type { Store } from "../store/index.ts";
+import type { AsyncStore as Store } from "../store/asyncStore.ts";
 import { consoleActions } from "./actions.ts";
 import { createConsoleAuth, operatorToken } from "./auth.ts";
 import { createConsoleLive } from "./live.ts";
@@ -29,9 +29,9 @@ export interface ConsoleParts {
   now: () => number;
 }
 
-export function createConsole(parts: ConsoleParts) {
+export async function createConsole(parts: ConsoleParts) {
   const { store, registry } = parts;
-  const token = operatorToken(parts.consoleToken, () => store.getOrCreateSecret(CONSOLE_TOKEN_SECRET, 32));
+  const token = await operatorToken(parts.consoleToken, () => store.getOrCreateSecret(CONSOLE_TOKEN_SECRET, 32));
   const live = createConsoleLive({
     supervisor: () => parts.supervisor,
     *sessions() {

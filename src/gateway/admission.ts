@@ -1,6 +1,6 @@
 // Provider admission (docs/protocol.md): proof of possession first, then ban, key binding, provisional limits.
 import type { AdmissionInput, AdmissionVerdict } from "../../actors/providerSession.ts";
-import type { Store } from "../store/index.ts";
+import type { AsyncStore as Store } from "../store/asyncStore.ts";
 import { CloseCode } from "../wire/frames.ts";
 import { verifyHandshake } from "../wire/handshake.ts";
 
@@ -18,12 +18,12 @@ const refuse = (closeCode: number, reason: string): AdmissionVerdict => ({ admit
 
 const sameKey = (a: Uint8Array, b: Uint8Array): boolean => a.length === b.length && Buffer.compare(a, b) === 0;
 
-export function admitProvider(policy: AdmissionPolicy, input: AdmissionInput): AdmissionVerdict {
+export async function admitProvider(policy: AdmissionPolicy, input: AdmissionInput): Promise<AdmissionVerdict> {
   const { hello } = input;
   if (!verifyHandshake(hello.receipt_public_key, input.sessionId, hello.provider_id, input.nonce, input.signature)) {
     return refuse(CloseCode.authFailed, "auth_failed");
   }
-  const binding = policy.store.getProviderBinding(hello.provider_id);
+  const binding = await policy.store.getProviderBinding(hello.provider_id);
   if (binding?.banned) return refuse(CloseCode.banned, "banned");
   if (binding?.public_key) {
     if (!sameKey(binding.public_key, hello.receipt_public_key)) return refuse(CloseCode.keyMismatch, "key_mismatch");
@@ -34,10 +34,10 @@ export function admitProvider(policy: AdmissionPolicy, input: AdmissionInput): A
     return refuse(CloseCode.provisionalPoolFull, "provisional_pool_full");
   }
   const now = policy.now();
-  if (policy.store.countFirstAdmissionsSince(now - HOUR_MS) >= policy.provisionalAdmissionsPerHour) {
+  if ((await policy.store.countFirstAdmissionsSince(now - HOUR_MS)) >= policy.provisionalAdmissionsPerHour) {
     return refuse(CloseCode.provisionalRateLimited, "provisional_rate_limited");
   }
-  const bound = policy.store.bindProvisionalProvider(hello.provider_id, hello.receipt_public_key, now);
+  const bound = await policy.store.bindProvisionalProvider(hello.provider_id, hello.receipt_public_key, now);
   if (!bound.ok && !sameKey(bound.binding.public_key ?? new Uint8Array(), hello.receipt_public_key)) {
     return refuse(CloseCode.keyMismatch, "key_mismatch");
   }

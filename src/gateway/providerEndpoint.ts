@@ -16,7 +16,7 @@ export interface SocketData {
 
 export interface ProviderEndpointDeps {
   registry: Registry;
-  admit: (input: AdmissionInput) => AdmissionVerdict;
+  admit: (input: AdmissionInput) => Promise<AdmissionVerdict>;
   newSessionId: () => string;
   randomBytes: (n: number) => Uint8Array;
   heartbeatIntervalMs: number;
@@ -197,7 +197,9 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         const providerId = snapshot.context.hello!.provider_id;
         const arrival = deps.settlements.receiptArrived(providerId, frame.request_id, frame.attempt_n, frame.receipt);
         if (arrival === "stored") return;
-        registry.ignoredReceipts[arrival]++;
+        // A store that answers later (PostgreSQL) counts the closed attempt's receipt when it knows.
+        if (typeof arrival === "string") registry.ignoredReceipts[arrival]++;
+        else void arrival.then((known) => registry.ignoredReceipts[known]++);
         // Receipts that settle nothing cost a lookup each: a session sending more than its budget of
         // them is flooding (an honest runtime paces its re-sent outbox below the default rate).
         if (!receiptBudget(session).take(deps.now())) {

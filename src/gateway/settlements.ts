@@ -11,7 +11,8 @@ import type { RateCard } from "../ledger/index.ts";
 import { canonicalize, DeliveredPrefixBuilder, jobRouteOf, sha256Hex } from "../receipts/index.ts";
 import { inlineJudge, type ReceiptJudge } from "../receipts/judge.ts";
 import type { Log } from "../log.ts";
-import type { Store } from "../store/index.ts";
+import type { AsyncStore as Store } from "../store/asyncStore.ts";
+import { durableWrites } from "./settlement/durableWrites.ts";
 import type { JobRoute } from "../wire/frames.ts";
 import { attemptKey } from "./registry.ts";
 import type { OpenAttempt, OpenAttempts } from "./settlement/attempt.ts";
@@ -55,7 +56,8 @@ export interface OpenAttemptInput {
 
 export function createSettlements(deps: SettlementDeps) {
   const open: OpenAttempts = new Map();
-  const parts: DeliveryDeps & OutcomeDeps & PricingSources = { ...deps, judge: deps.judge ?? inlineJudge, open };
+  const writes = durableWrites(deps.log);
+  const parts: DeliveryDeps & OutcomeDeps & PricingSources = { ...deps, judge: deps.judge ?? inlineJudge, open, writes };
   const scopeOf = accountScopes(deps.gatewaySecret);
 
   // Made once, like `machine.provide`: the attempt is found by the actor's context.
@@ -106,6 +108,8 @@ export function createSettlements(deps: SettlementDeps) {
     // The stored text and the digest come from one canonicalisation (digest = sha256 of JCS).
     const snapshotJson = canonicalize(snapshot);
     const digest = sha256Hex(snapshotJson);
+    // The job leaves only once this write is durable (the dispatcher's afterCommit); a failed write
+    // keeps it from leaving. The digest was just computed from this very text, so it cannot mismatch.
     const recorded = deps.store.recordRouteSnapshot(
       {
         request_id: input.requestId,
@@ -120,10 +124,12 @@ export function createSettlements(deps: SettlementDeps) {
       },
       now,
     );
-    if (!recorded.ok) {
-      deps.log.error("route_snapshot_refused", { request_id: input.requestId, attempt_n: input.attemptN, code: recorded.code });
-      return null;
-    }
+    recorded.then(
+      (result) => {
+        if (!result.ok) deps.log.error("route_snapshot_refused", { request_id: input.requestId, attempt_n: input.attemptN, code: result.code });
+      },
+      (error) => deps.log.warn("route_snapshot_not_written", { request_id: input.requestId, attempt_n: input.attemptN, error: String(error) }),
+    );
     startActor(
       {
         requestId: input.requestId,
@@ -161,7 +167,10 @@ export function createSettlements(deps: SettlementDeps) {
     receiptArrived: (providerId: string, requestId: string, attemptN: number, envelope: string) =>
       receiptArrived(parts, providerId, requestId, attemptN, envelope),
     /** The request starts no more attempts: its reservation resolves once none is pending. */
-    requestEnded: (requestId: string) => deps.store.markRequestEnded(requestId, deps.now()),
+    requestEnded: (requestId: string) => {
+      const now = deps.now();
+      void writes.run("request_ended", { request_id: requestId }, () => deps.store.markRequestEnded(requestId, now));
+    },
     resumePending: () => recoverPending(deps.store, deps.now, (att) => startActor(att, att.deadlineAtMs! - deps.now())),
     /** Runs `effect` once the writes made so far are durable (group commit; see src/store/groupCommit.ts). */
     afterCommit: (effect: (committed: boolean) => void) => deps.store.afterCommit(effect),
@@ -172,6 +181,7 @@ export function createSettlements(deps: SettlementDeps) {
       for (const [key, att] of open) yield [key, att.actor];
     },
     stop: () => {
+      writes.stop();
       parts.judge.stop();
       for (const att of open.values()) att.actor.stop();
       open.clear();

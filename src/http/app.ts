@@ -3,6 +3,8 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import { Elysia } from "elysia";
 import { authenticateBuyer, bearerToken } from "./auth.ts";
 import { errorResponse, errorTable, gatewayError, messagesErrorResponse } from "./errors.ts";
+import { storeUnavailable } from "./pipeline.ts";
+import { isStoreUnavailable } from "../store/asyncStore.ts";
 import { chatCompletionsHandler, type ChatRouteDeps } from "./chat/route.ts";
 import { COUNT_TOKENS_ROUTE, countTokensHandler, messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
 import { responsesHandler, RESPONSES_ROUTE } from "./responses/route.ts";
@@ -198,9 +200,9 @@ export function createHttpApp(deps: HttpDeps) {
     : null;
 
   /** GET /v1/models/{id}: the percent-decoded rest of the path is the model id. */
-  const retrieveModel = (request: Request, rawId: string): Response => {
+  const retrieveModel = async (request: Request, rawId: string): Promise<Response> => {
     const rid = idsOf(request).responseRequestId;
-    const auth = authenticateBuyer(deps.store, request, "demo_allowed");
+    const auth = await authenticateBuyer(deps.store, request, "demo_allowed");
     if (!auth.ok) return errorResponse(auth.error, rid);
     const id = safeDecode(rawId);
     const model = id === null ? null : modelBody(deps.providerViews(), deps.settlementMode, catalogView(), id);
@@ -220,6 +222,8 @@ export function createHttpApp(deps: HttpDeps) {
     .onError(({ code, request, error }) => {
       const rid = idsOf(request).responseRequestId;
       if (code === "NOT_FOUND") return errorResponse(gatewayError("not_found", "The requested route does not exist."), rid);
+      // Any route whose store call found the database unreachable: a clear retryable 503, not a 500.
+      if (isStoreUnavailable(error)) return errorResponse(storeUnavailable(), rid);
       // A body read that failed because the client left (any route that reads one) is the client's doing.
       if (request.signal.aborted) {
         deps.log.info("client_aborted_upload", { request_id: rid, code: String(code) });
@@ -232,9 +236,9 @@ export function createHttpApp(deps: HttpDeps) {
     .use(deps.demo ? demoRoutes({ ...deps.demo, requestId: (r) => idsOf(r).responseRequestId }) : new Elysia())
     .use(deps.signup ? signupRoutes({ ...deps.signup, requestId: (r) => idsOf(r).responseRequestId }) : new Elysia())
     .post(CHAT_ROUTE, ({ request }) => inference(CHAT_ROUTE, chat, request), { parse: "none" })
-    .get("/v1/models", ({ request }) => {
+    .get("/v1/models", async ({ request }) => {
       const rid = idsOf(request).responseRequestId;
-      const auth = authenticateBuyer(deps.store, request, "demo_allowed");
+      const auth = await authenticateBuyer(deps.store, request, "demo_allowed");
       if (!auth.ok) return errorResponse(auth.error, rid);
       return json(modelsBody(deps.providerViews(), deps.settlementMode, catalogView()), rid);
     })
@@ -246,19 +250,19 @@ export function createHttpApp(deps: HttpDeps) {
       const catalog = !health || health.status === "ok" ? { status: "ok" as const } : { status: "degraded" as const, reason: health.reason };
       return json(statusBody(deps.providerViews(), deps.accepting(), deps.now(), catalog), idsOf(request).responseRequestId);
     })
-    .get("/v1/receipts/:request_id", ({ request, params }) => {
+    .get("/v1/receipts/:request_id", async ({ request, params }) => {
       const rid = idsOf(request).responseRequestId;
-      const auth = authenticateBuyer(deps.store, request, "api_key_only");
+      const auth = await authenticateBuyer(deps.store, request, "api_key_only");
       if (!auth.ok) return errorResponse(auth.error, rid);
-      const body = buyerReceiptsBody(deps.store, auth.principal.account_id, params.request_id, deps.settlementMode);
+      const body = await buyerReceiptsBody(deps.store, auth.principal.account_id, params.request_id, deps.settlementMode);
       return body ? json(body, rid) : errorResponse(gatewayError("not_found", "No request with this id belongs to this account."), rid);
     })
-    .get("/v1/usage", ({ request }) => {
+    .get("/v1/usage", async ({ request }) => {
       const rid = idsOf(request).responseRequestId;
-      const auth = authenticateBuyer(deps.store, request, "api_key_only");
+      const auth = await authenticateBuyer(deps.store, request, "api_key_only");
       if (!auth.ok) return errorResponse(auth.error, rid);
       if (auth.principal.kind !== "api_key") return notFound(request);
-      const body = usageBody({ ...deps, coveredEntrypoints, excludedEntrypoints: deps.excludedEntrypoints ?? [] }, auth.principal);
+      const body = await usageBody({ ...deps, coveredEntrypoints, excludedEntrypoints: deps.excludedEntrypoints ?? [] }, auth.principal);
       return new Response(JSON.stringify(body), { headers: { "content-type": "application/json", "x-request-id": rid, "cache-control": "no-store" } });
     })
     .post(FEEDBACK_ROUTE, ({ request }) => feedback(request, idsOf(request).responseRequestId), { parse: "none" })
@@ -269,13 +273,16 @@ export function createHttpApp(deps: HttpDeps) {
     .get("/healthz", ({ request }) => {
       // 503 while draining, so a load balancer stops sending new requests before the process exits.
       const running = deps.accepting();
+      // The durable store's state too: a cluster node whose PostgreSQL is unreachable cannot serve.
+      const store = deps.store.health();
       const body = {
-        ok: running,
+        ok: running && store.up,
         status: running ? "running" : "draining",
         live_requests: deps.runner.liveRequests(),
         providers_admitted: deps.providerViews().length,
+        store: { backend: store.backend, up: store.up },
       };
-      return json(body, idsOf(request).responseRequestId, running ? 200 : 503);
+      return json(body, idsOf(request).responseRequestId, running && store.up ? 200 : 503);
     })
     .get("/metrics", async ({ request }) => {
       const rid = idsOf(request).responseRequestId;

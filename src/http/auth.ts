@@ -9,7 +9,8 @@
 import { gatewayError, type GatewayError } from "./errors.ts";
 import { ipKey, resolveClientIp, type TrustedProxies } from "./clientIp.ts";
 import { DEMO_TOKEN_PREFIX, demoTokenKey, verifyDemoToken } from "./demo/token.ts";
-import type { Store, AccountTier } from "../store/index.ts";
+import type { AccountTier } from "../store/index.ts";
+import type { AsyncStore as Store } from "../store/asyncStore.ts";
 
 export interface ApiKeyPrincipal {
   kind: "api_key";
@@ -102,7 +103,7 @@ const demoRefusals = {
  * Authenticates the bearer of `request`. `policy` says whether this endpoint takes demo tokens; the
  * default refuses them, so a new endpoint is API-key-only unless it opts in.
  */
-export function authenticateBuyer(store: Store, request: Request, policy: DemoPolicy = "api_key_only"): AuthResult {
+export async function authenticateBuyer(store: Store, request: Request, policy: DemoPolicy = "api_key_only"): Promise<AuthResult> {
   const token = bearerToken(request);
   if (!token) {
     return {
@@ -111,7 +112,7 @@ export function authenticateBuyer(store: Store, request: Request, policy: DemoPo
     };
   }
   if (token.startsWith(DEMO_TOKEN_PREFIX)) return authenticateDemo(request, token, policy);
-  const key = store.authenticateApiKey(token);
+  const key = await store.authenticateApiKey(token);
   if (!key) return { ok: false, error: gatewayError("invalid_api_key", "The API key is not valid or has been revoked.") };
   return { ok: true, principal: { kind: "api_key", ...key } };
 }

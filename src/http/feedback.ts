@@ -8,7 +8,7 @@ import { parseJsonBody, readBody } from "./body.ts";
 import { ipKey } from "./clientIp.ts";
 import { errorResponse, gatewayError } from "./errors.ts";
 import { describeSchemaError } from "./schemaErrors.ts";
-import type { Store } from "../store/index.ts";
+import type { AsyncStore as Store } from "../store/asyncStore.ts";
 
 export const FEEDBACK_ROUTE = "/v1/feedback";
 const WINDOW_MS = 60 * 60_000;
@@ -43,7 +43,7 @@ export function feedbackHandler(deps: FeedbackDeps) {
   return async (request: Request, rid: string): Promise<Response> => {
     const body = await readBody(request, MAX_FEEDBACK_BYTES);
     if (!body) return errorResponse(gatewayError("request_too_large", `A feedback body is at most ${MAX_FEEDBACK_BYTES} bytes.`), rid);
-    const auth = authenticateBuyer(deps.store, request, "demo_allowed");
+    const auth = await authenticateBuyer(deps.store, request, "demo_allowed");
     if (!auth.ok) return errorResponse(auth.error, rid);
     const parsed = parseJsonBody(body);
     if (!parsed.ok) return errorResponse(parsed.error, rid);
@@ -57,7 +57,7 @@ export function feedbackHandler(deps: FeedbackDeps) {
     if (!requestId) return unknown();
     const ip = clientIpOf(request);
     const nowMs = deps.now();
-    const result = deps.store.recordFeedback(
+    const result = await deps.store.recordFeedback(
       {
         request_id: requestId,
         account_id: auth.principal.account_id,

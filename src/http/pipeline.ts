@@ -10,7 +10,7 @@ import type { ChunkFrame } from "../wire/frames.ts";
 import type { BodyTemplate, FacadeResponder, StreamFlow } from "./output.ts";
 import type { Log } from "../log.ts";
 import type { RequestRunner } from "../gateway/requests.ts";
-import type { Store } from "../store/index.ts";
+import { isStoreUnavailable, type AsyncStore as Store } from "../store/asyncStore.ts";
 import type { Settlements } from "../gateway/settlements.ts";
 import { reservationCredits, type Rates } from "../ledger/index.ts";
 import { buyerAccount } from "../store/index.ts";
@@ -49,7 +49,7 @@ export interface RequestIds {
   responseRequestId: string;
 }
 
-export type Authenticate = (store: Store, request: Request) => AuthResult;
+export type Authenticate = (store: Store, request: Request) => Promise<AuthResult>;
 
 export type AdmittedBody = { ok: true; principal: BuyerPrincipal; json: unknown } | { ok: false; error: GatewayError };
 
@@ -69,7 +69,13 @@ export async function admitBuyerRequest(
     return { ok: false, error: gatewayError("coordinator_unavailable", "The gateway is shutting down. Retry shortly.", { retryAfterSeconds: 5 }) };
   }
   // Credentials first: a client without them never gets to hold a connection open with a slow body.
-  const auth = authenticate(deps.store, request);
+  let auth: AuthResult;
+  try {
+    auth = await authenticate(deps.store, request);
+  } catch (error) {
+    if (isStoreUnavailable(error)) return { ok: false, error: storeUnavailable() };
+    throw error;
+  }
   if (!auth.ok) return auth;
   const read = await readBodyWithin(request, deps.maxBodyBytes, deps.requestBodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS);
   if (!read.ok) return { ok: false, error: bodyReadError(read.reason, deps.maxBodyBytes) };
@@ -145,7 +151,7 @@ const ignoreBody = (_text: string) => {};
 const ignoreFilled = (_template: BodyTemplate, _hole: string) => {};
 
 /** Runs the request as a new one: admission, concurrency slot, reservation, then the request actor. */
-function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null): Promise<Response> {
+async function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null): Promise<Response> {
   const { request, ids, principal, chat } = input;
   const rid = ids.responseRequestId;
   const promptBound = promptTokenBound(chat.messages, chat.params.tools);
@@ -171,10 +177,18 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
       ),
     );
   }
-  const reserved = reserveForRequest(deps, principal, ids.requestId, promptBound, chat.params.max_tokens, admission.rates);
+  let reserved: Awaited<ReturnType<typeof reserveForRequest>>;
+  try {
+    reserved = await reserveForRequest(deps, principal, ids.requestId, promptBound, chat.params.max_tokens, admission.rates);
+  } catch (error) {
+    end(false);
+    // The reservation is one transaction: a database that cannot be reached left nothing behind.
+    if (isStoreUnavailable(error)) return input.refuse(storeUnavailable());
+    throw error;
+  }
   if (!reserved.ok) {
     end(false);
-    return Promise.resolve(input.refuse(reserved.error));
+    return input.refuse(reserved.error);
   }
   const { payer } = reserved;
   let abort = () => {};
@@ -216,29 +230,40 @@ function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracke
   abort = started.abort;
   // The buyer hanging up before or during the response cancels the provider job.
   request.signal.addEventListener("abort", started.abort, { once: true });
+  // The buyer may have hung up while the reservation was being written: the signal already fired.
+  if (request.signal.aborted) {
+    end(false);
+    started.abort();
+  }
   return responder.response;
 }
+
+/** The refusal when the durable store (PostgreSQL) cannot be reached: nothing was written. */
+export const storeUnavailable = () =>
+  gatewayError("coordinator_unavailable", "The gateway cannot reach its database right now. Nothing was charged; retry shortly.", {
+    retryAfterSeconds: 1,
+  });
 
 /**
  * Holds the request's worst case at admission (docs/ledger.md): prompt bound + max_tokens against the
  * daily token quota, and its price against a paid account's balance. Free-tier and demo traffic is
  * paid from the operator's promotion account.
  */
-function reserveForRequest(
+async function reserveForRequest(
   deps: PipelineDeps,
   principal: BuyerPrincipal,
   requestId: string,
   promptBound: number,
   maxTokens: number,
   rates: Rates,
-): { ok: true; payer: Payer } | { ok: false; error: GatewayError } {
+): Promise<{ ok: true; payer: Payer } | { ok: false; error: GatewayError }> {
   const payer = payerFor(principal.kind === "api_key" && principal.tier === "paid");
   const price = reservationCredits(promptBound, maxTokens, rates);
   if (!price.ok) return { ok: false, error: gatewayError("invalid_request", "The request is too large to price.") };
   const limit = deps.quotas ? limitsFor(deps.quotas, principal).dailyTokens : undefined;
   const day = utcDay(deps.now());
   const tokens = promptBound + maxTokens;
-  const reserved = deps.store.reserve(
+  const reserved = await deps.store.reserve(
     {
       request_id: requestId,
       account_id: principal.account_id,
@@ -253,11 +278,11 @@ function reserveForRequest(
   if (reserved.ok) return { ok: true, payer };
   switch (reserved.code) {
     case "insufficient_balance": {
-      const balance = deps.store.ledgerBalance(buyerAccount(principal.account_id));
+      const balance = await deps.store.ledgerBalance(buyerAccount(principal.account_id));
       return { ok: false, error: balanceRefusal({ balance, available: reserved.available_credits, needed: price.charge.debit_credits, nowMs: deps.now() }) };
     }
     case "quota_exhausted": {
-      const usedOnly = deps.store.dailyTokens(principal.account_id, day).used;
+      const usedOnly = (await deps.store.dailyTokens(principal.account_id, day)).used;
       return { ok: false, error: dailyQuotaRefusal({ limit: limit ?? 0, counted: reserved.used_tokens, usedOnly, tokens, nowMs: deps.now() }) };
     }
     default:

@@ -1,15 +1,15 @@
 // GET /v1/receipts/{request_id}: a buyer's view of their own request's settlement (docs/receipts.md) —
 // labels, reasons and charges per attempt; never prompts, outputs or provider identities.
-import type { Store } from "../store/index.ts";
+import type { AsyncStore as Store } from "../store/asyncStore.ts";
 
 /** Ids buyers see (`req_<hex>`, `chatcmpl-req_<hex>`, `msg_<hex>`, `resp_<hex>`) all end with the request id's hex. */
 const REQUEST_HEX_IN = /(?:^|[_-])([0-9a-f]{24})$/;
 
-export function buyerReceiptsBody(store: Store, accountId: string, requestId: string, settlementMode: "observe" | "enforce") {
+export async function buyerReceiptsBody(store: Store, accountId: string, requestId: string, settlementMode: "observe" | "enforce") {
   const hex = REQUEST_HEX_IN.exec(requestId)?.[1];
   if (!hex) return null;
   const id = `req_${hex}`;
-  const attempts = store.listSettlements({ request_id: id });
+  const attempts = await store.listSettlements({ request_id: id });
   // Another account's request is indistinguishable from an unknown one.
   if (attempts.length === 0 || attempts.some((a) => a.account_id !== accountId)) return null;
   return {

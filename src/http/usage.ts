@@ -3,7 +3,8 @@
 // prefixes only: never a prompt, an output, a key, a provider identity or a receipt envelope.
 import type { ApiKeyPrincipal } from "./auth.ts";
 import { limitsFor, nextUtcMidnightMs, utcDay, type QuotaPolicy } from "./quotas.ts";
-import { buyerAccount, type Store } from "../store/index.ts";
+import { buyerAccount } from "../store/index.ts";
+import type { AsyncStore as Store } from "../store/asyncStore.ts";
 
 export interface UsageContext {
   store: Store;
@@ -44,17 +45,17 @@ export function settlementDisclosure(c: Pick<UsageContext, "settlementMode" | "c
 }
 
 /** The body of GET /v1/usage for an API-key principal. */
-export function usageBody(c: UsageContext, principal: ApiKeyPrincipal) {
+export async function usageBody(c: UsageContext, principal: ApiKeyPrincipal) {
   const nowMs = c.now();
   const day = utcDay(nowMs);
-  const account = c.store.getAccount(principal.account_id);
+  const account = await c.store.getAccount(principal.account_id);
   const tier = account?.tier ?? principal.tier;
-  const usage = c.store.accountUsage(principal.account_id, day);
+  const usage = await c.store.accountUsage(principal.account_id, day);
   const limits = c.quotas ? limitsFor(c.quotas, { ...principal, tier }) : null;
   const dailyLimit = limits?.dailyTokens ?? null;
   const paid = tier === "paid";
-  const balance = paid ? c.store.ledgerBalance(buyerAccount(principal.account_id)) : null;
-  const ratings = c.store.feedbackSummary(principal.account_id);
+  const balance = paid ? await c.store.ledgerBalance(buyerAccount(principal.account_id)) : null;
+  const ratings = await c.store.feedbackSummary(principal.account_id);
   return {
     object: "usage",
     account_id: principal.account_id,
@@ -76,7 +77,7 @@ export function usageBody(c: UsageContext, principal: ApiKeyPrincipal) {
         ? null
         : { balance_credits: balance, held_credits: usage.held_credits, available_credits: balance - usage.held_credits },
     spend: paid ? { charged_credits_total: usage.spent_credits_total, charged_credits_today: usage.spent_credits_day } : null,
-    keys: c.store.listApiKeys(principal.account_id).map((k) => ({
+    keys: (await c.store.listApiKeys(principal.account_id)).map((k) => ({
       id: k.key_id,
       prefix: k.display_prefix,
       label: k.label,

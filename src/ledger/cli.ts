@@ -37,7 +37,7 @@ export async function runReceiptsCommand(argv: readonly string[], ctx: OperatorC
     const p = parseFlags(rest, { "request-id": { kind: "string" }, json: { kind: "boolean" } });
     if (!p.ok) return usageError(ctx, RECEIPTS_USAGE, p.message);
     if (p.positionals.length > 0) return usageError(ctx, RECEIPTS_USAGE, `unexpected argument ${p.positionals[0]}`);
-    const rows = ctx.store.listSettlements({ request_id: p.flags["request-id"] }).map(receiptLine);
+    const rows = (await ctx.store.listSettlements({ request_id: p.flags["request-id"] })).map(receiptLine);
     if (p.flags.json) rows.forEach((r) => ctx.stdout(JSON.stringify(r)));
     else {
       ctx.stdout("REQUEST_ID  ATTEMPT  PROVIDER  LABEL  REASON  DEBIT  PROVIDER_CREDITS");
@@ -54,7 +54,7 @@ export async function runReceiptsCommand(argv: readonly string[], ctx: OperatorC
     const attemptText = p.flags.attempt;
     if (request_id === undefined || attemptText === undefined) return usageError(ctx, RECEIPTS_USAGE, "--request-id and --attempt are required");
     if (!/^\d{1,3}$/.test(attemptText)) return usageError(ctx, RECEIPTS_USAGE, "--attempt must be a whole number");
-    const s = ctx.store.getSettlement(request_id, Number(attemptText));
+    const s = await ctx.store.getSettlement(request_id, Number(attemptText));
     if (s === null) {
       ctx.stderr(`error: unknown attempt ${request_id} #${attemptText}`);
       return 1;
@@ -85,7 +85,7 @@ export async function runLedgerCommand(
     if (!p.ok) return usageError(ctx, LEDGER_USAGE, p.message);
     if (p.positionals.length > 0) return usageError(ctx, LEDGER_USAGE, `unexpected argument ${p.positionals[0]}`);
     // The report is JSON whether or not --json is given: programs read it either way (docs/operator.md).
-    const report = auditLedger(ctx.store.ledgerAuditData(), deps.catalogLookup);
+    const report = auditLedger(await ctx.store.ledgerAuditData(), deps.catalogLookup);
     ctx.stdout(JSON.stringify(report));
     return report.clean ? 0 : 1;
   }

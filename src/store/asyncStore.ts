@@ -6,6 +6,22 @@
 import type { RequestSlotStore } from "./requestSlots.ts";
 import type { Store } from "./types.ts";
 
+/** Whether `error` means the store's database could not be reached (PostgreSQL down or restarting), as
+ * opposed to a statement it refused: callers answer 503 retryable, nothing having been written. */
+export function isStoreUnavailable(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code !== "string") return false;
+  return (
+    code.startsWith("ERR_POSTGRES_CONNECTION") ||
+    code === "ERR_POSTGRES_IDLE_TIMEOUT" ||
+    code === "ERR_POSTGRES_LIFETIME_TIMEOUT" ||
+    code === "ECONNREFUSED" ||
+    code === "ECONNRESET" ||
+    // admin_shutdown, crash_shutdown, cannot_connect_now (the server is starting or stopping)
+    ["57P01", "57P02", "57P03"].includes((error as { errno?: string }).errno ?? "")
+  );
+}
+
 /** Which engine holds the durable state. */
 export type StoreBackend = "sqlite" | "postgres";
 
@@ -15,9 +31,18 @@ type Promised<T> = {
   [K in keyof T]: T[K] extends (...args: infer A) => infer R ? (...args: A) => Promise<R> : T[K];
 };
 
+/** Whether the store's database answers: /healthz and /metrics show it (docs/postgres-store.md). */
+export interface StoreHealth {
+  backend: StoreBackend;
+  up: boolean;
+  /** When `up` last changed (ms since the epoch); null when it never did. */
+  since_ms: number | null;
+}
+
 export type AsyncStore = Promised<Omit<Store, Sync>> &
   Pick<Store, Exclude<Sync, "close">> & {
     readonly backend: StoreBackend;
+    health(): StoreHealth;
     close(): Promise<void>;
   };
 
@@ -29,7 +54,8 @@ const SYNC = new Set<string>(["acquireRequestSlot", "releaseRequestSlot", "reque
  * spans an await) and hands back a settled Promise; a thrown error becomes a rejected one.
  */
 export function asyncStore(store: Store): AsyncStore {
-  const face: Record<string, unknown> = { backend: "sqlite" };
+  // A local file: it is up while the process runs (a failing disk shows as failing writes instead).
+  const face: Record<string, unknown> = { backend: "sqlite", health: (): StoreHealth => ({ backend: "sqlite", up: true, since_ms: null }) };
   for (const [name, value] of Object.entries(store) as [string, unknown][]) {
     if (typeof value !== "function") face[name] = value;
     else if (SYNC.has(name)) face[name] = value;

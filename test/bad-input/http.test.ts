@@ -14,8 +14,8 @@ beforeAll(async () => {
   gw = await startTestGateway();
   // Slow enough that a stream outlives a burst of bad requests; spare slots so nothing competes.
   provider = spawnProvider(gw, { id: "bad-input-http", maxConcurrency: 4, tokensPerSecond: 50 });
-  const { key_id, api_key } = gw.gateway.store.createApiKey({ account_id: gw.accountId, label: "to-revoke" });
-  expect(gw.gateway.store.revokeApiKey(key_id)).toBe(true);
+  const { key_id, api_key } = await gw.gateway.store.createApiKey({ account_id: gw.accountId, label: "to-revoke" });
+  expect(await gw.gateway.store.revokeApiKey(key_id)).toBe(true);
   revokedKey = api_key;
   await waitForReadyProviders(gw, 1);
 });

@@ -271,7 +271,7 @@ describe("bad frames and failed handshakes close only that socket", () => {
     const result = track(await handshake(gw, { providerId: "forger", key: await newKey(gw), forgeSignature: true }));
     expect(result.closeCode).toBe(4003);
     // Nothing was bound for an unauthenticated caller.
-    expect(gw.gateway.store.getProviderBinding("forger")).toBeNull();
+    expect(await gw.gateway.store.getProviderBinding("forger")).toBeNull();
   });
 
   test("a known id with another key → 4010", async () => {
@@ -280,13 +280,13 @@ describe("bad frames and failed handshakes close only that socket", () => {
     const result = track(await handshake(gw, { providerId: "bound-id", key: await newKey(gw) }));
     expect(result.closeCode).toBe(4010);
     // The binding still holds key A, and A is still admitted.
-    expect(Buffer.from(gw.gateway.store.getProviderBinding("bound-id")!.public_key!)).toEqual(Buffer.from(keyA.publicKeyRaw));
+    expect(Buffer.from((await gw.gateway.store.getProviderBinding("bound-id"))!.public_key!)).toEqual(Buffer.from(keyA.publicKeyRaw));
     const again = track(await handshake(gw, { providerId: "bound-id", key: keyA }));
     expect(again.welcome).not.toBeNull();
   });
 
   test("a banned id with a valid signature → 4009; with a forged one → 4003 (signature first)", async () => {
-    gw.gateway.store.banProvider("banned-id");
+    await gw.gateway.store.banProvider("banned-id");
     const key = await newKey(gw);
     const forged = track(await handshake(gw, { providerId: "banned-id", key, forgeSignature: true }));
     expect(forged.closeCode).toBe(4003);
@@ -296,7 +296,7 @@ describe("bad frames and failed handshakes close only that socket", () => {
 
   test("a bound id banned later, connecting with another key → 4009 (ban before binding)", async () => {
     await admitAndLeave(gw, "banned-later", await newKey(gw));
-    gw.gateway.store.banProvider("banned-later");
+    await gw.gateway.store.banProvider("banned-later");
     const result = track(await handshake(gw, { providerId: "banned-later", key: await newKey(gw) }));
     expect(result.closeCode).toBe(4009);
   });
@@ -394,7 +394,7 @@ describe("provisional limits count only never-bound ids", () => {
       await admitAndLeave(gw, "first-new", keyA);
       const second = await handshake(gw, { providerId: "second-new", key: await newKey(gw) });
       expect(second.closeCode).toBe(4008);
-      expect(gw.gateway.store.getProviderBinding("second-new")).toBeNull();
+      expect(await gw.gateway.store.getProviderBinding("second-new")).toBeNull();
       const reconnect = await handshake(gw, { providerId: "first-new", key: keyA });
       expect(reconnect.welcome?.tier).toBe("provisional");
       reconnect.socket.close();

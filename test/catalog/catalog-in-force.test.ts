@@ -17,6 +17,7 @@ import {
   upsertModels,
 } from "../../src/catalog/state.ts";
 import { openStore } from "../../src/store/index.ts";
+import { asyncStore } from "../../src/store/asyncStore.ts";
 import { DAY, T0, model, newKey, signedFeed, tempDir } from "./support.ts";
 
 const dir = tempDir();
@@ -36,12 +37,12 @@ function append(path: string, models = [chat, embed], issued = T0, validFor = 30
   return feed;
 }
 
-test("lookups: expected hash, capabilities, eligible list and the route fields of a listed model", () => {
+test("lookups: expected hash, capabilities, eligible list and the route fields of a listed model", async () => {
   const path = dbPath();
   const feed = append(path);
-  const store = openStore(path);
-  const loaded = catalogStateFromEntry(store.latestCatalog()!, key.publicKeyRaw);
-  store.close();
+  const store = asyncStore(openStore(path));
+  const loaded = catalogStateFromEntry((await store.latestCatalog())!, key.publicKeyRaw);
+  await store.close();
   expect(loaded.ok).toBe(true);
   if (!loaded.ok) return;
   const state = loaded.state;
@@ -60,12 +61,12 @@ test("lookups: expected hash, capabilities, eligible list and the route fields o
   expect(routeCatalogFields(state, "unknown")).toBeNull();
   expect(routeCatalogFields(null, "chat")).toBeNull();
   // Loading under another key is refused: the data dir's key is the trust anchor.
-  const storeAgain = openStore(path);
-  expect(catalogStateFromEntry(storeAgain.latestCatalog()!, newKey().publicKeyRaw)).toMatchObject({ ok: false, code: "key_mismatch" });
-  storeAgain.close();
+  const storeAgain = asyncStore(openStore(path));
+  expect(catalogStateFromEntry((await storeAgain.latestCatalog())!, newKey().publicKeyRaw)).toMatchObject({ ok: false, code: "key_mismatch" });
+  await storeAgain.close();
 });
 
-test("model list edits: identical add is no change, a different entry needs replace, remove retires", () => {
+test("model list edits: identical add is no change, a different entry needs replace, remove retires", async () => {
   expect(addModel([chat], chat)).toEqual({ ok: true, models: [chat], changed: false });
   const rehashed = { ...chat, model_hash: "f".repeat(64) };
   expect(addModel([chat], rehashed)).toMatchObject({ ok: false, code: "already_listed" });
@@ -76,35 +77,35 @@ test("model list edits: identical add is no change, a different entry needs repl
   expect(upsertModels([chat, embed], [embed])).toMatchObject({ ok: true, changed: false });
 });
 
-test("health: ok while fresh; an expired catalog stays in force and reports degraded", () => {
+test("health: ok while fresh; an expired catalog stays in force and reports degraded", async () => {
   const path = dbPath();
   append(path, [chat], T0, DAY);
-  const store = openStore(path);
-  const live = createCatalogLive({ store, publicKeyRaw: key.publicKeyRaw });
+  const store = asyncStore(openStore(path));
+  const live = await createCatalogLive({ store, publicKeyRaw: key.publicKeyRaw });
   expect(catalogHealth(null, T0)).toEqual({ status: "degraded", reason: "catalog_missing" });
   expect(live.health(T0 + 1000)).toMatchObject({ status: "ok" });
   expect(live.health(T0 + DAY)).toMatchObject({ status: "degraded", reason: "catalog_expired" });
   // Still in force: routing keeps using it rather than dropping every model.
   expect(expectedModelHash(live.current(), "chat")).toBe(chat.model_hash);
-  store.close();
+  await store.close();
 });
 
-test("live reload: an append by another connection is picked up; no change means no reload", () => {
+test("live reload: an append by another connection is picked up; no change means no reload", async () => {
   const path = dbPath();
-  const gatewayStore = openStore(path);
-  const live = createCatalogLive({ store: gatewayStore, publicKeyRaw: key.publicKeyRaw });
+  const gatewayStore = asyncStore(openStore(path));
+  const live = await createCatalogLive({ store: gatewayStore, publicKeyRaw: key.publicKeyRaw });
   expect(live.current()).toBeNull();
-  expect(live.reload()).toEqual({ ok: true, changed: false });
+  expect(await live.reload()).toEqual({ ok: true, changed: false });
 
   const first = append(path, [chat, embed], T0);
-  const r1 = live.reload();
+  const r1 = await live.reload();
   expect(r1).toMatchObject({ ok: true, changed: true });
   expect(live.current()?.catalog_id).toBe(first.body.catalog_id);
-  expect(live.reload()).toEqual({ ok: true, changed: false });
+  expect(await live.reload()).toEqual({ ok: true, changed: false });
 
   // `catalog remove embed` in another process: embed is retired, chat stays.
   const second = append(path, [chat], T0 + 60_000);
-  const r2 = live.reload();
+  const r2 = await live.reload();
   expect(r2.ok && r2.changed && r2.previous?.catalog_id).toBe(first.body.catalog_id);
   expect(live.current()?.catalog_id).toBe(second.body.catalog_id);
   expect(lookupModel(live.current(), "embed")).toBeNull();
@@ -112,11 +113,11 @@ test("live reload: an append by another connection is picked up; no change means
   gatewayStore.close();
 });
 
-test("a latest row that does not verify is not used: the previous catalog stays, health says why", () => {
+test("a latest row that does not verify is not used: the previous catalog stays, health says why", async () => {
   const path = dbPath();
   const good = append(path, [chat]);
-  const gatewayStore = openStore(path);
-  const live = createCatalogLive({ store: gatewayStore, publicKeyRaw: key.publicKeyRaw });
+  const gatewayStore = asyncStore(openStore(path));
+  const live = await createCatalogLive({ store: gatewayStore, publicKeyRaw: key.publicKeyRaw });
   expect(live.current()?.catalog_id).toBe(good.body.catalog_id);
 
   // Someone edits the database directly (the store API would refuse this row).
@@ -127,29 +128,35 @@ test("a latest row that does not verify is not used: the previous catalog stays,
   ).run(forged.body.catalog_id, forged.bytes, forged.signature, "0".repeat(64), key.publicKeyRaw, T0 + 1, T0 + DAY, T0 + 1);
   raw.close();
 
-  expect(live.reload()).toMatchObject({ ok: false, code: "bad_signature" });
+  expect(await live.reload()).toMatchObject({ ok: false, code: "bad_signature" });
   expect(live.current()?.catalog_id).toBe(good.body.catalog_id);
   expect(live.health(T0 + 1000)).toMatchObject({ status: "degraded", reason: "catalog_invalid" });
   // Reported once, not re-verified on every poll.
-  expect(live.reload()).toEqual({ ok: true, changed: false });
+  expect(await live.reload()).toEqual({ ok: true, changed: false });
   gatewayStore.close();
 });
 
-test("pollCatalog reloads on each tick and reports only changes", () => {
+/** Lets a tick's reload (a promise, already answered by the SQLite store) deliver its result. */
+const settled = () => new Promise((resolve) => setImmediate(resolve));
+
+test("pollCatalog reloads on each tick and reports only changes", async () => {
   const path = dbPath();
-  const gatewayStore = openStore(path);
-  const live = createCatalogLive({ store: gatewayStore, publicKeyRaw: key.publicKeyRaw });
+  const gatewayStore = asyncStore(openStore(path));
+  const live = await createCatalogLive({ store: gatewayStore, publicKeyRaw: key.publicKeyRaw });
   let tick: (() => void) | null = null;
   let cleared = false;
   const timers: PollTimers = { setInterval: (fn, ms) => ((tick = fn), expect(ms).toBe(500), 1), clearInterval: () => (cleared = true) };
   const reports: unknown[] = [];
   const stop = pollCatalog(live, (r) => reports.push(r), { intervalMs: 500, timers });
   tick!();
+  await settled();
   expect(reports).toHaveLength(0);
   append(path, [chat]);
   tick!();
+  await settled();
   expect(reports).toHaveLength(1);
   tick!();
+  await settled();
   expect(reports).toHaveLength(1);
   stop();
   expect(cleared).toBe(true);

@@ -114,7 +114,7 @@ describe("demo tokens", () => {
 
   test("expired: refused", async () => {
     const ip = "198.51.100.70";
-    const key = demoTokenKey(gw.gateway.store.getOrCreateSecret("gateway_hmac", 32));
+    const key = demoTokenKey(await gw.gateway.store.getOrCreateSecret("gateway_hmac", 32));
     const now = Date.now();
     const expired = signDemoToken(key, { v: 1, sid: "old", ip: `${ip}/32`, iat: now - 7_200_000, exp: now - 1 });
     await expectInvalidDemoToken(await models(expired, ip), "expired");
@@ -127,14 +127,14 @@ describe("demo tokens", () => {
     const ip = "198.51.100.80";
     const token = await tokenFor(ip);
     const request = new Request(`${gw.url}/v1/usage`, { headers: { authorization: `Bearer ${token}` } });
-    bindBuyerContext(request, { clientIp: ip, demoKey: demoTokenKey(gw.gateway.store.getOrCreateSecret("gateway_hmac", 32)), now: Date.now });
-    const refused = authenticateBuyer(gw.gateway.store, request, "api_key_only");
+    bindBuyerContext(request, { clientIp: ip, demoKey: demoTokenKey(await gw.gateway.store.getOrCreateSecret("gateway_hmac", 32)), now: Date.now });
+    const refused = await authenticateBuyer(gw.gateway.store, request, "api_key_only");
     expect(refused.ok).toBe(false);
     if (!refused.ok) {
       expect(refused.error.code).toBe("invalid_demo_token");
       expect(refused.error.message).toContain("/v1/usage needs an API key");
     }
-    const allowed = authenticateBuyer(gw.gateway.store, request, "demo_allowed");
+    const allowed = await authenticateBuyer(gw.gateway.store, request, "demo_allowed");
     expect(allowed.ok && allowed.principal).toMatchObject({ kind: "demo", account_id: `demo:${ip}/32`, ip_key: `${ip}/32` });
   });
 });

@@ -55,7 +55,7 @@ test("`gateway accounts list` shows each account's balance, today's spend and it
   type Row = { account_id: string; balance_credits: number | null; spent_credits_today: number; tokens_today: number; active_keys: number };
   // Settlement is asynchronous: wait until the gateway has debited the request.
   const today = new Date().toISOString().slice(0, 10);
-  await waitFor(() => gw.gateway.store.accountUsage(account_id, today).spent_credits_day > 0, 10_000, "the request's debit");
+  await waitFor(async () => (await gw.gateway.store.accountUsage(account_id, today)).spent_credits_day > 0, 10_000, "the request's debit");
   flushTestGateways();
   const listed = await cli("accounts", "list", "--json");
   const row = listed.out.split("\n").map((l) => JSON.parse(l) as Row).find((r) => r.account_id === account_id);

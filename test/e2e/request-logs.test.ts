@@ -24,9 +24,9 @@ async function loggedGateway() {
   const dataDir = tempDir();
   const loaded = loadConfig([], {});
   if (!loaded.ok) throw new Error(loaded.message);
-  const gateway = startGateway({ ...loaded.config, port: 0, dataDir, settlementMode: "observe" }, { log: createLog("debug", (l) => lines.push(l)) });
-  const { account_id } = gateway.store.createAccount({ name: "logs", tier: "free" });
-  const { api_key } = gateway.store.createApiKey({ account_id });
+  const gateway = await startGateway({ ...loaded.config, port: 0, dataDir, settlementMode: "observe" }, { log: createLog("debug", (l) => lines.push(l)) });
+  const { account_id } = await gateway.store.createAccount({ name: "logs", tier: "free" });
+  const { api_key } = await gateway.store.createApiKey({ account_id });
   const gw: TestGateway = {
     gateway,
     url: gateway.url,

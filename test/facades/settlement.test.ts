@@ -15,10 +15,10 @@ beforeAll(async () => {
   gw = await startTestGateway({ settlementMode: "enforce", messagesFacade: true, responsesFacade: true }, { catalog: ["test-model"] });
   provider = await startRecordingProvider(gw, "p-facade-billing");
   await waitForReadyProviders(gw, 1);
-  const { account_id } = gw.gateway.store.createAccount({ tier: "paid", name: "facade-buyer" });
+  const { account_id } = await gw.gateway.store.createAccount({ tier: "paid", name: "facade-buyer" });
   paidAccount = account_id;
-  paidKey = gw.gateway.store.createApiKey({ account_id }).api_key;
-  gw.gateway.store.grantCredits(account_id, 1_000_000);
+  paidKey = (await gw.gateway.store.createApiKey({ account_id })).api_key;
+  await gw.gateway.store.grantCredits(account_id, 1_000_000);
 });
 
 afterAll(async () => {
@@ -30,12 +30,12 @@ afterAll(async () => {
 const requestIdOf = (id: string) => `req_${/([0-9a-f]{24})$/.exec(id)![1]!}`;
 
 async function settled(requestId: string) {
-  await waitFor(() => gw.gateway.store.listSettlements({ request_id: requestId }).every((s) => s.label !== "pending"), 5000, `settlement of ${requestId}`);
-  return gw.gateway.store.listSettlements({ request_id: requestId });
+  await waitFor(async () => (await gw.gateway.store.listSettlements({ request_id: requestId })).every((s) => s.label !== "pending"), 5000, `settlement of ${requestId}`);
+  return await gw.gateway.store.listSettlements({ request_id: requestId });
 }
 
 test("chat, messages and responses requests each settle verified, debiting the same account at the same rate", async () => {
-  const before = gw.gateway.store.ledgerBalance(`buyer:${paidAccount}`);
+  const before = await gw.gateway.store.ledgerBalance(`buyer:${paidAccount}`);
   const openai = new OpenAI({ baseURL: gw.baseURL, apiKey: paidKey, maxRetries: 0 });
   const anthropic = new Anthropic({ baseURL: gw.url, apiKey: paidKey, maxRetries: 0 });
 
@@ -55,18 +55,18 @@ test("chat, messages and responses requests each settle verified, debiting the s
     expect(row.provider_credits).toBe(Math.floor((row.debit_credits * 9000) / 10000));
     expect(row.billed_completion_tokens).toBeGreaterThan(0);
     total += row.debit_credits;
-    expect(gw.gateway.store.getReservation(id)?.state).toBe("finalised");
+    expect((await gw.gateway.store.getReservation(id))?.state).toBe("finalised");
   }
   // The chat answer's usage is what was billed.
-  const chatRow = gw.gateway.store.listSettlements({ request_id: ids[0]! })[0]!;
+  const chatRow = (await gw.gateway.store.listSettlements({ request_id: ids[0]! }))[0]!;
   expect(chat.usage?.completion_tokens).toBe(chatRow.billed_completion_tokens);
-  expect(message.usage.output_tokens).toBe(gw.gateway.store.listSettlements({ request_id: ids[1]! })[0]!.billed_completion_tokens);
-  expect(gw.gateway.store.ledgerBalance(`buyer:${paidAccount}`)).toBe(before - total);
+  expect(message.usage.output_tokens).toBe((await gw.gateway.store.listSettlements({ request_id: ids[1]! }))[0]!.billed_completion_tokens);
+  expect(await gw.gateway.store.ledgerBalance(`buyer:${paidAccount}`)).toBe(before - total);
   // The buyer can look each one up by the id its SDK returned.
   for (const id of [chat.id, message.id, response.id]) {
     const res = await fetch(`${gw.baseURL}/receipts/${id}`, { headers: { authorization: `Bearer ${paidKey}` } });
     expect(res.status).toBe(200);
     expect(((await res.json()) as { attempts: { label: string }[] }).attempts.map((a) => a.label)).toEqual(["verified"]);
   }
-  expect(gw.gateway.store.ledgerBalances().reduce((n, b) => n + b.balance, 0)).toBe(0);
+  expect((await gw.gateway.store.ledgerBalances()).reduce((n, b) => n + b.balance, 0)).toBe(0);
 });

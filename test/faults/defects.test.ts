@@ -38,9 +38,9 @@ beforeAll(async () => {
   const loaded = loadConfig([], {});
   if (!loaded.ok) throw new Error(loaded.message);
   const config: GatewayConfig = { ...loaded.config, port: 0, dataDir, settlementMode: "observe", ...settings };
-  gateway = startGateway(config, { log: createLog("debug", (line) => lines.push(JSON.parse(line))) });
-  const { account_id } = gateway.store.createAccount({ name: "faults", tier: "free" });
-  apiKey = gateway.store.createApiKey({ account_id }).api_key;
+  gateway = await startGateway(config, { log: createLog("debug", (line) => lines.push(JSON.parse(line))) });
+  const { account_id } = await gateway.store.createAccount({ name: "faults", tier: "free" });
+  apiKey = (await gateway.store.createApiKey({ account_id })).api_key;
   url = gateway.url;
   wsUrl = `ws://127.0.0.1:${gateway.port}${PROVIDER_CONNECT_PATH}`;
   provider = await ScriptedProvider.connect({ url: wsUrl, id: "faults-prov", models: [MODEL], maxConcurrency: 16 });

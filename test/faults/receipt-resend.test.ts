@@ -53,7 +53,7 @@ test("a receipt for a settled attempt, re-sent after a reconnect, is answered an
   const completion = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 3 });
   const requestId = completion.id.replace(/^chatcmpl-/, "");
   await waitFor(() => settledFrames.some((f) => f.request_id === requestId), 5000, "the first settled frame");
-  const row = gw.gateway.store.getSettlement(requestId, 0)!;
+  const row = (await gw.gateway.store.getSettlement(requestId, 0))!;
   expect(row.label).not.toBe("pending");
   expect(outbox.size).toBe(0);
   const rows = receiptRows(requestId);

@@ -8,6 +8,7 @@ import { auditLedger, type CatalogLookup } from "../../src/ledger/audit.ts";
 import { runLedgerCommand, runReceiptsCommand } from "../../src/ledger/cli.ts";
 import { canonicalize } from "../../src/receipts/jcs.ts";
 import { openStore, type Store } from "../../src/store/index.ts";
+import { asyncStore } from "../../src/store/asyncStore.ts";
 import { tempDir } from "../store/temp-dir.ts";
 import { golden, goldenEnvelope, goldenHistoryPath } from "../receipts/golden-case.ts";
 
@@ -73,7 +74,7 @@ function settledGolden(): { store: Store; path: string } {
 function ctxFor(store: Store) {
   const out: string[] = [];
   const err: string[] = [];
-  return { ctx: { store, stdout: (l: string) => out.push(l), stderr: (l: string) => err.push(l) }, out, err };
+  return { ctx: { store: asyncStore(store), stdout: (l: string) => out.push(l), stderr: (l: string) => err.push(l) }, out, err };
 }
 
 describe("ledger audit", () => {

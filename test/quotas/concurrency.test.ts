@@ -31,7 +31,7 @@ const messages = [{ role: "user" as const, content: "Count to three." }];
 describe("2 concurrent requests per account", () => {
   test("20 simultaneous requests from one account: exactly 2 run, 18 get quota_exhausted (429, retryable, X-RateLimit-*)", async () => {
     gate.close();
-    const account = newAccount(gw, "free");
+    const account = await newAccount(gw, "free");
     const client = sdk(gw, account.apiKey);
     const jobsBefore = provider.jobs.length;
     const run = async (stream: boolean): Promise<string> => {
@@ -75,7 +75,7 @@ describe("2 concurrent requests per account", () => {
       expect(e.headers?.get("retry-after")).toBe("1");
     }
     // A refused request reserved nothing: only the 2 that ran hold (then resolved) reservations.
-    const reservations = gw.gateway.store.ledgerAuditData().reservations.filter((r) => r.account_id === account.accountId);
+    const reservations = (await gw.gateway.store.ledgerAuditData()).reservations.filter((r) => r.account_id === account.accountId);
     expect(reservations.length).toBe(2);
     // Both slots came back when the responses ended.
     await waitFor(() => gw.gateway.store.requestSlotsInUse(account.accountId) === 0, 2000, "slots released");
@@ -85,8 +85,8 @@ describe("2 concurrent requests per account", () => {
 
   test("the limit is per account: another account's requests run meanwhile", async () => {
     gate.close();
-    const a = newAccount(gw, "free");
-    const b = newAccount(gw, "paid", 1_000_000);
+    const a = await newAccount(gw, "free");
+    const b = await newAccount(gw, "paid", 1_000_000);
     const first = [0, 1].map(() => chat(gw, a.apiKey, { model: MODEL, messages, max_tokens: 8 }));
     await waitFor(() => gate.held === 2, 5000, "a's 2 held attempts");
     expectQuota429(await chat(gw, a.apiKey, { model: MODEL, messages, max_tokens: 8 }), "concurrent_requests");
@@ -98,7 +98,7 @@ describe("2 concurrent requests per account", () => {
 
   test("chat completions, messages and responses share the account's 2 slots", async () => {
     gate.close();
-    const account = newAccount(gw, "free");
+    const account = await newAccount(gw, "free");
     const openai = sdk(gw, account.apiKey);
     const anthropic = new Anthropic({ apiKey: account.apiKey, baseURL: gw.url, maxRetries: 0 });
     const chatting = openai.chat.completions.create({ model: MODEL, messages, max_tokens: 8 });
@@ -117,7 +117,7 @@ describe("2 concurrent requests per account", () => {
 
   test("a buyer who hangs up frees the slot at once; a finished stream frees its own", async () => {
     gate.close();
-    const account = newAccount(gw, "free");
+    const account = await newAccount(gw, "free");
     const hangUp = new AbortController();
     const abandoned = fetch(`${gw.baseURL}/chat/completions`, {
       method: "POST",

@@ -34,7 +34,7 @@ afterAll(async () => {
 const SHORT = "hi";
 /** A body whose reservation is exactly `tokens` (prompt bound of SHORT + max_tokens). */
 const body = (tokens: number, content = SHORT) => ({ model: MODEL, messages: [{ role: "user", content }], max_tokens: tokens - boundOf(content) });
-const counted = (accountId: string) => gw.gateway.store.tokensCountedOn(accountId, day());
+const counted = async (accountId: string) => await gw.gateway.store.tokensCountedOn(accountId, day());
 
 /** Fires `n` identical requests at once while the provider holds every admitted one. */
 async function blast(token: string, n: number, tokens: number) {
@@ -55,9 +55,9 @@ async function blast(token: string, n: number, tokens: number) {
   };
 }
 
-describe("free tier: tokens per UTC day", () => {
+describe("free tier: tokens per UTC day", async () => {
   test("a quota drained to its last tokens admits nothing beyond it, even under concurrency", async () => {
-    const account = newAccount(gw, "free");
+    const account = await newAccount(gw, "free");
     // Drain to 949: one request reserving 950 (424 + 526) that uses 424 prompt + 525 completion tokens.
     const long = "x".repeat(400);
     gate.answer = (a: ScriptedAttempt) => {
@@ -68,14 +68,14 @@ describe("free tier: tokens per UTC day", () => {
     const first = await chat(gw, account.apiKey, body(950, long));
     expect(first.status).toBe(200);
     await settledRow(gw, provider.lastJob().request_id);
-    expect(counted(account.accountId)).toBe(949);
+    expect(await counted(account.accountId)).toBe(949);
     gate.answer = honestAnswer; // 7 prompt + 4 completion = 11 tokens used
 
     // 51 tokens left: of 20 simultaneous 51-token requests exactly one is admitted.
     const round1 = await blast(account.apiKey, 20, 51);
     expect(round1.admitted).toBe(1);
     expect(round1.refused.length).toBe(19);
-    expect(counted(account.accountId)).toBe(1000);
+    expect(await counted(account.accountId)).toBe(1000);
     for (const r of round1.refused) {
       expectQuota429(r, "tokens_per_day");
       expect(r.headers.get("x-ratelimit-limit")).toBe(String(LIMIT));
@@ -87,14 +87,14 @@ describe("free tier: tokens per UTC day", () => {
       expect(Number(r.headers.get("x-ratelimit-reset"))).toBe(midnight.getTime() / 1000);
     }
     for (const r of await round1.finish()) expect([200, 429]).toContain(r.status);
-    await waitFor(() => counted(account.accountId) === 960, 5000, "the admitted request finalised to its usage");
+    await waitFor(async () => (await counted(account.accountId)) === 960, 5000, "the admitted request finalised to its usage");
 
     // 40 left: again exactly one of 20 simultaneous 40-token requests.
     const round2 = await blast(account.apiKey, 20, 40);
     expect(round2.admitted).toBe(1);
-    expect(counted(account.accountId)).toBe(1000);
+    expect(await counted(account.accountId)).toBe(1000);
     await round2.finish();
-    await waitFor(() => counted(account.accountId) === 971, 5000, "finalised");
+    await waitFor(async () => (await counted(account.accountId)) === 971, 5000, "finalised");
 
     // 29 left: 30 tokens is refused (usage, not holds, stands in the way: retry after midnight) …
     const over = await chat(gw, account.apiKey, body(30));
@@ -106,11 +106,11 @@ describe("free tier: tokens per UTC day", () => {
     gate.open();
     expect((await chat(gw, account.apiKey, body(29))).status).toBe(200);
     await settledRow(gw, provider.lastJob().request_id);
-    expect(counted(account.accountId)).toBeLessThanOrEqual(LIMIT);
+    expect(await counted(account.accountId)).toBeLessThanOrEqual(LIMIT);
   }, 15_000);
 
   test("a pending receipt keeps its reservation; when it is quarantined (no receipt) the tokens come back", async () => {
-    const account = newAccount(gw, "free");
+    const account = await newAccount(gw, "free");
     gate.answer = (a) => {
       for (const c of ["a", "b"]) a.chunk(c, 1);
       a.end({ receipt: null });
@@ -120,19 +120,19 @@ describe("free tier: tokens per UTC day", () => {
     expect(first.status).toBe(200);
     const requestId = provider.lastJob().request_id;
     // The request has ended; its receipt is pending, so the 950 tokens stay reserved.
-    expect(gw.gateway.store.getSettlement(requestId, 0)?.label).toBe("pending");
-    expect(gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "held", request_ended: true, tokens: 950 });
+    expect((await gw.gateway.store.getSettlement(requestId, 0))?.label).toBe("pending");
+    expect(await gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "held", request_ended: true, tokens: 950 });
     expectQuota429(await chat(gw, account.apiKey, body(100)), "tokens_per_day");
 
     expect(await settledRow(gw, requestId, 0, PENDING_DEADLINE_MS + 3000)).toMatchObject({ label: "quarantined", reason: "no_receipt", debit_credits: 0 });
-    expect(gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "released", used_tokens: 0 });
-    expect(counted(account.accountId)).toBe(0);
+    expect(await gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "released", used_tokens: 0 });
+    expect(await counted(account.accountId)).toBe(0);
     gate.answer = honestAnswer;
     expect((await chat(gw, account.apiKey, body(950))).status).toBe(200);
   });
 
   test("a quarantined request (bad receipt signature) gives its reservation back", async () => {
-    const account = newAccount(gw, "free");
+    const account = await newAccount(gw, "free");
     gate.answer = (a) => {
       a.chunk("Hello", 1);
       a.end({ receipt: { mutateEnvelope: (env) => env.slice(0, -10) + (env.at(-10) === "A" ? "B" : "A") + env.slice(-9) } });
@@ -141,22 +141,22 @@ describe("free tier: tokens per UTC day", () => {
     expect((await chat(gw, account.apiKey, body(990))).status).toBe(200);
     const requestId = provider.lastJob().request_id;
     expect((await settledRow(gw, requestId)).label).toBe("quarantined");
-    expect(gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "released" });
-    expect(counted(account.accountId)).toBe(0);
+    expect(await gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "released" });
+    expect(await counted(account.accountId)).toBe(0);
     gate.answer = honestAnswer;
     expect((await chat(gw, account.apiKey, body(990))).status).toBe(200);
   });
 
   test("a zero-settled request (the provider failed before any output) gives its reservation back", async () => {
-    const account = newAccount(gw, "free");
+    const account = await newAccount(gw, "free");
     gate.answer = (a) => a.end({ terminal_state: "provider_error" });
     gate.open();
     const failed = await chat(gw, account.apiKey, body(990));
     expect(failed.status).toBe(503);
     const requestId = provider.lastJob().request_id;
     expect(await settledRow(gw, requestId)).toMatchObject({ label: "zero_settled", debit_credits: 0 });
-    await waitFor(() => gw.gateway.store.getReservation(requestId)?.state === "released", 3000, "released");
-    expect(counted(account.accountId)).toBe(0);
+    await waitFor(async () => (await gw.gateway.store.getReservation(requestId))?.state === "released", 3000, "released");
+    expect(await counted(account.accountId)).toBe(0);
     gate.answer = honestAnswer;
     expect((await chat(gw, account.apiKey, body(990))).status).toBe(200);
   });
@@ -165,7 +165,7 @@ describe("free tier: tokens per UTC day", () => {
 describe("paid tier: the credit balance", () => {
   test("held credits cover concurrent requests atomically; an uncovered one is quota_exhausted (scope credits); quarantine refunds the hold", async () => {
     // Default rates: 1 credit a token, so a 950-token reservation holds 950 credits.
-    const account = newAccount(gw, "paid", 1000);
+    const account = await newAccount(gw, "paid", 1000);
     gate.answer = (a) => {
       a.chunk("Hello", 1);
       a.end({ receipt: { mutateEnvelope: (env) => env.slice(0, -10) + (env.at(-10) === "A" ? "B" : "A") + env.slice(-9) } });
@@ -179,10 +179,10 @@ describe("paid tier: the credit balance", () => {
       expect(r.headers.get("x-ratelimit-remaining")).toBe("50");
       expect(r.json.error.message).toContain("Add credits");
     }
-    expect(gw.gateway.store.availableCredits(account.accountId)).toBe(50);
+    expect(await gw.gateway.store.availableCredits(account.accountId)).toBe(50);
     await round.finish();
-    await waitFor(() => gw.gateway.store.availableCredits(account.accountId) === 1000, 5000, "the hold refunded");
-    expect(gw.gateway.store.ledgerBalance(`buyer:${account.accountId}`)).toBe(1000);
+    await waitFor(async () => await gw.gateway.store.availableCredits(account.accountId) === 1000, 5000, "the hold refunded");
+    expect(await gw.gateway.store.ledgerBalance(`buyer:${account.accountId}`)).toBe(1000);
     // No daily token limit for paid accounts by default (paidDailyTokens 0): only the balance.
     gate.answer = honestAnswer;
     gate.open();

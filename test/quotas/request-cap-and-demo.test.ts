@@ -41,7 +41,7 @@ function expectOverCap(r: { status: number; headers: Headers; json: Record<strin
 
 describe("per-request cap on max_tokens", () => {
   test("free API key: above 4096 is refused (max_tokens or max_completion_tokens); absent means up to 4096", async () => {
-    const account = newAccount(gw, "free");
+    const account = await newAccount(gw, "free");
     expectOverCap(await chat(gw, account.apiKey, { model: MODEL, messages, max_tokens: 4097 }), "max_tokens", 4096);
     expectOverCap(await chat(gw, account.apiKey, { model: MODEL, messages, max_completion_tokens: 4097 }), "max_completion_tokens", 4096);
     expect((await chat(gw, account.apiKey, { model: MODEL, messages, max_tokens: 4096 })).status).toBe(200);
@@ -50,12 +50,12 @@ describe("per-request cap on max_tokens", () => {
     expect(absent.status).toBe(200);
     const job = provider.lastJob();
     expect(job.params.max_tokens).toBe(4096);
-    expect(gw.gateway.store.getReservation(job.request_id)?.tokens).toBe(boundOf("hi") + 4096);
+    expect((await gw.gateway.store.getReservation(job.request_id))?.tokens).toBe(boundOf("hi") + 4096);
   });
 
   test("the paid tier's cap is its own setting (paidRequestTokenCap = 8000 here)", async () => {
-    const paid = newAccount(gw, "paid", 1_000_000);
-    const free = newAccount(gw, "free");
+    const paid = await newAccount(gw, "paid", 1_000_000);
+    const free = await newAccount(gw, "free");
     expect((await chat(gw, paid.apiKey, { model: MODEL, messages, max_tokens: 6000 })).status).toBe(200);
     expect(provider.lastJob().params.max_tokens).toBe(6000);
     expectOverCap(await chat(gw, free.apiKey, { model: MODEL, messages, max_tokens: 6000 }), "max_tokens", 4096);
@@ -87,7 +87,7 @@ describe("demo mode", () => {
     const absent = await chat(gw, token, { model: MODEL, messages }, from(ip));
     expect(absent.status).toBe(200);
     expect(provider.lastJob().params.max_tokens).toBe(512);
-    expect(gw.gateway.store.getReservation(provider.lastJob().request_id)).toMatchObject({ account_id: `demo:${ip}/32`, tokens: boundOf("hi") + 512 });
+    expect(await gw.gateway.store.getReservation(provider.lastJob().request_id)).toMatchObject({ account_id: `demo:${ip}/32`, tokens: boundOf("hi") + 512 });
   });
 
   test("1000 tokens per IP per day, shared by every demo session of that IP; another IP has its own", async () => {
@@ -101,7 +101,7 @@ describe("demo mode", () => {
     };
     expect((await chat(gw, token, { model: MODEL, messages }, from(ip))).status).toBe(200);
     await settledRow(gw, provider.lastJob().request_id);
-    expect(gw.gateway.store.tokensCountedOn(accountId, day())).toBe(538);
+    expect(await gw.gateway.store.tokensCountedOn(accountId, day())).toBe(538);
     gate.answer = honestAnswer;
 
     // 462 left: another full-cap request (538) is refused, from this session or a fresh one of the IP.

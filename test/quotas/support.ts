@@ -48,11 +48,11 @@ export interface Account {
   apiKey: string;
 }
 
-export function newAccount(gw: TestGateway, tier: "free" | "paid", credits = 0): Account {
+export async function newAccount(gw: TestGateway, tier: "free" | "paid", credits = 0): Promise<Account> {
   const store = gw.gateway.store;
-  const { account_id } = store.createAccount({ name: `${tier}-buyer`, tier });
-  const { api_key } = store.createApiKey({ account_id });
-  if (credits > 0) expect(store.grantCredits(account_id, credits).ok).toBe(true);
+  const { account_id } = await store.createAccount({ name: `${tier}-buyer`, tier });
+  const { api_key } = await store.createApiKey({ account_id });
+  if (credits > 0) expect((await store.grantCredits(account_id, credits)).ok).toBe(true);
   return { accountId: account_id, apiKey: api_key };
 }
 

@@ -107,20 +107,20 @@ const messages = [{ role: "user" as const, content: "Say hello." }];
 /** Charges of one account, from the ledger: settled attempts and its balance. */
 async function charges(account: Account) {
   const store = gw.gateway.store;
-  const rows = store.listSettlements().filter((s) => s.account_id === account.accountId);
+  const rows = (await store.listSettlements()).filter((s) => s.account_id === account.accountId);
   for (const r of rows) await settledRow(gw, r.request_id, r.attempt_n);
-  const settled = store.listSettlements().filter((s) => s.account_id === account.accountId);
-  const postings = store.ledgerAuditData().postings.filter((p) => p.kind === "settlement" && settled.some((s) => s.request_id === p.request_id));
+  const settled = (await store.listSettlements()).filter((s) => s.account_id === account.accountId);
+  const postings = (await store.ledgerAuditData()).postings.filter((p) => p.kind === "settlement" && settled.some((s) => s.request_id === p.request_id));
   return {
     requests: new Set(settled.map((s) => s.request_id)).size,
     postings: postings.length,
-    debited: GRANT - store.ledgerBalance(`buyer:${account.accountId}`),
+    debited: GRANT - await store.ledgerBalance(`buyer:${account.accountId}`),
   };
 }
 
 describe("the openai SDK's automatic retries after a dropped response are never billed twice", () => {
   test.each([false, true])("stream: %p — the retry replays the stored result; one job, one charge", async (stream) => {
-    const account = newAccount(gw, "paid", GRANT);
+    const account = await newAccount(gw, "paid", GRANT);
     // Default maxRetries (2): the SDK retries the connection error on its own.
     const client = new OpenAI({ apiKey: account.apiKey, baseURL: proxyUrl });
     const jobsBefore = provider.jobs.length;
@@ -150,11 +150,11 @@ describe("the openai SDK's automatic retries after a dropped response are never 
     const c = await charges(account);
     expect(c).toMatchObject({ requests: 1, postings: 1 });
     expect(c.debited).toBeGreaterThan(0);
-    expect(c.debited).toBe(gw.gateway.store.getSettlement(provider.lastJob().request_id, 0)!.debit_credits);
+    expect(c.debited).toBe((await gw.gateway.store.getSettlement(provider.lastJob().request_id, 0))!.debit_credits);
   });
 
   test("identical bodies without a retry mark stay separate requests, each billed", async () => {
-    const account = newAccount(gw, "paid", GRANT);
+    const account = await newAccount(gw, "paid", GRANT);
     const client = new OpenAI({ apiKey: account.apiKey, baseURL: gw.baseURL, maxRetries: 0 });
     const jobsBefore = provider.jobs.length;
     const a = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 16 });
@@ -169,7 +169,7 @@ describe("retry marks without a key (x-stainless-retry-count ≥ 1)", () => {
   const body = { model: MODEL, messages, max_tokens: 16 };
 
   test("a retry of a request still in flight waits for it and gets its result, not a second run", async () => {
-    const account = newAccount(gw, "paid", GRANT);
+    const account = await newAccount(gw, "paid", GRANT);
     gate.close();
     const jobsBefore = provider.jobs.length;
     const first = chat(gw, account.apiKey, body, { "x-stainless-retry-count": "0" });
@@ -189,7 +189,7 @@ describe("retry marks without a key (x-stainless-retry-count ≥ 1)", () => {
   });
 
   test("a failed result is never replayed: the retry runs as a new request", async () => {
-    const account = newAccount(gw, "paid", GRANT);
+    const account = await newAccount(gw, "paid", GRANT);
     gate.answer = (a) => a.end({ terminal_state: "provider_error" });
     const failed = await chat(gw, account.apiKey, body);
     expect(failed.status).toBe(503);
@@ -202,8 +202,8 @@ describe("retry marks without a key (x-stainless-retry-count ≥ 1)", () => {
   });
 
   test("the match is per account and per body: another account's identical retry, or another body, runs", async () => {
-    const a = newAccount(gw, "paid", GRANT);
-    const b = newAccount(gw, "paid", GRANT);
+    const a = await newAccount(gw, "paid", GRANT);
+    const b = await newAccount(gw, "paid", GRANT);
     expect((await chat(gw, a.apiKey, body)).status).toBe(200);
     const jobsBefore = provider.jobs.length;
     const other = await chat(gw, b.apiKey, body, { "x-stainless-retry-count": "1" });
@@ -222,7 +222,7 @@ describe("Idempotency-Key", () => {
   const body = { model: MODEL, messages, max_tokens: 16 };
 
   test("the same key and body replays the first result; 409 while it is in flight; 422 for another body", async () => {
-    const account = newAccount(gw, "paid", GRANT);
+    const account = await newAccount(gw, "paid", GRANT);
     const key = { "idempotency-key": "order-42" };
     gate.close();
     const jobsBefore = provider.jobs.length;
@@ -246,7 +246,7 @@ describe("Idempotency-Key", () => {
     expect(reused.headers.get("x-should-retry")).toBe("false");
 
     // Keys are per account: another account's request with the same key is its own.
-    const other = newAccount(gw, "paid", GRANT);
+    const other = await newAccount(gw, "paid", GRANT);
     const theirs = await chat(gw, other.apiKey, body, key);
     expect(theirs.status).toBe(200);
     expect(theirs.headers.get("idempotent-replayed")).toBeNull();
@@ -255,7 +255,7 @@ describe("Idempotency-Key", () => {
   });
 
   test("a key whose first request failed runs again", async () => {
-    const account = newAccount(gw, "paid", GRANT);
+    const account = await newAccount(gw, "paid", GRANT);
     const key = { "idempotency-key": "retry-after-failure" };
     gate.answer = (a) => a.end({ terminal_state: "provider_error" });
     expect((await chat(gw, account.apiKey, body, key)).status).toBe(503);

@@ -28,9 +28,9 @@ test("a fresh data folder is 0700 and the database, its WAL and shm, keys and ca
   chmodSync(root, 0o755);
   const dataDir = join(root, "nested", "data");
   const lines: string[] = [];
-  const gateway = startGateway(config(dataDir), { log: createLog("info", (l) => lines.push(l)), catalogModels: [catalogModel("m")] });
+  const gateway = await startGateway(config(dataDir), { log: createLog("info", (l) => lines.push(l)), catalogModels: [catalogModel("m")] });
   try {
-    gateway.store.createAccount({ name: "a", tier: "free" }); // a write, so the WAL exists
+    await gateway.store.createAccount({ name: "a", tier: "free" }); // a write, so the WAL exists
     gateway.store.flushCommits();
     expect(modeOf(dataDir)).toBe("700");
     const files = ["gateway.db", "gateway.db-wal", "gateway.db-shm", "catalog-operator.key", "catalog.json", "catalog.json.sig"];
@@ -45,13 +45,13 @@ test("a fresh data folder is 0700 and the database, its WAL and shm, keys and ca
   }
 });
 
-test("operator commands create the folder and database private too", () => {
+test("operator commands create the folder and database private too", async () => {
   const root = tempDir("gw-modes-");
   roots.push(root);
   const dataDir = join(root, "data");
   const store = openStore(join(dataDir, "gateway.db"));
-  store.createAccount({ name: "a", tier: "free" });
-  store.close();
+  await store.createAccount({ name: "a", tier: "free" });
+  await store.close();
   expect(modeOf(dataDir)).toBe("700");
   expect(modeOf(join(dataDir, "gateway.db"))).toBe("600");
 });
@@ -65,7 +65,7 @@ test("an existing folder or file with looser modes gets one warning each at star
   writeFileSync(join(dataDir, "gateway.db"), "");
   chmodSync(join(dataDir, "gateway.db"), 0o644);
   const lines: string[] = [];
-  const gateway = startGateway(config(dataDir), { log: createLog("info", (l) => lines.push(l)) });
+  const gateway = await startGateway(config(dataDir), { log: createLog("info", (l) => lines.push(l)) });
   try {
     const warnings = lines.map((l) => JSON.parse(l)).filter((l) => l.event === "data_dir_mode_loose");
     expect(warnings).toEqual([

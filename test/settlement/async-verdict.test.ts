@@ -15,6 +15,7 @@ import { buildRateCard } from "../../src/ledger/index.ts";
 import { inlineJudge, type ReceiptJudge } from "../../src/receipts/judge.ts";
 import type { Log } from "../../src/log.ts";
 import { createReceiptSigner, deliveredPrefixOf } from "../../src/receipts/index.ts";
+import { asyncStore } from "../../src/store/asyncStore.ts";
 import { openStore, type Store } from "../../src/store/index.ts";
 import { decodeGatewayFrame } from "../../src/wire/codec.ts";
 import type { JobRoute, SettledFrame } from "../../src/wire/frames.ts";
@@ -115,7 +116,7 @@ function openRig(options: { mode?: SettlementMode; pendingDeadlineMs?: number; p
   const judge = trackedJudge();
   const settlements = createSettlements({
     judge,
-    store,
+    store: asyncStore(store),
     now: () => clock.ms,
     mode: options.mode ?? "enforce",
     pendingDeadlineMs: options.pendingDeadlineMs ?? 300_000,
@@ -355,7 +356,7 @@ describe("orderings", () => {
 
     const second = openRig({ path: first.path });
     expect(second.store.getSettlement(a.requestId, 0)).toMatchObject({ label: "pending" });
-    expect(second.settlements.resumePending()).toEqual({ resumed: 1, interrupted: 0 });
+    expect(await second.settlements.resumePending()).toEqual({ resumed: 1, interrupted: 0 });
     second.settlements.receiptArrived(PROVIDER, a.requestId, 0, receipt);
     expect(await settledRow(second, a.requestId)).toMatchObject({ label: "verified", ...CHARGE });
     await waitFor(() => second.settled.length === 1);

@@ -31,8 +31,8 @@ beforeAll(async () => {
     },
   });
   await waitForReadyProviders(gw, 2);
-  owner = paidBuyer(gw, 10_000);
-  stranger = paidBuyer(gw, 10_000);
+  owner = await paidBuyer(gw, 10_000);
+  stranger = await paidBuyer(gw, 10_000);
 });
 
 afterAll(async () => {

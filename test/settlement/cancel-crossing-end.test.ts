@@ -36,7 +36,7 @@ beforeAll(async () => {
   gw = await startTestGateway({ settlementMode: "enforce", pendingDeadlineMs: PENDING_DEADLINE_MS }, { catalog: [MODEL, REAL_MODEL] });
   provider = await ScriptedProvider.connect({ url: gw.wsUrl, id: "crossing-prov", models: [MODEL], inputTokens: INPUT_TOKENS, script: (a) => script(a) });
   await waitForReadyProviders(gw, 1);
-  buyer = paidBuyer(gw, 1_000_000);
+  buyer = await paidBuyer(gw, 1_000_000);
 });
 
 afterAll(async () => {
@@ -84,7 +84,7 @@ describe("scripted provider (independent signer)", () => {
     ["full receipt in a `receipt` frame after `end`", false],
   ])("%s, then the prefix receipt: verified, charged exactly the delivered prefix", async (_name, inline) => {
     script = crossing(inline, true);
-    const before = buyerBalance();
+    const before = await buyerBalance();
     expect(await firstDeltaThenAbort(MODEL)).toBe(CHUNKS[0]![0]);
     const requestId = provider.lastJob().request_id;
     const cancel = await provider.attempt(requestId).cancelled();
@@ -93,22 +93,22 @@ describe("scripted provider (independent signer)", () => {
     const charge = expectedCharge(INPUT_TOKENS, CHUNKS[0]![1], 1_000_000, 1_000_000);
     expect(row).toMatchObject({ label: "verified", reason: null, billed_completion_tokens: CHUNKS[0]![1], debit_credits: charge.debit, provider_credits: charge.provider });
     expect(row.delivered).toMatchObject({ terminal_state: "buyer_cancel", end_byte: utf8(CHUNKS[0]![0]), tokens: CHUNKS[0]![1] });
-    expect(buyerBalance()).toBe(before - charge.debit);
+    expect(await buyerBalance()).toBe(before - charge.debit);
     expect(await provider.waitForSettled(requestId)).toMatchObject({ label: "verified", provider_credits: charge.provider });
   });
 
   test("no prefix receipt: the full one is not settled on; the attempt waits for the pending deadline (no_receipt)", async () => {
     script = crossing(false, false);
-    const before = buyerBalance();
+    const before = await buyerBalance();
     expect(await firstDeltaThenAbort(MODEL)).toBe(CHUNKS[0]![0]);
     const requestId = provider.lastJob().request_id;
     await provider.attempt(requestId).cancelled();
     // Well after the full receipt arrived, the attempt is still pending.
     await Bun.sleep(PENDING_DEADLINE_MS / 3);
-    expect(gw.gateway.store.getSettlement(requestId, 0)?.label).toBe("pending");
+    expect((await gw.gateway.store.getSettlement(requestId, 0))?.label).toBe("pending");
     const row = await settledRow(gw, requestId, 0, PENDING_DEADLINE_MS + 4000);
     expect(row).toMatchObject({ label: "quarantined", reason: "no_receipt", debit_credits: 0 });
-    expect(buyerBalance()).toBe(before);
+    expect(await buyerBalance()).toBe(before);
   });
 });
 
@@ -214,7 +214,7 @@ describe("real provider runtime", () => {
   });
 
   test("`end normal_done` crossing the buyer's cancel: the runtime's prefix receipt settles it verified, charged the delivered prefix", async () => {
-    const before = buyerBalance();
+    const before = await buyerBalance();
     const ended = relay.endHeld();
     // The buyer cancels only once the runtime has sent `end`: the two cross.
     const seen = await firstDeltaThenAbort(REAL_MODEL, () => ended);
@@ -227,8 +227,8 @@ describe("real provider runtime", () => {
     expect(row.billed_completion_tokens).toBe(row.delivered!.tokens);
     const charge = expectedCharge(row.billed_prompt_tokens, row.delivered!.tokens, 1_000_000, 1_000_000);
     expect(row.debit_credits).toBe(charge.debit);
-    expect(buyerBalance()).toBe(before - charge.debit);
-    await waitFor(() => gw.gateway.store.ledgerBalance("provider:real-crossing") === charge.provider, 2000, "the provider credited");
+    expect(await buyerBalance()).toBe(before - charge.debit);
+    await waitFor(async () => (await gw.gateway.store.ledgerBalance("provider:real-crossing")) === charge.provider, 2000, "the provider credited");
     expect(crossings).toBe(1); // the runtime answered a cancel for an attempt it had already ended
   });
 });

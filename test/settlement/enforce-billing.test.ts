@@ -39,7 +39,7 @@ const completionTokens = CHUNK_TOKENS.reduce((a, b) => a + b, 0);
 
 describe("a completed request is charged exactly once at the route-time row", () => {
   test("paid buyer, default row, streaming: buyer −debit, provider +90 % (floor), platform the rest", async () => {
-    const buyer = paidBuyer(gw, 1_000_000);
+    const buyer = await paidBuyer(gw, 1_000_000);
     expect(INPUT_TOKENS).toBeLessThanOrEqual(promptBound(messages));
     const stream = await buyer.client.chat.completions.create({ model: "plain-model", messages, stream: true, max_tokens: 64 });
     let text = "";
@@ -64,16 +64,16 @@ describe("a completed request is charged exactly once at the route-time row", ()
     expect(row.receipt).not.toBeNull();
 
     const store = gw.gateway.store;
-    expect(store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(1_000_000 - charge.debit);
-    expect(store.availableCredits(buyer.accountId)).toBe(1_000_000 - charge.debit);
-    expect(store.ledgerBalance("provider:billing-prov")).toBe(charge.provider);
-    expect(store.ledgerBalance("promotion")).toBe(0);
-    expect(store.getReservation(requestId)).toMatchObject({
+    expect(await store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(1_000_000 - charge.debit);
+    expect(await store.availableCredits(buyer.accountId)).toBe(1_000_000 - charge.debit);
+    expect(await store.ledgerBalance("provider:billing-prov")).toBe(charge.provider);
+    expect(await store.ledgerBalance("promotion")).toBe(0);
+    expect(await store.getReservation(requestId)).toMatchObject({
       state: "finalised",
       used_credits: charge.debit,
       used_tokens: INPUT_TOKENS + completionTokens,
     });
-    expectLedgerBalanced(gw);
+    await expectLedgerBalanced(gw);
 
     // The provider is told, with its credit.
     expect(await provider.waitForSettled(requestId)).toMatchObject({ label: "verified", reason: null, provider_credits: charge.provider });
@@ -89,8 +89,8 @@ describe("a completed request is charged exactly once at the route-time row", ()
 
   test("free buyer: the promotion account pays, the provider is paid the same", async () => {
     const buyer = freeBuyer(gw);
-    const providerBefore = gw.gateway.store.ledgerBalance("provider:billing-prov");
-    const platformBefore = gw.gateway.store.ledgerBalance("platform");
+    const providerBefore = await gw.gateway.store.ledgerBalance("provider:billing-prov");
+    const platformBefore = await gw.gateway.store.ledgerBalance("platform");
     const completion = await buyer.client.chat.completions.create({ model: "plain-model", messages, max_tokens: 64 });
     expect(completion.choices[0]?.message.content).toBe(CHUNKS.join(""));
     expect(completion.usage).toMatchObject({ prompt_tokens: INPUT_TOKENS, completion_tokens: completionTokens });
@@ -100,16 +100,16 @@ describe("a completed request is charged exactly once at the route-time row", ()
     const charge = expectedCharge(INPUT_TOKENS, completionTokens, 1_000_000, 1_000_000);
     expect(row).toMatchObject({ label: "verified", payer: "promotion", debit_credits: charge.debit, provider_credits: charge.provider });
     const store = gw.gateway.store;
-    expect(store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(0);
-    expect(store.ledgerBalance("promotion")).toBe(-charge.debit);
-    expect(store.ledgerBalance("provider:billing-prov") - providerBefore).toBe(charge.provider);
-    expect(store.ledgerBalance("platform") - platformBefore).toBe(charge.platform);
-    expect(store.getReservation(requestId)).toMatchObject({ state: "finalised", used_credits: charge.debit });
-    expectLedgerBalanced(gw);
+    expect(await store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(0);
+    expect(await store.ledgerBalance("promotion")).toBe(-charge.debit);
+    expect(await store.ledgerBalance("provider:billing-prov") - providerBefore).toBe(charge.provider);
+    expect(await store.ledgerBalance("platform") - platformBefore).toBe(charge.platform);
+    expect(await store.getReservation(requestId)).toMatchObject({ state: "finalised", used_credits: charge.debit });
+    await expectLedgerBalanced(gw);
   });
 
   test("a configured row on a catalog entry: priced at that row, half-up rounding, shown on /v1/rate-card", async () => {
-    const buyer = paidBuyer(gw, 500_000);
+    const buyer = await paidBuyer(gw, 500_000);
     const completion = await buyer.client.chat.completions.create({ model: "premium-model", messages, max_tokens: 64 });
     expect(completion.choices[0]?.message.content).toBe(CHUNKS.join(""));
     const requestId = provider.lastJob().request_id;
@@ -124,7 +124,7 @@ describe("a completed request is charged exactly once at the route-time row", ()
       platform_credits: charge.platform,
       rates: { prompt_credits_per_million: PREMIUM.prompt_credits_per_million, completion_credits_per_million: PREMIUM.completion_credits_per_million, provider_share_bps: 9000 },
     });
-    expect(gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(500_000 - charge.debit);
+    expect(await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(500_000 - charge.debit);
 
     const card = (await (await fetch(`${gw.url}/v1/rate-card`)).json()) as {
       default_row: string;
@@ -147,26 +147,26 @@ describe("a completed request is charged exactly once at the route-time row", ()
 
   test("refused before dispatch, nothing reserved: an uncatalogued model (404) and a balance below the worst case (429)", async () => {
     const jobsBefore = provider.jobs.length;
-    const rich = paidBuyer(gw, 1_000_000);
+    const rich = await paidBuyer(gw, 1_000_000);
     // The provider advertises it, but enforce routes only catalog models.
     const uncatalogued = await rich.client.chat.completions.create({ model: "rogue-model", messages, max_tokens: 8 }).catch((e) => e);
     expect(uncatalogued.status).toBe(404);
     expect(uncatalogued.code).toBe("model_not_available");
     // Worst case = prompt bound + max_tokens at 1 credit a token; one credit short of it.
-    const poor = paidBuyer(gw, promptBound(messages) + 64 - 1);
+    const poor = await paidBuyer(gw, promptBound(messages) + 64 - 1);
     const tooPoor = await poor.client.chat.completions.create({ model: "plain-model", messages, max_tokens: 64 }).catch((e) => e);
     expect(tooPoor.status).toBe(429);
     expect(tooPoor.code).toBe("quota_exhausted");
     expect(provider.jobs.length).toBe(jobsBefore);
-    expect(gw.gateway.store.availableCredits(poor.accountId)).toBe(promptBound(messages) + 63);
+    expect(await gw.gateway.store.availableCredits(poor.accountId)).toBe(promptBound(messages) + 63);
     // Exactly the worst case is enough.
-    expect(gw.gateway.store.grantCredits(poor.accountId, 1).ok).toBe(true);
+    expect((await gw.gateway.store.grantCredits(poor.accountId, 1)).ok).toBe(true);
     const ok = await poor.client.chat.completions.create({ model: "plain-model", messages, max_tokens: 64 });
     expect(ok.choices[0]?.message.content).toBe(CHUNKS.join(""));
   });
 
-  test("after all of it: every posting balances and `gateway ledger audit` is clean", () => {
-    expectLedgerBalanced(gw);
+  test("after all of it: every posting balances and `gateway ledger audit` is clean", async () => {
+    await expectLedgerBalanced(gw);
     const audit = ledgerAudit(gw.dataDir);
     expect(audit.report.findings).toEqual([]);
     expect(audit.exitCode).toBe(0);

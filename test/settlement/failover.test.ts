@@ -38,7 +38,7 @@ beforeAll(async () => {
   });
   second = await ScriptedProvider.connect({ url: gw.wsUrl, id: "b-second", models, inputTokens: INPUT_TOKENS, script: honest });
   await waitForReadyProviders(gw, 2);
-  buyer = paidBuyer(gw, 1_000_000);
+  buyer = await paidBuyer(gw, 1_000_000);
 });
 
 afterAll(async () => {
@@ -52,17 +52,17 @@ async function expectServedOnceBySecond(requestId: string): Promise<void> {
   const served = await settledRow(gw, requestId, 1);
   const charge = expectedCharge(INPUT_TOKENS, 3, 1_000_000, 1_000_000);
   expect(served).toMatchObject({ provider_id: "b-second", label: "verified", debit_credits: charge.debit, provider_credits: charge.provider });
-  const all = gw.gateway.store.listSettlements({ request_id: requestId });
+  const all = await gw.gateway.store.listSettlements({ request_id: requestId });
   expect(all.map((s) => s.attempt_n)).toEqual([0, 1]);
   expect(all.reduce((n, s) => n + s.debit_credits, 0)).toBe(charge.debit);
-  expect(gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "finalised", used_credits: charge.debit });
-  expectLedgerBalanced(gw);
+  expect(await gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "finalised", used_credits: charge.debit });
+  await expectLedgerBalanced(gw);
 }
 
 describe("an attempt that delivered nothing is zero_settled; the serving attempt is charged once", () => {
   test("declined → zero_settled (nothing_delivered); the next provider serves", async () => {
     firstScripts.set("m-decline", (a) => a.decline("queue_full"));
-    const before = gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
+    const before = await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
     const stream = await buyer.client.chat.completions.create({ model: "m-decline", messages, stream: true, max_tokens: 16 });
     let text = "";
     for await (const c of stream) text += c.choices[0]?.delta.content ?? "";
@@ -73,7 +73,7 @@ describe("an attempt that delivered nothing is zero_settled; the serving attempt
     expect(await settledRow(gw, requestId, 0)).toMatchObject({ provider_id: "a-first", label: "zero_settled", reason: "nothing_delivered", debit_credits: 0 });
     expect(await first.waitForSettled(requestId, 0)).toMatchObject({ label: "zero_settled", reason: "nothing_delivered", provider_credits: 0 });
     await expectServedOnceBySecond(requestId);
-    expect(gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(before - expectedCharge(INPUT_TOKENS, 3, 1e6, 1e6).debit);
+    expect(await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(before - expectedCharge(INPUT_TOKENS, 3, 1e6, 1e6).debit);
   });
 
   test("accepted, then `end` provider_error before any chunk, with a receipt claiming work → zero_settled", async () => {
@@ -113,7 +113,7 @@ describe("accepted.model_hash ≠ the catalog hash", () => {
       a.chunk("LIES", 4);
       a.end({ receipt: null });
     });
-    const before = gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
+    const before = await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
     const stream = await buyer.client.chat.completions.create({ model: "m-measure", messages, stream: true, max_tokens: 16 });
     let text = "";
     for await (const c of stream) text += c.choices[0]?.delta.content ?? "";
@@ -126,7 +126,7 @@ describe("accepted.model_hash ≠ the catalog hash", () => {
     // The gateway ended the attempt with a cancel.
     expect((await first.attempt(requestId).cancelled()).reason).toBe("gateway_timeout");
     await expectServedOnceBySecond(requestId);
-    expect(gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(before - expectedCharge(INPUT_TOKENS, 3, 1e6, 1e6).debit);
+    expect(await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(before - expectedCharge(INPUT_TOKENS, 3, 1e6, 1e6).debit);
     expect(receiptsList(gw.dataDir, requestId).map((l) => [l.provider_id, l.label, l.reason])).toEqual([
       ["a-first", "quarantined", "model_hash_not_in_catalog"],
       ["b-second", "verified", null],
@@ -159,8 +159,8 @@ describe("accepted.model_hash ≠ the catalog hash", () => {
   });
 });
 
-test("the ledger balances and the audit is clean after the failovers", () => {
-  expectLedgerBalanced(gw);
+test("the ledger balances and the audit is clean after the failovers", async () => {
+  await expectLedgerBalanced(gw);
   const audit = ledgerAudit(gw.dataDir);
   expect(audit.report.findings).toEqual([]);
   expect(audit.exitCode).toBe(0);

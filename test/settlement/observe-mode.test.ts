@@ -33,7 +33,7 @@ beforeAll(async () => {
     },
   });
   await waitForReadyProviders(gw, 1);
-  buyer = paidBuyer(gw, 1_000_000);
+  buyer = await paidBuyer(gw, 1_000_000);
 });
 
 afterAll(async () => {
@@ -56,7 +56,7 @@ describe("billing follows observed usage whatever the receipt verdict", () => {
     ["an honest receipt on an uncatalogued model (never verifies)", "unlisted-model", {}, { label: "quarantined", reason: "model_hash_not_in_catalog" }, 4],
     ["prompt tokens reported above the bound: billed at the bound", "listed-model", { inputTokens: BOUND + 50, receipt: { inputTokens: BOUND + 50 } }, { label: "quarantined", reason: "input_tokens_inflated" }, BOUND],
   ])("%s", async (_name, model, end, verdict, billedPrompt) => {
-    const before = gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
+    const before = await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
     const requestId = await request(model, end);
     const row = await settledRow(gw, requestId);
     const charge = expectedCharge(billedPrompt, CHUNK_TOKENS, 1_000_000, 1_000_000);
@@ -71,9 +71,9 @@ describe("billing follows observed usage whatever the receipt verdict", () => {
     });
     // The judged receipt is recorded.
     expect(row.receipt).not.toBeNull();
-    expect(gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(before - charge.debit);
+    expect(await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(before - charge.debit);
     expect(await provider.waitForSettled(requestId)).toMatchObject({ label: verdict.label, reason: verdict.reason, provider_credits: charge.provider });
-    expectLedgerBalanced(gw);
+    await expectLedgerBalanced(gw);
   });
 
   test("uncatalogued models route with empty catalog fields", async () => {
@@ -83,23 +83,23 @@ describe("billing follows observed usage whatever the receipt verdict", () => {
   });
 
   test("no receipt at all: quarantined no_receipt at the deadline, still billed the observed usage", async () => {
-    const before = gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
+    const before = await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
     const requestId = await request("listed-model", { receipt: null });
-    expect(gw.gateway.store.getSettlement(requestId, 0)?.label).toBe("pending");
-    expect(gw.gateway.store.getReservation(requestId)?.state).toBe("held");
+    expect((await gw.gateway.store.getSettlement(requestId, 0))?.label).toBe("pending");
+    expect((await gw.gateway.store.getReservation(requestId))?.state).toBe("held");
     const row = await settledRow(gw, requestId, 0, PENDING_DEADLINE_MS + 3000);
     const charge = expectedCharge(4, CHUNK_TOKENS, 1_000_000, 1_000_000);
     expect(row).toMatchObject({ label: "quarantined", reason: "no_receipt", receipt: null, debit_credits: charge.debit, provider_credits: charge.provider });
-    expect(gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(before - charge.debit);
-    expect(gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "finalised", used_credits: charge.debit });
+    expect(await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(before - charge.debit);
+    expect(await gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "finalised", used_credits: charge.debit });
     expect(receiptsList(gw.dataDir, requestId)).toEqual([
       { request_id: requestId, attempt_n: 0, provider_id: "observe-prov", label: "quarantined", reason: "no_receipt", debit_credits: charge.debit, provider_credits: charge.provider },
     ]);
   });
 });
 
-test("the ledger balances and the audit accepts observe-mode charges", () => {
-  expectLedgerBalanced(gw);
+test("the ledger balances and the audit accepts observe-mode charges", async () => {
+  await expectLedgerBalanced(gw);
   const audit = ledgerAudit(gw.dataDir);
   expect(audit.report.findings).toEqual([]);
   expect(audit.exitCode).toBe(0);

@@ -35,7 +35,7 @@ beforeAll(async () => {
     },
   });
   await waitForReadyProviders(gw, 2);
-  buyer = paidBuyer(gw, 1_000_000);
+  buyer = await paidBuyer(gw, 1_000_000);
 });
 
 afterAll(async () => {
@@ -56,7 +56,7 @@ describe("the first chunk passes the bound: failover, nothing relayed or billed"
       a.chunk("x", 40);
       a.end();
     };
-    const before = buyerBalance();
+    const before = await buyerBalance();
     let text = "";
     let completionTokens = -1;
     if (stream) {
@@ -77,7 +77,7 @@ describe("the first chunk passes the bound: failover, nothing relayed or billed"
     const served = await settledRow(gw, requestId, 1);
     const charge = expectedCharge(INPUT_TOKENS, 3, 1_000_000, 1_000_000);
     expect(served).toMatchObject({ provider_id: "b-honest", label: "verified", debit_credits: charge.debit });
-    expect(buyerBalance()).toBe(before - charge.debit);
+    expect(await buyerBalance()).toBe(before - charge.debit);
   });
 
   test("at the bound exactly (1 byte + 4) the chunk is relayed and billed", async () => {
@@ -118,7 +118,7 @@ describe("a later chunk passes the bound", () => {
       const cancel = await a.cancelled();
       a.end({ terminal_state: cancel.reason, receipt: { terminal_state: cancel.reason, finish_reason: null, boundBytes: cancel.delivered_output_bytes } });
     };
-    const before = buyerBalance();
+    const before = await buyerBalance();
     let text = "";
     let error: unknown = null;
     try {
@@ -133,7 +133,7 @@ describe("a later chunk passes the bound", () => {
     expect(await inflating.attempt(requestId).cancelled()).toMatchObject({ reason: "gateway_timeout", delivered_output_bytes: 5 });
     const charge = expectedCharge(INPUT_TOKENS, 2, 1_000_000, 1_000_000);
     expect(await settledRow(gw, requestId)).toMatchObject({ label: "verified", billed_completion_tokens: 2, debit_credits: charge.debit });
-    expect(buyerBalance()).toBe(before - charge.debit);
+    expect(await buyerBalance()).toBe(before - charge.debit);
   });
 
   test("non-streaming: nothing was written yet, so the request fails over", async () => {

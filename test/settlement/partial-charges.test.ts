@@ -30,7 +30,7 @@ beforeAll(async () => {
   gw = await startTestGateway({ settlementMode: "enforce", streamIdleTimeoutMs: STALL_MS }, { catalog: [MODEL] });
   provider = await ScriptedProvider.connect({ url: gw.wsUrl, id: "partial-prov", seed: PROVIDER_SEED, models: [MODEL], inputTokens: INPUT_TOKENS, script: (a) => script(a) });
   await waitForReadyProviders(gw, 1);
-  buyer = paidBuyer(gw, 1_000_000);
+  buyer = await paidBuyer(gw, 1_000_000);
 });
 
 afterAll(async () => {
@@ -69,12 +69,12 @@ async function expectChargedPrefix(requestId: string, buyerBefore: number): Prom
     provider_credits: charge.provider,
   });
   expect(row.delivered).toMatchObject({ start_byte: 0, end_byte: utf8(DELIVERED_TEXT), tokens: DELIVERED_TOKENS });
-  expect(gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(buyerBefore - charge.debit);
-  expect(gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "finalised", used_credits: charge.debit });
-  expectLedgerBalanced(gw);
+  expect(await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(buyerBefore - charge.debit);
+  expect(await gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "finalised", used_credits: charge.debit });
+  await expectLedgerBalanced(gw);
 }
 
-const buyerBalance = () => gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
+const buyerBalance = async () => await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
 
 describe("buyer cancel mid-stream", () => {
   test("charged exactly the delivered prefix: the receipt binds `cancel.delivered_output_bytes`", async () => {
@@ -86,7 +86,7 @@ describe("buyer cancel mid-stream", () => {
       for (const [c, t] of UNDELIVERED) a.chunk(c, t);
       a.end({ terminal_state: "buyer_cancel", receipt: { terminal_state: "buyer_cancel", finish_reason: null, boundBytes: cancel.delivered_output_bytes } });
     };
-    const before = buyerBalance();
+    const before = await buyerBalance();
     // The SDK ends an aborted stream's iteration quietly.
     const { text, error } = await stream(DELIVERED.length);
     expect(error).toBeNull();
@@ -107,13 +107,13 @@ describe("buyer cancel mid-stream", () => {
       // Binds all three chunks, not the cancel's byte count.
       a.end({ terminal_state: "buyer_cancel", receipt: { terminal_state: "buyer_cancel", finish_reason: null } });
     };
-    const before = buyerBalance();
+    const before = await buyerBalance();
     const { text } = await stream(DELIVERED.length);
     expect(text).toBe(DELIVERED_TEXT);
     const requestId = provider.lastJob().request_id;
     expect(await settledRow(gw, requestId)).toMatchObject({ label: "quarantined", reason: "byte_range", debit_credits: 0 });
-    expect(buyerBalance()).toBe(before);
-    expect(gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "released" });
+    expect(await buyerBalance()).toBe(before);
+    expect(await gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "released" });
   });
 
   test("non-streaming request abandoned before its body was written: nothing delivered → zero_settled", async () => {
@@ -123,7 +123,7 @@ describe("buyer cancel mid-stream", () => {
       const cancel = await a.cancelled();
       a.end({ terminal_state: "buyer_cancel", receipt: { terminal_state: "buyer_cancel", finish_reason: null, boundBytes: cancel.delivered_output_bytes } });
     };
-    const before = buyerBalance();
+    const before = await buyerBalance();
     const controller = new AbortController();
     const jobsBefore = provider.jobs.length;
     const pending = buyer.client.chat.completions.create({ model: MODEL, messages, max_tokens: 64 }, { signal: controller.signal }).catch((e) => e);
@@ -138,8 +138,8 @@ describe("buyer cancel mid-stream", () => {
     // The cancel says what the buyer got: nothing.
     expect(await provider.attempt(job.request_id).cancelled()).toMatchObject({ reason: "buyer_cancel", delivered_output_bytes: 0 });
     expect(await settledRow(gw, job.request_id)).toMatchObject({ label: "zero_settled", reason: "nothing_delivered", debit_credits: 0 });
-    expect(buyerBalance()).toBe(before);
-    expect(gw.gateway.store.getReservation(job.request_id)).toMatchObject({ state: "released", used_credits: 0 });
+    expect(await buyerBalance()).toBe(before);
+    expect(await gw.gateway.store.getReservation(job.request_id)).toMatchObject({ state: "released", used_credits: 0 });
   });
 });
 
@@ -150,7 +150,7 @@ describe("failures after the first byte charge the delivered prefix", () => {
       for (const [c, t] of DELIVERED) a.chunk(c, t);
       a.end({ terminal_state: terminal, receipt: { terminal_state: terminal, finish_reason: null } });
     };
-    const before = buyerBalance();
+    const before = await buyerBalance();
     const { text, error } = await stream();
     expect(text).toBe(DELIVERED_TEXT);
     // The in-band error frame after the first byte.
@@ -166,7 +166,7 @@ describe("failures after the first byte charge the delivered prefix", () => {
       const cancel = await a.cancelled(STALL_MS + 5000);
       a.end({ terminal_state: "gateway_timeout", receipt: { terminal_state: "gateway_timeout", finish_reason: null, boundBytes: cancel.delivered_output_bytes } });
     };
-    const before = buyerBalance();
+    const before = await buyerBalance();
     const { text } = await stream();
     expect(text).toBe(DELIVERED_TEXT);
     const requestId = provider.lastJob().request_id;
@@ -184,7 +184,7 @@ describe("failures after the first byte charge the delivered prefix", () => {
     // Only the provider that will lose its link serves this request.
     await provider.close();
     await waitFor(() => !gw.gateway.registry.admittedByProvider.has("partial-prov"));
-    const before = buyerBalance();
+    const before = await buyerBalance();
     const streaming = stream();
     const job = await lost.waitForJobs(1);
     await waitFor(() => (gw.gateway.registry.attempts.get(`${job.request_id}#0`)?.meter.deliveredTokens ?? 0) === DELIVERED_TOKENS);
@@ -192,7 +192,7 @@ describe("failures after the first byte charge the delivered prefix", () => {
     await lost.close();
     const { text } = await streaming;
     expect(text).toBe(DELIVERED_TEXT);
-    expect(gw.gateway.store.getSettlement(job.request_id, 0)?.label).toBe("pending");
+    expect((await gw.gateway.store.getSettlement(job.request_id, 0))?.label).toBe("pending");
 
     const back = await ScriptedProvider.connect({ url: gw.wsUrl, id: "lost-prov", seed, models: [MODEL], inputTokens: INPUT_TOKENS });
     back.send({ type: "receipt", request_id: job.request_id, attempt_n: 0, receipt });
@@ -212,7 +212,7 @@ describe("the max_tokens cap", () => {
       const cancel = await a.cancelled();
       a.end({ terminal_state: "gateway_timeout", receipt: { terminal_state: "gateway_timeout", finish_reason: null, boundBytes: cancel.delivered_output_bytes } });
     };
-    const before = buyerBalance();
+    const before = await buyerBalance();
     let text = "";
     let finish: string | null | undefined;
     if (streaming) {
@@ -234,8 +234,8 @@ describe("the max_tokens cap", () => {
   });
 });
 
-test("the ledger balances and the audit is clean", () => {
-  expectLedgerBalanced(gw);
+test("the ledger balances and the audit is clean", async () => {
+  await expectLedgerBalanced(gw);
   const audit = ledgerAudit(gw.dataDir);
   expect(audit.report.findings).toEqual([]);
   expect(audit.exitCode).toBe(0);

@@ -60,10 +60,10 @@ beforeAll(async () => {
   gw = await startTestGateway({ settlementMode: "enforce", pendingDeadlineMs: PENDING_DEADLINE_MS }, { catalog: [MODEL] });
   provider = await ScriptedProvider.connect({ url: gw.wsUrl, id: "attack-prov", models: [MODEL], script: (a) => next(a) });
   await waitForReadyProviders(gw, 1);
-  buyer = paidBuyer(gw, GRANT);
+  buyer = await paidBuyer(gw, GRANT);
   // Two honest requests first: the baseline verifies, and gives the material for replays (a receipt
   // of another request, and the account scope of another account).
-  const other = paidBuyer(gw, GRANT);
+  const other = await paidBuyer(gw, GRANT);
   const otherRequest = await runRequest(answerWith(() => ({})), other);
   expect((await settledRow(gw, otherRequest)).label).toBe("verified");
   otherAccountScope = provider.jobs.at(-1)!.route.account_scope;
@@ -84,7 +84,7 @@ async function expectQuarantined(requestId: string, reason: string): Promise<voi
   const row = await settledRow(gw, requestId);
   expect({ label: row.label, reason: row.reason }).toEqual({ label: "quarantined", reason });
   expect(row).toMatchObject({ billed_prompt_tokens: 0, billed_completion_tokens: 0, debit_credits: 0, provider_credits: 0, platform_credits: 0 });
-  expect(gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "released", used_credits: 0, used_tokens: 0 });
+  expect(await gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "released", used_credits: 0, used_tokens: 0 });
   expect(await provider.waitForSettled(requestId)).toMatchObject({ label: "quarantined", reason, provider_credits: 0 });
   expect(receiptsList(gw.dataDir, requestId)).toEqual([
     { request_id: requestId, attempt_n: 0, provider_id: "attack-prov", label: "quarantined", reason, debit_credits: 0, provider_credits: 0 },
@@ -149,24 +149,24 @@ const attacks: [name: string, script: () => Script, reason: string][] = [
 
 describe("each attack → quarantined with its reason, no debit, no credit, reservation released", () => {
   test.each(attacks)("%s", async (_name, script, reason) => {
-    const providerBefore = gw.gateway.store.ledgerBalance("provider:attack-prov");
-    const buyerBefore = gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
+    const providerBefore = await gw.gateway.store.ledgerBalance("provider:attack-prov");
+    const buyerBefore = await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
     const requestId = await runRequest(script());
     await expectQuarantined(requestId, reason);
-    expect(gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(buyerBefore);
-    expect(gw.gateway.store.availableCredits(buyer.accountId)).toBe(buyerBefore);
-    expect(gw.gateway.store.ledgerBalance("provider:attack-prov")).toBe(providerBefore);
-    expectLedgerBalanced(gw);
+    expect(await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(buyerBefore);
+    expect(await gw.gateway.store.availableCredits(buyer.accountId)).toBe(buyerBefore);
+    expect(await gw.gateway.store.ledgerBalance("provider:attack-prov")).toBe(providerBefore);
+    await expectLedgerBalanced(gw);
   });
 });
 
 describe("time and finality", () => {
   test("no receipt by the pending deadline → quarantined no_receipt; a receipt after it changes nothing", async () => {
-    const providerBefore = gw.gateway.store.ledgerBalance("provider:attack-prov");
+    const providerBefore = await gw.gateway.store.ledgerBalance("provider:attack-prov");
     const requestId = await runRequest(answerWith(() => null));
     // Pending until the deadline: the buyer got the output, nothing is settled yet.
-    expect(gw.gateway.store.getSettlement(requestId, 0)?.label).toBe("pending");
-    expect(gw.gateway.store.getReservation(requestId)?.state).toBe("held");
+    expect((await gw.gateway.store.getSettlement(requestId, 0))?.label).toBe("pending");
+    expect((await gw.gateway.store.getReservation(requestId))?.state).toBe("held");
     const settled = await provider.waitForSettled(requestId, 0, PENDING_DEADLINE_MS + 3000);
     expect(settled).toMatchObject({ label: "quarantined", reason: "no_receipt", provider_credits: 0 });
     await expectQuarantined(requestId, "no_receipt");
@@ -175,8 +175,8 @@ describe("time and finality", () => {
     const attempt = provider.attempt(requestId);
     attempt.sendReceipt(attempt.receipt());
     await waitForAnswers(requestId, 2);
-    expect(gw.gateway.store.getSettlement(requestId, 0)).toMatchObject({ label: "quarantined", reason: "no_receipt", debit_credits: 0, receipt: null });
-    expect(gw.gateway.store.ledgerBalance("provider:attack-prov")).toBe(providerBefore);
+    expect(await gw.gateway.store.getSettlement(requestId, 0)).toMatchObject({ label: "quarantined", reason: "no_receipt", debit_credits: 0, receipt: null });
+    expect(await gw.gateway.store.ledgerBalance("provider:attack-prov")).toBe(providerBefore);
     expect(provider.settled.filter((s) => s.request_id === requestId).at(-1)).toEqual(settled);
     expect(storedReceipts(requestId)).toBe(0);
   });
@@ -193,7 +193,7 @@ describe("time and finality", () => {
       const unknownBefore = gw.gateway.registry.ignoredReceipts.unknown_attempt;
       await waitForCount(() => gw.gateway.registry.ignoredReceipts.unknown_attempt - unknownBefore, 2);
       expect(storedReceipts(requestId)).toBe(0);
-      expect(gw.gateway.store.getSettlement(requestId, 0)?.label).toBe("pending");
+      expect((await gw.gateway.store.getSettlement(requestId, 0))?.label).toBe("pending");
       provider.attempt(requestId).sendReceipt(provider.attempt(requestId).receipt());
       expect((await settledRow(gw, requestId)).label).toBe("verified");
       expect(intruder.settled).toEqual([]);
@@ -206,15 +206,15 @@ describe("time and finality", () => {
     const requestId = await runRequest(answerWith(() => ({})));
     const first = await settledRow(gw, requestId);
     expect(first.label).toBe("verified");
-    const balances = gw.gateway.store.ledgerBalances();
+    const balances = await gw.gateway.store.ledgerBalances();
     const attempt = provider.attempt(requestId);
     // A well-formed second receipt (later issue time) and a forged one.
     attempt.sendReceipt(attempt.receipt({ values: { issued_at_unix_ms: Date.now() + 1 } }));
     attempt.sendReceipt(attempt.receipt({ values: { billable_output_tokens: TOKENS + 5 } }));
     // Each is answered with the same final outcome, and neither is stored.
     await waitForAnswers(requestId, 3);
-    expect(gw.gateway.store.getSettlement(requestId, 0)).toEqual(first);
-    expect(gw.gateway.store.ledgerBalances()).toEqual(balances);
+    expect(await gw.gateway.store.getSettlement(requestId, 0)).toEqual(first);
+    expect(await gw.gateway.store.ledgerBalances()).toEqual(balances);
     const answers = provider.settled.filter((s) => s.request_id === requestId);
     expect(new Set(answers.map((a) => JSON.stringify(a))).size).toBe(1);
     expect(storedReceipts(requestId)).toBe(1);
@@ -232,10 +232,10 @@ describe("time and finality", () => {
   });
 });
 
-test("after the whole table: the ledger balances and the audit is clean", () => {
-  expectLedgerBalanced(gw);
+test("after the whole table: the ledger balances and the audit is clean", async () => {
+  await expectLedgerBalanced(gw);
   // Only the two honest baselines and the two verified finality cases were charged.
-  const charged = gw.gateway.store.listSettlements().filter((s) => s.debit_credits > 0);
+  const charged = (await gw.gateway.store.listSettlements()).filter((s) => s.debit_credits > 0);
   expect(charged.every((s) => s.label === "verified")).toBe(true);
   expect(charged).toHaveLength(4);
   const audit = ledgerAudit(gw.dataDir);

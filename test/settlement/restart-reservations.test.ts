@@ -6,10 +6,11 @@ import { join } from "node:path";
 import { createSettlements } from "../../src/gateway/settlements.ts";
 import { buildRateCard } from "../../src/ledger/index.ts";
 import { silentLog } from "../../src/log.ts";
+import { asyncStore } from "../../src/store/asyncStore.ts";
 import { openStore } from "../../src/store/index.ts";
 import { tempDir } from "../support/harness.ts";
 
-test("resumePending releases held reservations of requests the crash cut before any attempt", () => {
+test("resumePending releases held reservations of requests the crash cut before any attempt", async () => {
   const dir = tempDir();
   try {
     const path = join(dir, "gateway.db");
@@ -28,7 +29,7 @@ test("resumePending releases held reservations of requests the crash cut before 
     const card = buildRateCard();
     if (!card.ok) throw new Error(card.message);
     const settlements = createSettlements({
-      store,
+      store: asyncStore(store),
       now: Date.now,
       mode: "enforce",
       pendingDeadlineMs: 300_000,
@@ -38,11 +39,11 @@ test("resumePending releases held reservations of requests the crash cut before 
       sendToProvider: () => {},
       log: silentLog,
     });
-    settlements.resumePending();
-    expect(store.getReservation("req_aa")?.state).toBe("released");
-    expect(store.reserve({ request_id: "req_cc", account_id, payer: "promotion", day, tokens: 600, credits: 600, daily_token_limit: 1000 }).ok).toBe(true);
+    await settlements.resumePending();
+    expect((await store.getReservation("req_aa"))?.state).toBe("released");
+    expect((await store.reserve({ request_id: "req_cc", account_id, payer: "promotion", day, tokens: 600, credits: 600, daily_token_limit: 1000 })).ok).toBe(true);
     settlements.stop();
-    store.close();
+    await store.close();
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

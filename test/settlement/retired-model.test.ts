@@ -21,7 +21,7 @@ beforeAll(async () => {
   gw = await startTestGateway({ settlementMode: "enforce" }, { catalog: ["retiring-model", "staying-model"] });
   provider = await ScriptedProvider.connect({ url: gw.wsUrl, id: "retire-prov", models: ["retiring-model", "staying-model"] });
   await waitForReadyProviders(gw, 1);
-  buyer = paidBuyer(gw, 100_000);
+  buyer = await paidBuyer(gw, 100_000);
 });
 
 afterAll(async () => {

@@ -23,7 +23,7 @@ beforeAll(async () => {
     spawnProvider(gw, { id: "runtime-burst", tokensPerSecond: 0, models: ["burst-model"] }),
   ];
   await waitForReadyProviders(gw, 3, 15_000);
-  buyer = paidBuyer(gw, 1_000_000);
+  buyer = await paidBuyer(gw, 1_000_000);
 }, 30_000);
 
 afterAll(async () => {
@@ -32,7 +32,7 @@ afterAll(async () => {
 });
 
 test("completed requests (streaming and not, in parallel) settle verified and are charged once each", async () => {
-  const before = gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
+  const before = await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`);
   const results = await Promise.all(
     [true, false, true, false].map(async (stream) => {
       if (stream) {
@@ -61,11 +61,11 @@ test("completed requests (streaming and not, in parallel) settle verified and ar
     expect(row.billed_prompt_tokens).toBeLessThanOrEqual(promptBound(messages));
     const charge = expectedCharge(row.billed_prompt_tokens, row.billed_completion_tokens, 1_000_000, 1_000_000);
     expect(row).toMatchObject({ debit_credits: charge.debit, provider_credits: charge.provider, platform_credits: charge.platform });
-    expect(gw.gateway.store.listSettlements({ request_id: r.requestId })).toHaveLength(1);
+    expect(await gw.gateway.store.listSettlements({ request_id: r.requestId })).toHaveLength(1);
     debits += charge.debit;
   }
-  expect(gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(before - debits);
-  expectLedgerBalanced(gw);
+  expect(await gw.gateway.store.ledgerBalance(`buyer:${buyer.accountId}`)).toBe(before - debits);
+  await expectLedgerBalanced(gw);
 }, 30_000);
 
 test("tokens the runtime merged into one frame stream, settle verified and are charged per token", async () => {
@@ -85,7 +85,7 @@ test("tokens the runtime merged into one frame stream, settle verified and are c
   expect({ label: row.label, reason: row.reason }).toEqual({ label: "verified", reason: null });
   expect(row.delivered).toMatchObject({ end_byte: utf8(deltas.join("")), tokens: 12 });
   expect(row.billed_completion_tokens).toBe(12);
-  expectLedgerBalanced(gw);
+  await expectLedgerBalanced(gw);
 }, 20_000);
 
 test("a buyer cancel mid-stream against the real runtime settles the delivered prefix, verified", async () => {
@@ -110,7 +110,7 @@ test("a buyer cancel mid-stream against the real runtime settles the delivered p
 }, 20_000);
 
 test("the audit is clean and each runtime logged the `settled` frame of every attempt it served", async () => {
-  for (const row of gw.gateway.store.listSettlements()) {
+  for (const row of await gw.gateway.store.listSettlements()) {
     const runtime = providers.find((p) => p.id === row.provider_id)!;
     const settled = await runtime.waitForEvent("settled", (e) => e.request_id === row.request_id && e.attempt_n === row.attempt_n);
     expect(settled).toMatchObject({ label: row.label, reason: row.reason, provider_credits: row.provider_credits });

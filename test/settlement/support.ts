@@ -13,10 +13,10 @@ export interface Buyer {
 }
 
 /** A paid account with `credits` granted, and an SDK client for it. */
-export function paidBuyer(gw: TestGateway, credits: number): Buyer {
-  const { account_id } = gw.gateway.store.createAccount({ name: "paid-buyer", tier: "paid" });
-  const { api_key } = gw.gateway.store.createApiKey({ account_id });
-  expect(gw.gateway.store.grantCredits(account_id, credits).ok).toBe(true);
+export async function paidBuyer(gw: TestGateway, credits: number): Promise<Buyer> {
+  const { account_id } = await gw.gateway.store.createAccount({ name: "paid-buyer", tier: "paid" });
+  const { api_key } = await gw.gateway.store.createApiKey({ account_id });
+  expect((await gw.gateway.store.grantCredits(account_id, credits)).ok).toBe(true);
   return { accountId: account_id, apiKey: api_key, client: new OpenAI({ apiKey: api_key, baseURL: gw.baseURL, maxRetries: 0 }) };
 }
 
@@ -72,8 +72,8 @@ export function receiptsList(dataDir: string, requestId?: string): ReceiptLine[]
 }
 
 /** Every ledger balance sums to zero (double entry). */
-export function expectLedgerBalanced(gw: TestGateway): void {
-  const sum = gw.gateway.store.ledgerBalances().reduce((n, b) => n + b.balance, 0);
+export async function expectLedgerBalanced(gw: TestGateway): Promise<void> {
+  const sum = (await gw.gateway.store.ledgerBalances()).reduce((n, b) => n + b.balance, 0);
   expect(sum).toBe(0);
 }
 
@@ -81,7 +81,7 @@ export function expectLedgerBalanced(gw: TestGateway): void {
 export async function settledRow(gw: TestGateway, requestId: string, attemptN = 0, timeoutMs = 5000): Promise<SettlementRow> {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
-    const row = gw.gateway.store.getSettlement(requestId, attemptN);
+    const row = await gw.gateway.store.getSettlement(requestId, attemptN);
     if (row && row.label !== "pending") return row;
     if (performance.now() > deadline) throw new Error(`settlement ${requestId}#${attemptN} still ${row?.label ?? "missing"}`);
     await Bun.sleep(5);

@@ -47,7 +47,7 @@ beforeAll(async () => {
   gw = await startTestGateway({ settlementMode: "enforce" }, { catalog: [MODEL] });
   provider = await ScriptedProvider.connect({ url: gw.wsUrl, id: "tools-prov", models: [MODEL], script });
   await waitForReadyProviders(gw, 1);
-  buyer = paidBuyer(gw, 1_000_000);
+  buyer = await paidBuyer(gw, 1_000_000);
 });
 
 afterAll(async () => {
@@ -78,7 +78,7 @@ test("an honest prompt count at the bound, carried mostly by assistant tool call
   expect(row.debit_credits).toBe(expectedCharge(reported, 3, 1_000_000, 1_000_000).debit);
   const atBound = await run(BOUND);
   expect({ label: atBound.label, reason: atBound.reason }).toEqual({ label: "verified", reason: null });
-  expectLedgerBalanced(gw);
+  await expectLedgerBalanced(gw);
 });
 
 test("one token above the bound is still quarantined input_tokens_inflated", async () => {

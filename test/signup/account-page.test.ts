@@ -56,7 +56,7 @@ describe("account page", () => {
 
     expect(await modelsStatus(user.apiKey)).toBe(401);
     expect(await modelsStatus(newKey!)).toBe(200);
-    const keys = gw.gateway.store.listApiKeys(user.accountId);
+    const keys = await gw.gateway.store.listApiKeys(user.accountId);
     expect(keys.map((k) => k.revoked_at_ms === null)).toEqual([false, true]);
     expect(keys[1]!.label).toBe(keys[0]!.label);
   });
@@ -104,7 +104,7 @@ describe("account page", () => {
       expect(response.status).toBe(404);
     }
     expect(await modelsStatus(owner.apiKey)).toBe(200);
-    expect(gw.gateway.store.listApiKeys(intruder.accountId)).toHaveLength(1);
+    expect(await gw.gateway.store.listApiKeys(intruder.accountId)).toHaveLength(1);
   });
 
   test("without a session the account page and its forms ask to sign in", async () => {

@@ -39,7 +39,7 @@ afterAll(async () => {
   await gw?.close();
 });
 
-const accountCount = () => gw.gateway.store.listAccounts().length;
+const accountCount = async () => (await gw.gateway.store.listAccounts()).length;
 const callbackPrefix = (name: string) => `${gw.url}/auth/${name}/callback`;
 
 /** /auth/<idp>/start in `browser`: the IdP authorization URL it redirects to. */
@@ -70,7 +70,7 @@ async function expectRefused(browser: Browser, callbackUrl: string, reason: RegE
 
 describe("sign-up with the local OpenID provider", () => {
   test("the account page shows the new key exactly once, and the key serves a chat completion", async () => {
-    const before = accountCount();
+    const before = await accountCount();
     const browser = new Browser();
     const callback = await browser.get(await codeFor(browser, "alice"));
     expect(callback.status).toBe(303);
@@ -78,7 +78,7 @@ describe("sign-up with the local OpenID provider", () => {
     const session = callback.headers.getSetCookie().find((c) => c.startsWith("gw_session="))!;
     expect(session).toContain("HttpOnly");
     expect(session).toContain("SameSite=Lax");
-    expect(accountCount()).toBe(before + 1);
+    expect(await accountCount()).toBe(before + 1);
 
     const page = await browser.get(`${gw.url}/account`);
     expect(page.status).toBe(200);
@@ -104,46 +104,46 @@ describe("sign-up with the local OpenID provider", () => {
     await first.get(await codeFor(first, "bob"));
     const firstPage = await (await first.get(`${gw.url}/account`)).text();
     const accountId = /Account <code>(acct_[a-z0-9]+)<\/code>/.exec(firstPage)![1];
-    const count = accountCount();
+    const count = await accountCount();
 
     const second = new Browser();
     expect((await second.get(await codeFor(second, "bob"))).status).toBe(303);
     const secondPage = await (await second.get(`${gw.url}/account`)).text();
-    expect(accountCount()).toBe(count);
+    expect(await accountCount()).toBe(count);
     expect(secondPage).toContain(accountId!);
     expect(shownApiKey(secondPage)).toBeNull();
-    expect(gw.gateway.store.listApiKeys(accountId!)).toHaveLength(1);
+    expect(await gw.gateway.store.listApiKeys(accountId!)).toHaveLength(1);
   });
 
   test("a bad or missing state is refused and creates nothing", async () => {
     const browser = new Browser();
     const callback = new URL(await codeFor(browser, "carol"));
-    const before = accountCount();
+    const before = await accountCount();
     const tampered = new URL(callback);
     tampered.searchParams.set("state", `${callback.searchParams.get("state")}x`);
     await expectRefused(browser, tampered.href, /^unknown_or_used_state$/);
     const missing = new URL(callback);
     missing.searchParams.delete("state");
     await expectRefused(browser, missing.href, /^missing_state$/);
-    expect(accountCount()).toBe(before);
+    expect(await accountCount()).toBe(before);
   });
 
   test("a callback delivered in another browser (login CSRF) is refused and creates nothing", async () => {
     const attacker = new Browser();
     const callback = await codeFor(attacker, "mallory");
-    const before = accountCount();
+    const before = await accountCount();
     await expectRefused(new Browser(), callback, /^browser_mismatch$/);
-    expect(accountCount()).toBe(before);
+    expect(await accountCount()).toBe(before);
   });
 
   test("a replayed callback (same state and code) is refused", async () => {
     const browser = new Browser();
     const callback = await codeFor(browser, "dave");
     expect((await browser.get(callback)).status).toBe(303);
-    const after = accountCount();
+    const after = await accountCount();
     const html = await expectRefused(browser, callback, /^unknown_or_used_state$/);
     expect(html).toContain("already used");
-    expect(accountCount()).toBe(after);
+    expect(await accountCount()).toBe(after);
   });
 
   test("a code from another sign-in (wrong PKCE verifier) is refused and creates nothing", async () => {
@@ -151,12 +151,12 @@ describe("sign-up with the local OpenID provider", () => {
     const flowA = await startFlow(browser);
     const flowB = await startFlow(browser);
     const callbackA = new URL(await codeFor(browser, "erin", flowA));
-    const before = accountCount();
+    const before = await accountCount();
     // Flow B's state (so B's verifier is sent) with flow A's code: PKCE binds the code to A's challenge.
     const injected = new URL(callbackA);
     injected.searchParams.set("state", flowB.searchParams.get("state")!);
     await expectRefused(browser, injected.href, /invalid_grant/);
-    expect(accountCount()).toBe(before);
+    expect(await accountCount()).toBe(before);
   });
 
   test("a code issued without the PKCE challenge is refused and creates nothing", async () => {
@@ -166,15 +166,15 @@ describe("sign-up with the local OpenID provider", () => {
     // so the verifier the gateway sends cannot match it.
     flow.searchParams.delete("code_challenge");
     flow.searchParams.delete("code_challenge_method");
-    const before = accountCount();
+    const before = await accountCount();
     await expectRefused(browser, await codeFor(browser, "frank", flow), /invalid_grant/);
-    expect(accountCount()).toBe(before);
+    expect(await accountCount()).toBe(before);
   });
 
   test("a stolen code cannot be redeemed without the PKCE verifier, even with the client secret", async () => {
     const browser = new Browser();
     const callback = new URL(await codeFor(browser, "grace"));
-    const before = accountCount();
+    const before = await accountCount();
     const token = await fetch(`${idp.issuer}/token`, {
       method: "POST",
       headers: {
@@ -185,7 +185,7 @@ describe("sign-up with the local OpenID provider", () => {
     });
     expect(token.status).toBe(400);
     expect(((await token.json()) as { error: string }).error).toBe("invalid_grant");
-    expect(accountCount()).toBe(before);
+    expect(await accountCount()).toBe(before);
   });
 
   test("an ID token with another nonce is refused and creates nothing", async () => {
@@ -193,13 +193,13 @@ describe("sign-up with the local OpenID provider", () => {
     const flow = await startFlow(browser);
     // Same state and PKCE challenge, so the code exchange itself succeeds; only the nonce differs.
     flow.searchParams.set("nonce", "a-nonce-this-gateway-never-issued");
-    const before = accountCount();
+    const before = await accountCount();
     await expectRefused(browser, await codeFor(browser, "heidi", flow), /CLAIM_COMPARISON_FAILED/);
-    expect(accountCount()).toBe(before);
+    expect(await accountCount()).toBe(before);
   });
 
   test("an unregistered redirect URI: the IdP never sends the browser back, nothing is created", async () => {
-    const before = accountCount();
+    const before = await accountCount();
     const browser = new Browser();
     const flow = await startFlow(browser, "unregistered");
     expect(flow.searchParams.get("redirect_uri")).toBe(callbackPrefix("unregistered"));
@@ -209,7 +209,7 @@ describe("sign-up with the local OpenID provider", () => {
     const forged = await startFlow(browser);
     forged.searchParams.set("redirect_uri", "http://127.0.0.1:9/steal");
     expect((await loginAtIdp(browser, forged.href, "ivan", "http://127.0.0.1:9/")).callbackUrl).toBeNull();
-    expect(accountCount()).toBe(before);
+    expect(await accountCount()).toBe(before);
   });
 
   test("an unknown identity provider is the not_found envelope", async () => {
@@ -231,9 +231,9 @@ describe("ID tokens the stock provider will not issue (scripted provider)", () =
 
   test("a well-formed ID token signs up (the control case)", async () => {
     scripted.mode = "good";
-    const before = accountCount();
+    const before = await accountCount();
     expect((await scriptedSignIn("control")).status).toBe(303);
-    expect(accountCount()).toBe(before + 1);
+    expect(await accountCount()).toBe(before + 1);
   });
 
   test.each([
@@ -245,13 +245,13 @@ describe("ID tokens the stock provider will not issue (scripted provider)", () =
   ] as const)("an ID token %s is refused and creates nothing", async (_what, mode, reason) => {
     scripted.mode = mode;
     const issued = scripted.tokensIssued;
-    const before = accountCount();
+    const before = await accountCount();
     const response = await scriptedSignIn(`victim-${mode}`);
     expect(response.status).toBe(400);
     expect(await response.text()).toContain("signin_failed");
     // The provider did issue the token: the gateway itself refused it.
     expect(scripted.tokensIssued).toBe(issued + 1);
-    expect(accountCount()).toBe(before);
+    expect(await accountCount()).toBe(before);
     expect(lastRefusal(gw.logs)).toMatch(reason);
   });
 });

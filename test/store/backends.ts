@@ -3,7 +3,7 @@
 // opens stores, reopens the same location (durability), and runs raw SQL past the store (the
 // database's own guards). PostgreSQL tests are skipped, saying why, where it cannot run.
 
-import { describe } from "bun:test";
+import { beforeAll, describe } from "bun:test";
 import { Database } from "bun:sqlite";
 import { SQL } from "bun";
 import { asyncStore, type AsyncStore } from "../../src/store/asyncStore.ts";
@@ -91,6 +91,10 @@ export const backends: readonly { backend: Backend; skip: string | null }[] = [
 /** Declares the enclosed tests once per backend, in a `describe` named after it. */
 export function eachBackend(body: (backend: Backend) => void): void {
   for (const { backend, skip } of backends) {
-    describe.skipIf(skip !== null)(`[${backend.name}]`, () => body(backend));
+    describe.skipIf(skip !== null)(`[${backend.name}]`, () => {
+      // Starting the shared server (initdb, pg_ctl) takes seconds: not inside a test's own timeout.
+      if (backend.name === "postgres") beforeAll(() => sharedPostgres().then(() => {}), 120_000);
+      body(backend);
+    });
   }
 }

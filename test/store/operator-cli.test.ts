@@ -1,11 +1,11 @@
 import { afterEach, beforeEach, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
 import { runAccountsCommand, runKeysCommand, runProvidersCommand } from "../../src/cli/operator.ts";
-import { openStore, type Store } from "../../src/store/index.ts";
-import { tempDir } from "./temp-dir.ts";
+import type { AsyncStore } from "../../src/store/asyncStore.ts";
+import { eachBackend } from "./backends.ts";
 
-const tmp = tempDir();
-let store: Store;
+eachBackend((b) => {
+let store: AsyncStore;
 let out: string[];
 let err: string[];
 const ctx = () => ({ store, stdout: (l: string) => out.push(l), stderr: (l: string) => err.push(l) });
@@ -15,8 +15,8 @@ const reset = () => {
   err = [];
 };
 
-beforeEach(() => {
-  store = openStore(tmp.path("cli.db"));
+beforeEach(async () => {
+  store = (await b.fresh()).store;
   reset();
 });
 afterEach(() => store.close());
@@ -27,8 +27,8 @@ test("accounts create prints the account id and a working first key", async () =
   const created = JSON.parse(out[0]!);
   expect(Object.keys(created)).toEqual(["account_id", "api_key"]);
   expect(created.api_key).toMatch(/^gw_[A-Za-z0-9_-]{43}$/);
-  expect(store.authenticateApiKey(created.api_key)).toMatchObject({ account_id: created.account_id, tier: "paid" });
-  expect(store.getAccount(created.account_id)?.name).toBe("Ada Lovelace");
+  expect(await store.authenticateApiKey(created.api_key)).toMatchObject({ account_id: created.account_id, tier: "paid" });
+  expect((await store.getAccount(created.account_id))?.name).toBe("Ada Lovelace");
 });
 
 test("accounts create --env prints shell exports of the id and the key", async () => {
@@ -36,12 +36,12 @@ test("accounts create --env prints shell exports of the id and the key", async (
   expect(out).toHaveLength(2);
   const [id, key] = out.map((l) => /^export ([A-Z_]+)=([A-Za-z0-9_-]+)$/.exec(l)!);
   expect([id![1], key![1]]).toEqual(["ACCOUNT_ID", "GATEWAY_API_KEY"]);
-  expect(store.authenticateApiKey(key![2]!)?.account_id).toBe(id![2]!);
+  expect((await store.authenticateApiKey(key![2]!))?.account_id).toBe(id![2]!);
 });
 
 test("accounts create defaults to the free tier and rejects other tiers", async () => {
   expect(await runAccountsCommand(["create"], ctx())).toBe(0);
-  expect(store.getAccount(JSON.parse(out[0]!).account_id)?.tier).toBe("free");
+  expect((await store.getAccount(JSON.parse(out[0]!).account_id))?.tier).toBe("free");
   reset();
   expect(await runAccountsCommand(["create", "--tier", "gold"], ctx())).toBe(64);
   expect(out).toEqual([]);
@@ -69,7 +69,7 @@ test("keys create, list and revoke", async () => {
   expect(await runKeysCommand(["create", "--account", account_id, "--label", "ci"], ctx())).toBe(0);
   const created = JSON.parse(out[0]!);
   expect(Object.keys(created)).toEqual(["key_id", "api_key"]);
-  expect(store.authenticateApiKey(created.api_key)?.key_id).toBe(created.key_id);
+  expect((await store.authenticateApiKey(created.api_key))?.key_id).toBe(created.key_id);
   reset();
 
   expect(await runKeysCommand(["list", "--account", account_id, "--json"], ctx())).toBe(0);
@@ -86,8 +86,8 @@ test("keys create, list and revoke", async () => {
 
   expect(await runKeysCommand(["revoke", created.key_id], ctx())).toBe(0);
   expect(JSON.parse(out[0]!)).toEqual({ key_id: created.key_id, revoked: true });
-  expect(store.authenticateApiKey(created.api_key)).toBeNull();
-  expect(store.authenticateApiKey(first)).not.toBeNull();
+  expect(await store.authenticateApiKey(created.api_key)).toBeNull();
+  expect(await store.authenticateApiKey(first)).not.toBeNull();
 });
 
 test("keys commands fail cleanly on unknown ids and bad usage", async () => {
@@ -121,7 +121,7 @@ test("providers pin, unpin, ban and list", async () => {
   const b64 = raw.toString("base64");
   expect(await runProvidersCommand(["pin", "studio.m2-ultra", "--public-key", b64], ctx())).toBe(0);
   expect(JSON.parse(out[0]!)).toMatchObject({ provider_id: "studio.m2-ultra", public_key: b64, pinned: true, banned: false });
-  expect(store.getProviderBinding("studio.m2-ultra")?.public_key).toEqual(new Uint8Array(raw));
+  expect((await store.getProviderBinding("studio.m2-ultra"))?.public_key).toEqual(new Uint8Array(raw));
   reset();
 
   expect(await runProvidersCommand(["unpin", "studio.m2-ultra"], ctx())).toBe(0);
@@ -154,8 +154,9 @@ test("providers pin validates the id and the key", async () => {
     ["unpin", "bad/id"],
   ];
   for (const argv of cases) expect(await runProvidersCommand(argv, ctx())).toBe(64);
-  expect(store.listProviders()).toEqual([]);
+  expect(await store.listProviders()).toEqual([]);
   // Padding may be left off; the key is the same 32 bytes.
   expect(await runProvidersCommand(["pin", "ok-id", "--public-key", good.replace(/=$/, "")], ctx())).toBe(0);
   expect(await runProvidersCommand(["unpin", "never-seen"], ctx())).toBe(1);
+});
 });

@@ -8,6 +8,7 @@ import { loadConfig, type GatewayConfig } from "../../src/config/index.ts";
 import { silentLog } from "../../src/log.ts";
 import type { CatalogModel } from "../../src/catalog/index.ts";
 import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "../../src/compositionRoot.ts";
+import { sharedPostgres } from "./postgres.ts";
 
 export const MAIN = join(import.meta.dir, "../../src/main.ts");
 
@@ -63,12 +64,15 @@ export async function startTestGateway(overrides: Partial<GatewayConfig> = {}, o
   const dataDir = tempDir();
   const loaded = loadConfig([], {});
   if (!loaded.ok) throw new Error(loaded.message);
-  const config: GatewayConfig = { ...loaded.config, port: 0, dataDir, logLevel: "error", settlementMode: "observe", ...overrides };
+  // GATEWAY_TEST_STORE=postgres runs the same tests on a cluster node's store: a fresh database of a
+  // private PostgreSQL (test/support/postgres.ts) per gateway.
+  const databaseUrl = process.env.GATEWAY_TEST_STORE === "postgres" ? await (await sharedPostgres()).freshDatabase() : undefined;
+  const config: GatewayConfig = { ...loaded.config, port: 0, dataDir, databaseUrl, logLevel: "error", settlementMode: "observe", ...overrides };
   const catalogModels = options.catalog?.map((m) => (typeof m === "string" ? catalogModel(m) : m));
-  const gateway = startGateway(config, { log: silentLog, catalogModels });
+  const gateway = await startGateway(config, { log: silentLog, catalogModels });
   liveGateways.add(gateway);
-  const { account_id } = gateway.store.createAccount({ name: "test", tier: "free" });
-  const { api_key } = gateway.store.createApiKey({ account_id });
+  const { account_id } = await gateway.store.createAccount({ name: "test", tier: "free" });
+  const { api_key } = await gateway.store.createApiKey({ account_id });
   return {
     gateway,
     url: gateway.url,
@@ -85,9 +89,9 @@ export async function startTestGateway(overrides: Partial<GatewayConfig> = {}, o
   };
 }
 
-export async function waitFor(predicate: () => boolean, timeoutMs = 5000, what = "condition"): Promise<void> {
+export async function waitFor(predicate: () => boolean | Promise<boolean>, timeoutMs = 5000, what = "condition"): Promise<void> {
   const deadline = performance.now() + timeoutMs;
-  while (!predicate()) {
+  while (!(await predicate())) {
     if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await Bun.sleep(5);
   }

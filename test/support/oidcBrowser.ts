@@ -172,7 +172,7 @@ export async function startLoggingGateway(overrides: Partial<GatewayConfig>): Pr
   if (!loaded.ok) throw new Error(loaded.message);
   const logs: Record<string, unknown>[] = [];
   const log = createLog("info", (line) => logs.push(JSON.parse(line) as Record<string, unknown>));
-  const gateway = startGateway({ ...loaded.config, port: 0, dataDir, settlementMode: "observe", ...overrides }, { log });
+  const gateway = await startGateway({ ...loaded.config, port: 0, dataDir, settlementMode: "observe", ...overrides }, { log });
   return {
     gateway,
     logs,

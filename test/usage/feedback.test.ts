@@ -44,7 +44,7 @@ async function completion(token: string, ip: string): Promise<string> {
 describe("POST /v1/feedback", () => {
   test("rates one's own request; sending again replaces the rating (one row per request id)", async () => {
     const ip = "203.0.113.10";
-    const account = newAccount(gw, "free");
+    const account = await newAccount(gw, "free");
     const id = await completion(account.apiKey, ip);
     const requestId = id.replace(/^chatcmpl-/, "");
 
@@ -56,27 +56,27 @@ describe("POST /v1/feedback", () => {
     expect(again.json).toMatchObject({ request_id: requestId, rating: "down", replaced: true, created_at: first.json.created_at });
     const changed = await feedback(account.apiKey, { request_id: requestId, rating: "up" }, ip);
     expect(changed.json).toMatchObject({ rating: "up", comment: null, replaced: true });
-    expect(gw.gateway.store.listFeedback({ account_id: account.accountId })).toEqual([
+    expect(await gw.gateway.store.listFeedback({ account_id: account.accountId })).toEqual([
       expect.objectContaining({ request_id: requestId, rating: "up", comment: null }),
     ]);
   });
 
   test("another account's request, an unknown id or a malformed id is 404 not_found (indistinguishable)", async () => {
     const ip = "203.0.113.11";
-    const owner = newAccount(gw, "free");
-    const stranger = newAccount(gw, "free");
+    const owner = await newAccount(gw, "free");
+    const stranger = await newAccount(gw, "free");
     const id = await completion(owner.apiKey, ip);
     for (const request_id of [id, "req_00112233445566778899aabb", "not-a-request"]) {
       const r = await feedback(stranger.apiKey, { request_id, rating: "up" }, ip);
       expect(r.status).toBe(404);
       expect(r.json.error).toMatchObject({ code: "not_found", param: "request_id" });
     }
-    expect(gw.gateway.store.listFeedback({ account_id: stranger.accountId })).toEqual([]);
+    expect(await gw.gateway.store.listFeedback({ account_id: stranger.accountId })).toEqual([]);
   });
 
   test("the body is validated: rating, unknown fields, comment length, JSON", async () => {
     const ip = "203.0.113.12";
-    const account = newAccount(gw, "free");
+    const account = await newAccount(gw, "free");
     const id = await completion(account.apiKey, ip);
     const cases: [unknown, string | null][] = [
       [{ request_id: id, rating: "meh" }, "rating"],
@@ -108,15 +108,15 @@ describe("POST /v1/feedback", () => {
     const id = await completion(token, ip);
     const r = await feedback(token, { request_id: id, rating: "up" }, ip);
     expect(r.status).toBe(201);
-    expect(gw.gateway.store.listFeedback({ account_id: `demo:${ip}/32` })).toHaveLength(1);
+    expect(await gw.gateway.store.listFeedback({ account_id: `demo:${ip}/32` })).toHaveLength(1);
     // An API-key account cannot rate the demo request.
-    const account = newAccount(gw, "free");
+    const account = await newAccount(gw, "free");
     expect((await feedback(account.apiKey, { request_id: id, rating: "down" }, ip)).status).toBe(404);
   });
 
   test(`at most ${PER_HOUR} submissions per client IP per hour (429 quota_exhausted); other IPs are not affected`, async () => {
     const ip = "203.0.113.14";
-    const account = newAccount(gw, "free");
+    const account = await newAccount(gw, "free");
     const id = await completion(account.apiKey, ip);
     for (let i = 0; i < PER_HOUR; i++) expect((await feedback(account.apiKey, { request_id: id, rating: i % 2 ? "up" : "down" }, ip)).status).toBeLessThan(300);
     const limited = await feedback(account.apiKey, { request_id: id, rating: "up" }, ip);
@@ -135,7 +135,7 @@ describe("POST /v1/feedback", () => {
       .trim()
       .split("\n")
       .map((l) => JSON.parse(l) as { request_id: string; account_id: string; rating: string; updated_at_ms: number });
-    expect(rows.length).toBe(gw.gateway.store.listFeedback().length);
+    expect(rows.length).toBe((await gw.gateway.store.listFeedback()).length);
     expect(rows.length).toBe(3);
     for (let i = 1; i < rows.length; i++) expect(rows[i - 1]!.updated_at_ms).toBeGreaterThanOrEqual(rows[i]!.updated_at_ms);
     const table = cli(["feedback", "list", "--data-dir", gw.dataDir]);

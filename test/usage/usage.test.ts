@@ -70,14 +70,14 @@ async function run(answer: (a: ScriptedAttempt) => void, send: () => Promise<unk
   return requestId;
 }
 
-describe("GET /v1/usage after a mixed run", () => {
+describe("GET /v1/usage after a mixed run", async () => {
   let account: Account;
   let secondKey: { key_id: string; api_key: string };
   const ids: Record<string, string> = {};
 
   beforeAll(async () => {
-    account = newAccount(gw, "paid", GRANT);
-    secondKey = gw.gateway.store.createApiKey({ account_id: account.accountId, label: "ci" });
+    account = await newAccount(gw, "paid", GRANT);
+    secondKey = await gw.gateway.store.createApiKey({ account_id: account.accountId, label: "ci" });
     const openai = new OpenAI({ apiKey: account.apiKey, baseURL: gw.baseURL, maxRetries: 0 });
     const anthropic = new Anthropic({ apiKey: account.apiKey, baseURL: gw.url, maxRetries: 0 });
     ids.streamA = await run(honest, async () => {
@@ -92,7 +92,7 @@ describe("GET /v1/usage after a mixed run", () => {
     ids.secondKeyA = await run(honest, () => chat(gw, secondKey.api_key, { model: MODEL_A, messages, max_tokens: 32 }));
     // Refused before dispatch: no settlement, no reservation.
     expect((await chat(gw, account.apiKey, { model: MODEL_A, messages, max_tokens: 5000 })).status).toBe(400);
-    gw.gateway.store.revokeApiKey(secondKey.key_id);
+    await gw.gateway.store.revokeApiKey(secondKey.key_id);
     for (const [id, rating] of [
       [ids.streamA, "up"],
       [ids.quarantinedB, "down"],
@@ -113,8 +113,8 @@ describe("GET /v1/usage after a mixed run", () => {
     expect(r.headers.get("cache-control")).toBe("no-store");
     const body = JSON.parse(r.text);
     const store = gw.gateway.store;
-    const rows = store.listSettlements().filter((s) => s.account_id === account.accountId);
-    const audit = store.ledgerAuditData();
+    const rows = (await store.listSettlements()).filter((s) => s.account_id === account.accountId);
+    const audit = await store.ledgerAuditData();
     const reservations = audit.reservations.filter((x) => x.account_id === account.accountId && x.day === day());
     const buyerEntries = audit.postings
       .filter((p) => p.kind === "settlement")
@@ -141,9 +141,9 @@ describe("GET /v1/usage after a mixed run", () => {
     const spent = -buyerEntries.reduce((n, e) => n + e.amount, 0);
     expect(spent).toBe(rows.reduce((n, s) => n + s.debit_credits, 0));
     expect(body.balance).toEqual({
-      balance_credits: store.ledgerBalance(`buyer:${account.accountId}`),
+      balance_credits: await store.ledgerBalance(`buyer:${account.accountId}`),
       held_credits: held.reduce((n, x) => n + x.credits, 0),
-      available_credits: store.availableCredits(account.accountId),
+      available_credits: await store.availableCredits(account.accountId),
     });
     expect(body.balance.balance_credits).toBe(GRANT - spent);
     expect(body.spend).toEqual({ charged_credits_total: spent, charged_credits_today: spent });
@@ -152,7 +152,9 @@ describe("GET /v1/usage after a mixed run", () => {
     expect(body.receipts).toEqual({ pending: count("pending"), verified: count("verified"), quarantined: count("quarantined"), zero_settled: count("zero_settled") });
     expect(body.receipts).toEqual({ pending: 1, verified: 5, quarantined: 1, zero_settled: 1 });
     // Per model, from each attempt's route snapshot.
-    const modelOf = (s: (typeof rows)[number]) => JSON.parse(store.getRouteSnapshot(s.request_id, s.attempt_n)!.snapshot_json).model_id as string;
+    const snapshots = new Map<string, string>();
+    for (const s of rows) snapshots.set(`${s.request_id}#${s.attempt_n}`, (await store.getRouteSnapshot(s.request_id, s.attempt_n))!.snapshot_json);
+    const modelOf = (s: (typeof rows)[number]) => JSON.parse(snapshots.get(`${s.request_id}#${s.attempt_n}`)!).model_id as string;
     const expected = [MODEL_A, MODEL_B].map((model) => {
       const of = rows.filter((s) => modelOf(s) === model);
       return {
@@ -199,7 +201,7 @@ describe("GET /v1/usage after a mixed run", () => {
 
 describe("who may read usage", () => {
   test("a free account: the daily quota with its limit and remainder, no balance or spend", async () => {
-    const account = newAccount(gw, "free");
+    const account = await newAccount(gw, "free");
     const body = JSON.parse((await usage(account.apiKey)).text);
     expect(body.tier).toBe("free");
     expect(body.quota).toMatchObject({ daily_tokens_limit: 100_000, daily_tokens_used: 0, daily_tokens_reserved: 0, daily_tokens_remaining: 100_000 });

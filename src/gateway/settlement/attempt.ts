@@ -18,7 +18,11 @@ export type DeliveredSummary = Pick<DeliveredPrefix, "output_hash" | "start_byte
 /** The receipt that was judged for an attempt, for its ledger row. */
 export interface JudgedEnvelope {
   envelope: string;
-  arrivalId: number;
+  /**
+   * Its row in the arrival log: the id itself when the store answered at once (embedded SQLite), else
+   * the write in flight; null when that write failed (the outcome then stores the envelope itself).
+   */
+  arrivalId: number | null | Promise<number | null>;
   receivedAtMs: number;
   /** The receipt's billable usage, once its judgement came (null when no body could be read). */
   billable: BilledUsage | null;

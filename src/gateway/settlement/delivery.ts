@@ -18,7 +18,9 @@ export function accepted(deps: DeliveryDeps, requestId: string, attemptN: number
   const att = deps.open.get(attemptKey(requestId, attemptN));
   if (!att || att.acceptedHash !== null) return true;
   att.acceptedHash = modelHash;
-  deps.store.recordAcceptedMeasurement(requestId, attemptN, modelHash);
+  void deps.writes.run("accepted_measurement", { request_id: requestId, attempt_n: attemptN }, () =>
+    deps.store.recordAcceptedMeasurement(requestId, attemptN, modelHash),
+  );
   const refusal = judgeAcceptedMeasurement(att.snapshot, modelHash);
   if (refusal === null) return true;
   deps.log.warn("measurement_mismatch", { request_id: requestId, attempt_n: attemptN, provider_id: att.providerId, reason: refusal });
@@ -98,5 +100,5 @@ export function released(deps: DeliveryDeps, requestId: string, attemptN: number
     verdictDue = judgeReceipt(deps, att, envelope);
   }
   att.actor.send({ type: "attempt.ended", deliveredNothing: deliveredNothing(prefix), verdictDue });
-  writeDeliveredRecord(deps.store, att);
+  writeDeliveredRecord(deps, att);
 }

@@ -3,14 +3,17 @@
 import { parseEnvelope } from "../../receipts/index.ts";
 import type { JudgedReceipt, ReceiptJudge } from "../../receipts/judge.ts";
 import type { Log } from "../../log.ts";
-import type { Store } from "../../store/index.ts";
+import type { AsyncStore as Store } from "../../store/asyncStore.ts";
+import type { SettlementRow } from "../../store/index.ts";
 import type { FinalLabel } from "../../ledger/charges.ts";
+import type { DurableWrites } from "./durableWrites.ts";
 import { attemptKey } from "../registry.ts";
 import { sendSettled } from "./outcome.ts";
 import type { JudgedEnvelope, OpenAttempt, OpenAttempts } from "./attempt.ts";
 
 export interface JudgingDeps {
   store: Store;
+  writes: DurableWrites;
   now: () => number;
   log: Log;
   judge: ReceiptJudge;
@@ -30,17 +33,25 @@ export type ReceiptArrival = "stored" | "duplicate" | "after_final" | "unknown_a
  * its final outcome is answered with that outcome's `settled` frame, so the provider's runtime drops
  * it instead of re-sending it on every reconnect.
  */
-export function receiptArrived(deps: JudgingDeps, providerId: string, requestId: string, attemptN: number, envelope: string): ReceiptArrival {
+export function receiptArrived(
+  deps: JudgingDeps,
+  providerId: string,
+  requestId: string,
+  attemptN: number,
+  envelope: string,
+): ReceiptArrival | Promise<ClosedAttemptArrival> {
   const att = deps.open.get(attemptKey(requestId, attemptN));
   if (!att || att.providerId !== providerId) {
     const known = deps.store.getSettlement(requestId, attemptN);
-    if (!known || known.provider_id !== providerId || known.label === "pending") return "unknown_attempt";
-    const final = known;
-    // Announced only once durable, like the first `settled` frame (the row may be this turn's).
-    deps.store.afterLazyCommit((committed) => {
-      if (committed) sendSettled(deps, providerId, final.request_id, final.attempt_n, final.label as FinalLabel, final.reason, final.provider_credits);
-    });
-    return "after_final";
+    // Answered at once by the embedded store: in this very turn, as before.
+    if (Bun.peek.status(known) === "fulfilled") return answerClosedAttempt(deps, providerId, Bun.peek(known) as SettlementRow | null);
+    return known.then(
+      (row) => answerClosedAttempt(deps, providerId, row),
+      (error): "unknown_attempt" => {
+        deps.log.warn("receipt_lookup_failed", { request_id: requestId, attempt_n: attemptN, error: String(error) });
+        return "unknown_attempt";
+      },
+    );
   }
   // The first receipt decides; the attempt's `settled` frame answers the duplicates too once it settles.
   if (att.judged || att.earlyReceipt !== null) return "duplicate";
@@ -58,6 +69,19 @@ export function receiptArrived(deps: JudgingDeps, providerId: string, requestId:
   return "stored";
 }
 
+/** What became of a receipt for an attempt that is not open here: answered, or unknown. */
+export type ClosedAttemptArrival = "after_final" | "unknown_attempt";
+
+/** A receipt for an attempt with a final outcome is answered with that outcome's `settled` frame. */
+function answerClosedAttempt(deps: JudgingDeps, providerId: string, known: SettlementRow | null): ClosedAttemptArrival {
+  if (!known || known.provider_id !== providerId || known.label === "pending") return "unknown_attempt";
+  // Announced only once durable, like the first `settled` frame (the row may be this turn's).
+  deps.store.afterLazyCommit((committed) => {
+    if (committed) sendSettled(deps, providerId, known.request_id, known.attempt_n, known.label as FinalLabel, known.reason, known.provider_credits);
+  });
+  return "after_final";
+}
+
 /** Whether a readable receipt names a terminal state other than `expected` (an unreadable one is judged). */
 function bindsOtherEnd(envelope: string, expected: string): boolean {
   const parsed = parseEnvelope(envelope);
@@ -72,10 +96,18 @@ function bindsOtherEnd(envelope: string, expected: string): boolean {
  */
 export function judgeReceipt(deps: JudgingDeps, att: OpenAttempt, envelope: string): boolean {
   const arrival = deps.now();
-  const arrivalId = deps.store.recordReceiptArrival(
+  const written = deps.store.recordReceiptArrival(
     { request_id: att.requestId, attempt_n: att.attemptN, provider_id: att.providerId, envelope, disposition: "judged" },
     arrival,
   );
+  // Already answered (the embedded store): the outcome can be written in this very turn, as before.
+  const arrivalId =
+    Bun.peek.status(written) === "fulfilled"
+      ? (Bun.peek(written) as number)
+      : written.catch((error): null => {
+          deps.log.warn("receipt_arrival_not_logged", { request_id: att.requestId, attempt_n: att.attemptN, error: String(error) });
+          return null;
+        });
   const record: JudgedEnvelope = { envelope, arrivalId, receivedAtMs: arrival, billable: null };
   att.judged = record;
   return deps.judge.judge(

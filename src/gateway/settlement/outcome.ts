@@ -3,12 +3,15 @@
 import { billedUsage, type FinalLabel, type SettlementMode } from "../../ledger/charges.ts";
 import { observedBilling } from "../../ledger/money.ts";
 import type { Log } from "../../log.ts";
-import type { SettlementRow, Store } from "../../store/index.ts";
+import type { SettleInput, SettleResult, SettlementRow } from "../../store/index.ts";
+import type { AsyncStore as Store } from "../../store/asyncStore.ts";
+import type { DurableWrites } from "./durableWrites.ts";
 import { encodeFrame } from "../../wire/codec.ts";
 import type { OpenAttempt } from "./attempt.ts";
 
 export interface OutcomeDeps {
   store: Store;
+  writes: DurableWrites;
   now: () => number;
   mode: SettlementMode;
   log: Log;
@@ -32,31 +35,49 @@ function chargedUsage(mode: SettlementMode, label: FinalLabel, att: OpenAttempt)
 }
 
 /** Persists the delivered record if the settlement did not (the attempt now waits for its receipt). */
-export function writeDeliveredRecord(store: Store, att: OpenAttempt): void {
+export function writeDeliveredRecord(deps: Pick<OutcomeDeps, "store" | "writes">, att: OpenAttempt): void {
   const end = att.unwrittenEnd;
   if (end === null) return;
-  att.unwrittenEnd = null;
-  store.recordAttemptEnd(att.requestId, att.attemptN, end.delivered, end.pending_deadline_at_ms, end.ended_at_ms);
+  // Kept as unwritten until the write lands: an outcome written meanwhile carries it too (the store
+  // keeps the first delivered record of an attempt, whichever write brings it).
+  void deps.writes
+    .run("attempt_end", { request_id: att.requestId, attempt_n: att.attemptN }, () =>
+      deps.store.recordAttemptEnd(att.requestId, att.attemptN, end.delivered, end.pending_deadline_at_ms, end.ended_at_ms),
+    )
+    .then((written) => {
+      if (written !== null && att.unwrittenEnd === end) att.unwrittenEnd = null;
+    });
 }
 
 /** The settlement actor reached a final state: one ledger transaction, then the `settled` frame. */
 export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null): void {
-  const result = deps.store.settleAttempt(
-    {
-      request_id: att.requestId,
-      attempt_n: att.attemptN,
-      label,
-      reason,
-      receipt: att.judged ? { envelope: att.judged.envelope, received_at_ms: att.judged.receivedAtMs, arrival_id: att.judged.arrivalId } : undefined,
-      billed: chargedUsage(deps.mode, label, att),
-      ended: att.unwrittenEnd ?? undefined,
-    },
-    deps.now(),
-  );
+  const settledAt = deps.now();
+  const billed = chargedUsage(deps.mode, label, att);
+  const write = (arrivalId: number | null) => {
+    const judged = att.judged;
+    const receipt = judged
+      ? { envelope: judged.envelope, received_at_ms: judged.receivedAtMs, ...(arrivalId === null ? {} : { arrival_id: arrivalId }) }
+      : undefined;
+    const input: SettleInput = { request_id: att.requestId, attempt_n: att.attemptN, label, reason, receipt, billed, ended: att.unwrittenEnd ?? undefined };
+    // The embedded store writes it before this returns (the same turn's group commit, as before).
+    void deps.writes
+      .run("settlement", { request_id: att.requestId, attempt_n: att.attemptN }, () => deps.store.settleAttempt(input, settledAt))
+      .then((result) => {
+        if (result !== null) outcomeWritten(deps, att, label, reason, result);
+      });
+  };
+  // The receipt's arrival row is referred to once it is written.
+  const arrivalId = att.judged?.arrivalId ?? null;
+  if (arrivalId instanceof Promise) void arrivalId.then(write);
+  else write(arrivalId);
+}
+
+/** The settlement transaction's answer: the outcome is announced once it is durable. */
+function outcomeWritten(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null, result: SettleResult): void {
   if (!result.ok) {
     deps.log.error("settlement_not_written", { request_id: att.requestId, attempt_n: att.attemptN, code: result.code });
     // Nothing was written: the delivered record still is, as it would have been without the outcome.
-    writeDeliveredRecord(deps.store, att);
+    writeDeliveredRecord(deps, att);
     return;
   }
   att.unwrittenEnd = null;

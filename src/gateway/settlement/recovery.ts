@@ -2,7 +2,8 @@
 // them); attempts the gateway was still relaying when it stopped have no delivered record and are
 // never charged.
 import { DeliveredPrefixBuilder, type RouteSnapshot } from "../../receipts/index.ts";
-import type { SettlementRow, Store } from "../../store/index.ts";
+import type { SettlementRow } from "../../store/index.ts";
+import type { AsyncStore as Store } from "../../store/asyncStore.ts";
 import type { TerminalState } from "../../wire/frames.ts";
 import type { OpenAttempt } from "./attempt.ts";
 
@@ -10,15 +11,19 @@ import type { OpenAttempt } from "./attempt.ts";
 export type ResumedAttempt = Omit<OpenAttempt, "actor">;
 
 /** Settles the interrupted pending attempts and hands each other one to `resume`, with its deadline. */
-export function recoverPending(store: Store, now: () => number, resume: (att: ResumedAttempt) => void): { resumed: number; interrupted: number } {
+export async function recoverPending(
+  store: Store,
+  now: () => number,
+  resume: (att: ResumedAttempt) => void,
+): Promise<{ resumed: number; interrupted: number }> {
   let resumed = 0;
   let interrupted = 0;
-  const pending = store.listSettlements({ label: "pending" });
+  const pending = await store.listSettlements({ label: "pending" });
   for (const row of pending) {
-    const stored = store.getRouteSnapshot(row.request_id, row.attempt_n);
+    const stored = await store.getRouteSnapshot(row.request_id, row.attempt_n);
     const snapshot = stored ? (JSON.parse(stored.snapshot_json) as RouteSnapshot) : null;
     if (!row.delivered || !snapshot || !stored) {
-      store.settleAttempt({ request_id: row.request_id, attempt_n: row.attempt_n, label: "quarantined", reason: "interrupted", billed: null }, now());
+      await store.settleAttempt({ request_id: row.request_id, attempt_n: row.attempt_n, label: "quarantined", reason: "interrupted", billed: null }, now());
       interrupted++;
       continue;
     }
@@ -28,8 +33,8 @@ export function recoverPending(store: Store, now: () => number, resume: (att: Re
   // No request outlives the process: each of these will start no more attempts, so its reservation
   // resolves with its last settlement (now, for interrupted ones) instead of staying held forever.
   // The same holds for requests cut before or between attempts, which have no pending attempt at all.
-  const cut = new Set([...pending.map((row) => row.request_id), ...store.unendedHeldReservations()]);
-  for (const requestId of cut) store.markRequestEnded(requestId, now());
+  const cut = new Set([...pending.map((row) => row.request_id), ...(await store.unendedHeldReservations())]);
+  for (const requestId of cut) await store.markRequestEnded(requestId, now());
   return { resumed, interrupted };
 }
 

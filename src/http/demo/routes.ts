@@ -9,7 +9,7 @@ import { ipKey } from "../clientIp.ts";
 import { errorResponse, gatewayError } from "../errors.ts";
 import { demoTokenKey, signDemoToken } from "./token.ts";
 import { DEMO_PAGE_SCRIPT, demoPageHtml } from "./page.ts";
-import type { Store } from "../../store/index.ts";
+import type { AsyncStore as Store } from "../../store/asyncStore.ts";
 
 /** The hourly window of the per-IP session limit (docs/quotas.md). */
 export const DEMO_SESSION_WINDOW_MS = 60 * 60_000;
@@ -67,7 +67,7 @@ export function demoRoutes(deps: DemoRouteDeps) {
       return errorResponse(gatewayError("internal_error", "The gateway could not tell your network address. Retry the request."), rid);
     }
     const now = deps.now();
-    const issued = deps.store.issueDemoSession(
+    const issued = await deps.store.issueDemoSession(
       { ip_key, limit: deps.sessionsPerHour, window_ms: DEMO_SESSION_WINDOW_MS, ttl_ms: DEMO_TOKEN_TTL_MS },
       now,
     );

@@ -7,7 +7,7 @@ import { entrypointHandler, readEntrypointRequest, type EntrypointParser } from 
 import type { PipelineDeps } from "../pipeline.ts";
 import type { NormalizeResult } from "../chat/normalize.ts";
 import { describeSchemaError } from "../schemaErrors.ts";
-import type { Store } from "../../store/index.ts";
+import type { AsyncStore as Store } from "../../store/asyncStore.ts";
 import { messagesJsonResponder, messagesStreamResponder } from "./responders.ts";
 import { messagesRequestChecker, type MessagesRequest } from "./schema.ts";
 import { promptTokenBound } from "../chat/normalize.ts";
@@ -21,15 +21,15 @@ export const COUNT_TOKENS_ROUTE = "/v1/messages/count_tokens";
  * <API key>` (official SDKs send one or the other depending on version); x-api-key wins when both
  * are sent. Demo tokens are not accepted here (docs/buyer-api.md lists them for other endpoints only).
  */
-export function authenticateMessagesBuyer(store: Store, request: Request): AuthResult {
+export async function authenticateMessagesBuyer(store: Store, request: Request): Promise<AuthResult> {
   const apiKey = request.headers.get("x-api-key")?.trim();
   if (!apiKey) {
-    const auth = authenticateBuyer(store, request, "api_key_only");
+    const auth = await authenticateBuyer(store, request, "api_key_only");
     if (auth.ok || auth.error.code !== "missing_bearer_token") return auth;
     const message = "No API key was sent. Add the header 'x-api-key: <API key>' or 'Authorization: Bearer <API key>'.";
     return { ok: false, error: gatewayError("missing_bearer_token", message) };
   }
-  const key = store.authenticateApiKey(apiKey);
+  const key = await store.authenticateApiKey(apiKey);
   if (!key) return { ok: false, error: gatewayError("invalid_api_key", "The API key is not valid or has been revoked.") };
   return { ok: true, principal: { kind: "api_key", ...key } };
 }

@@ -3,7 +3,7 @@
 // that gives each request its client IP before routing.
 import type { GatewayConfig } from "../../config/index.ts";
 import type { Log } from "../../log.ts";
-import type { Store } from "../../store/index.ts";
+import type { AsyncStore as Store } from "../../store/asyncStore.ts";
 import { createBuyerEdge } from "../auth.ts";
 import { parseTrustedProxies } from "../clientIp.ts";
 import type { DemoRouteDeps } from "../demo/routes.ts";

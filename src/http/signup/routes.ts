@@ -17,7 +17,7 @@ import * as oidc from "openid-client";
 import { readBody } from "../body.ts";
 import { errorResponse, gatewayError, type GatewayError } from "../errors.ts";
 import type { Log } from "../../log.ts";
-import type { Store } from "../../store/index.ts";
+import type { AsyncStore as Store } from "../../store/asyncStore.ts";
 import { describeOidcError, type IdentityProvider, type IdpRegistry } from "./idps.ts";
 import { accountPage, htmlErrorPage, signInPage } from "./pages.ts";
 import {
@@ -92,7 +92,7 @@ export function signupRoutes(deps: SignupDeps) {
     const state = oidc.randomState();
     const nonce = oidc.randomNonce();
     const code_verifier = oidc.randomPKCECodeVerifier();
-    deps.store.savePendingLogin(
+    await deps.store.savePendingLogin(
       { state, idp: idp.name, browser_hash: sha256(binding), code_verifier, nonce, created_at_ms: now, expires_at_ms: now + PENDING_LOGIN_TTL_MS },
       now,
     );
@@ -122,7 +122,7 @@ export function signupRoutes(deps: SignupDeps) {
     };
     if (!state) return fail("missing_state");
     // Taken (deleted) before anything else: whatever happens next, this state never works twice.
-    const pending = deps.store.takePendingLogin(state, deps.now());
+    const pending = await deps.store.takePendingLogin(state, deps.now());
     if (!pending) return fail("unknown_or_used_state", `This sign-in link has expired, was already used, or was not started here. ${RESTART}`);
     const binding = readCookie(request, names().login);
     if (pending.idp !== idp.name || !isCookieToken(binding) || !sameBytes(sha256(binding), pending.browser_hash)) {
@@ -157,7 +157,7 @@ export function signupRoutes(deps: SignupDeps) {
     const email = typeof claims.email === "string" && claims.email.length <= 320 ? claims.email : null;
     const sessionToken = newCookieToken(deps.randomBytes);
     const now = deps.now();
-    const result = deps.store.signIn(
+    const result = await deps.store.signIn(
       {
         idp: idp.name,
         issuer: claims.iss,
@@ -175,23 +175,23 @@ export function signupRoutes(deps: SignupDeps) {
   }
 
   /** The session of this request, or null; also returns the cookie value (it opens key reveals). */
-  function sessionOf(request: Request) {
+  async function sessionOf(request: Request) {
     const token = readCookie(request, names().session);
     if (!isCookieToken(token)) return null;
     const hash = sha256(token);
-    const session = deps.store.getAccountSession(hash, deps.now());
+    const session = await deps.store.getAccountSession(hash, deps.now());
     return session ? { token, hash, account_id: session.account_id } : null;
   }
 
-  function account(request: Request): Response {
+  async function account(request: Request): Promise<Response> {
     const rid = deps.requestId(request);
-    const session = sessionOf(request);
+    const session = await sessionOf(request);
     if (!session) return signInPage(deps.idps.providers, rid);
-    const sealed = deps.store.takeKeyReveal(session.hash, deps.now());
+    const sealed = await deps.store.takeKeyReveal(session.hash, deps.now());
     return accountPage({
       accountId: session.account_id,
-      identities: deps.store.listIdentities(session.account_id),
-      keys: deps.store.listApiKeys(session.account_id),
+      identities: await deps.store.listIdentities(session.account_id),
+      keys: await deps.store.listApiKeys(session.account_id),
       newKey: sealed ? openForSession(session.token, sealed) : null,
       csrf: csrf.tokenFor(session.hash),
       baseUrl: deps.publicBaseUrl(),
@@ -199,12 +199,12 @@ export function signupRoutes(deps: SignupDeps) {
     });
   }
 
-  type FormAction = (session: { token: string; hash: Uint8Array; account_id: string }) => GatewayError | Response | null;
+  type FormAction = (session: { token: string; hash: Uint8Array; account_id: string }) => Promise<GatewayError | Response | null>;
 
   /** Shared checks of every account-page form: session, same origin, CSRF token. Then `action`. */
   async function form(request: Request, action: FormAction): Promise<Response> {
     const rid = deps.requestId(request);
-    const session = sessionOf(request);
+    const session = await sessionOf(request);
     if (!session) return signInPage(deps.idps.providers, rid);
     // Browsers send Origin on POST; when present it must be ours (defence in depth beside the token).
     const origin = request.headers.get("origin");
@@ -216,15 +216,15 @@ export function signupRoutes(deps: SignupDeps) {
     if (!fields || !formBodyChecker.Check(fields) || !csrf.verify(session.hash, fields.csrf)) {
       return refuse(request, gatewayError("invalid_csrf_token", "The form has expired or was not sent from the account page. Reload the account page and try again."));
     }
-    const outcome = action(session);
+    const outcome = await action(session);
     if (outcome instanceof Response) return outcome;
     if (outcome) return refuse(request, outcome);
     return redirect("/account");
   }
 
   function issue(request: Request, replaces_key_id?: string) {
-    return form(request, (session) => {
-      const result = deps.store.issueAccountKey(
+    return form(request, async (session) => {
+      const result = await deps.store.issueAccountKey(
         { account_id: session.account_id, session_hash: session.hash, replaces_key_id, reveal_ttl_ms: KEY_REVEAL_TTL_MS, max_live_keys: MAX_LIVE_KEYS },
         (apiKey) => sealForSession(session.token, apiKey, deps.randomBytes),
         deps.now(),
@@ -245,8 +245,8 @@ export function signupRoutes(deps: SignupDeps) {
     .post(
       "/account/keys/:key_id/revoke",
       ({ request, params }) =>
-        form(request, (session) =>
-          deps.store.revokeAccountKey(session.account_id, params.key_id, deps.now())
+        form(request, async (session) =>
+          (await deps.store.revokeAccountKey(session.account_id, params.key_id, deps.now()))
             ? null
             : gatewayError("not_found", "That key is not a key of this account."),
         ),
@@ -255,8 +255,8 @@ export function signupRoutes(deps: SignupDeps) {
     .post(
       "/account/logout",
       ({ request }) =>
-        form(request, (session) => {
-          deps.store.endAccountSession(session.hash, deps.now());
+        form(request, async (session) => {
+          await deps.store.endAccountSession(session.hash, deps.now());
           return redirect("/account", {}, [setCookie(names().session, "", 0, secure())]);
         }),
       { parse: "none" },

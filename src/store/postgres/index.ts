@@ -1,4 +1,4 @@
-// The store on PostgreSQL (a cluster node's durable state, docs/scale-out.md): every operation of the
+// The store on PostgreSQL (a cluster node's durable state, docs/postgres-store.md): every operation of the
 // embedded SQLite store with the same semantics, over Bun's built-in SQL client (docs/decisions.md).
 // Each write is one transaction; outside effects wait for it through afterCommit, which here waits
 // for the writes still in flight. No SQL text is built from values: every value is a parameter.
@@ -7,7 +7,7 @@ import { SQL } from "bun";
 import { randomBytes as cryptoRandomBytes, timingSafeEqual } from "node:crypto";
 import { verifyCatalogFeed } from "../../catalog/feed.ts";
 import { LAST_USED_RESOLUTION_MS } from "../accounts.ts";
-import type { AsyncStore } from "../asyncStore.ts";
+import { isStoreUnavailable, type AsyncStore, type StoreHealth } from "../asyncStore.ts";
 import type { DemoSessionResult } from "../demoSessions.ts";
 import type { FeedbackRating, FeedbackRow, RecordFeedbackResult } from "../feedback.ts";
 import { SIGNUP_KEY_LABEL, type IdentityRow, type IssueKeyResult, type PendingLogin, type SignInResult } from "../identities.ts";
@@ -30,20 +30,7 @@ export interface PostgresStoreOptions extends StoreOptions {
   connectionTimeoutSeconds?: number;
 }
 
-/** Whether `error` means the database could not be reached (as opposed to a refused statement). */
-export function isStoreUnavailable(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code !== "string") return false;
-  return (
-    code.startsWith("ERR_POSTGRES_CONNECTION") ||
-    code === "ERR_POSTGRES_IDLE_TIMEOUT" ||
-    code === "ERR_POSTGRES_LIFETIME_TIMEOUT" ||
-    code === "ECONNREFUSED" ||
-    code === "ECONNRESET" ||
-    // admin_shutdown, crash_shutdown, cannot_connect_now (the server is starting or stopping)
-    ["57P01", "57P02", "57P03"].includes((error as { errno?: string }).errno ?? "")
-  );
-}
+export { isStoreUnavailable };
 
 const ACCOUNT_COLUMNS = "id AS account_id, name, tier, created_at_ms";
 const KEY_COLUMNS = "id AS key_id, account_id, display_prefix, label, created_at_ms, last_used_at_ms, revoked_at_ms";
@@ -76,7 +63,12 @@ const toFeedback = (r: Row): FeedbackRow => ({
 
 /** Applies every PostgreSQL migration not yet recorded, under an advisory lock (nodes may start at once). */
 export async function migratePostgres(sql: SQL, migrations: readonly string[] = postgresMigrations): Promise<number> {
-  return sql.begin(async (tx) => {
+  return sql.begin((tx) => applyMigrations(tx, migrations));
+}
+
+/** migratePostgres inside a transaction the caller holds (store migrate: schema and rows commit together). */
+export async function applyMigrations(tx: SQL, migrations: readonly string[] = postgresMigrations): Promise<number> {
+  {
     await tx`SELECT pg_advisory_xact_lock(hashtextextended('gateway:migrations', 0))`;
     await tx`CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)`;
     const [row] = await tx`SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations`;
@@ -89,7 +81,7 @@ export async function migratePostgres(sql: SQL, migrations: readonly string[] = 
       await tx`INSERT INTO schema_migrations (version, applied_at) VALUES (${version}, ${Date.now()})`;
     }
     return migrations.length;
-  });
+  }
 }
 
 /**
@@ -146,6 +138,11 @@ function assertPublicKey(public_key: Uint8Array): void {
   if (public_key.length !== 32) throw new Error(`Ed25519 public key must be 32 bytes, got ${public_key.length}`);
 }
 
+/** Methods whose first argument names a request (or is an object with request_id): applied in call order per request. */
+const PER_REQUEST = new Set(["reserve", "recordRouteSnapshot", "recordAcceptedMeasurement", "recordAttemptEnd", "recordReceiptArrival", "settleAttempt", "markRequestEnded"]);
+/** How often a store whose database went away checks whether it is back. */
+const PROBE_MS = 500;
+
 function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random: RandomBytes): AsyncStore {
   // Writes in flight: afterCommit runs an effect once all of them are settled (committed or failed).
   const inflight = new Set<Promise<unknown>>();
@@ -155,6 +152,48 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
     promise.then(done, done);
     return promise;
   };
+  // The request path may hand writes over without awaiting each (the settlement edge does): those of
+  // one request must still apply in the order they were made, whatever pool connection runs them.
+  const tails = new Map<string, Promise<unknown>>();
+  const inOrder = <T>(request_id: string, run: () => Promise<T>): Promise<T> => {
+    const before = tails.get(request_id);
+    const next = before === undefined ? run() : before.then(run, run);
+    tails.set(request_id, next);
+    const forget = () => {
+      if (tails.get(request_id) === next) tails.delete(request_id);
+    };
+    next.then(forget, forget);
+    return next;
+  };
+  // Up or down, from the answers themselves; while down, a probe notices the database's return.
+  let health: StoreHealth = { backend: "postgres", up: true, since_ms: null };
+  let probe: Timer | null = null;
+  const mark = (up: boolean) => {
+    if (health.up === up) return;
+    health = { backend: "postgres", up, since_ms: clock() };
+    if (!up && probe === null) {
+      probe = setInterval(() => {
+        sql`SELECT 1`.then(
+          () => mark(true),
+          () => {},
+        );
+      }, PROBE_MS);
+      probe.unref();
+    }
+    if (up && probe !== null) {
+      clearInterval(probe);
+      probe = null;
+    }
+  };
+  const observe = <T>(promise: Promise<T>): Promise<T> => {
+    promise.then(
+      () => mark(true),
+      (error) => {
+        if (isStoreUnavailable(error)) mark(false);
+      },
+    );
+    return promise;
+  };
   const afterCommit = (effect: (committed: boolean) => void) => {
     if (inflight.size === 0) return effect(true);
     void Promise.allSettled([...inflight]).then((results) => effect(results.every((r) => r.status === "fulfilled")));
@@ -162,7 +201,7 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
 
   const ledger = pgLedgerStore(sql, clock);
 
-  const store: Omit<AsyncStore, "backend" | "afterCommit" | "afterLazyCommit" | "flushCommits" | "acquireRequestSlot" | "releaseRequestSlot" | "requestSlotsInUse" | "close"> = {
+  const store: Omit<AsyncStore, "backend" | "health" | "afterCommit" | "afterLazyCommit" | "flushCommits" | "acquireRequestSlot" | "releaseRequestSlot" | "requestSlotsInUse" | "close"> = {
     async createAccount(input, now_ms = clock()) {
       return { account_id: await insertAccount(sql, random, input.name ?? null, input.tier, now_ms) };
     },
@@ -511,7 +550,7 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
                    COALESCE(SUM(CASE s.payer WHEN 'buyer' THEN s.debit_credits ELSE 0 END), 0) AS charged_credits
               FROM settlements s JOIN route_snapshots r USING (request_id, attempt_n)
              WHERE s.account_id = ${account_id}
-             GROUP BY 1 ORDER BY 1 COLLATE "C"`) as Row[]
+             GROUP BY 1 ORDER BY (r.snapshot::jsonb ->> 'model_id') COLLATE "C"`) as Row[]
         ).map(
           (r): ModelUsage => ({
             model: r.model as string,
@@ -539,16 +578,23 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
   };
 
   // Every durable method's promise is tracked, so afterCommit waits for the writes it follows.
-  const face: Record<string, unknown> = { backend: "postgres" };
+  const face: Record<string, unknown> = { backend: "postgres", health: () => health };
   for (const [name, value] of Object.entries(store)) {
     const method = value as (...args: unknown[]) => Promise<unknown>;
-    face[name] = (...args: unknown[]) => track(method(...args));
+    face[name] = PER_REQUEST.has(name)
+      ? (...args: unknown[]) => {
+          const first = args[0];
+          const request_id = typeof first === "string" ? first : ((first as { request_id?: string }).request_id ?? "");
+          return track(observe(inOrder(request_id, () => method(...args))));
+        }
+      : (...args: unknown[]) => track(observe(method(...args)));
   }
   return Object.assign(face, requestSlotStore(), {
     afterCommit,
     afterLazyCommit: afterCommit,
     flushCommits: () => {},
     close: async () => {
+      if (probe !== null) clearInterval(probe);
       await Promise.allSettled([...inflight]);
       await sql.close();
     },

@@ -1,4 +1,4 @@
-// Versioned PostgreSQL schema migrations, applied in order by openPostgresStore (docs/scale-out.md).
+// Versioned PostgreSQL schema migrations, applied in order by openPostgresStore (docs/postgres-store.md).
 // Invariant: append-only, like the SQLite list (src/store/migrations.ts): entry i is version i + 1 and
 // is never edited once released. Version 1 is the SQLite schema as of its version 9, with the same
 // tables, columns and guards: the invariants live in the database, whatever code runs against it.

@@ -1,0 +1,42 @@
+// Settlement writes the gateway hands over without a buyer waiting on them (measurement, delivered
+// record, outcome, request end). Each is one store transaction, so a try that failed left nothing:
+// while the database is unreachable (a cluster node's PostgreSQL restarting) the write is tried again
+// every RETRY_MS until it lands, and the settlement carries on where it stood (docs/postgres-store.md).
+import type { Log } from "../../log.ts";
+import { isStoreUnavailable } from "../../store/asyncStore.ts";
+
+/** While the database is unreachable, how long a settlement write waits before it tries again. */
+export const RETRY_MS = 500;
+
+export interface DurableWrites {
+  /**
+   * Runs `write` until it lands (its result), or until stop() (null: a restart's recovery finishes
+   * the job). A failure other than an unreachable database is logged once and gives null.
+   */
+  run<T>(what: string, ids: { request_id: string; attempt_n?: number }, write: () => Promise<T>): Promise<T | null>;
+  stop(): void;
+}
+
+export function durableWrites(log: Log, sleep: (ms: number) => Promise<void> = Bun.sleep): DurableWrites {
+  let stopped = false;
+  return {
+    async run(what, ids, write) {
+      for (let tries = 0; !stopped; tries++) {
+        try {
+          return await write();
+        } catch (error) {
+          if (!isStoreUnavailable(error)) {
+            log.error("settlement_write_failed", { ...ids, write: what, error: String(error) });
+            return null;
+          }
+          if (tries === 0) log.warn("settlement_write_waiting", { ...ids, write: what, error: String(error) });
+          await sleep(RETRY_MS);
+        }
+      }
+      return null;
+    },
+    stop: () => {
+      stopped = true;
+    },
+  };
+}
