@@ -150,24 +150,20 @@ export function runChatPipeline(deps: PipelineDeps, input: PipelineRequest): Pro
 const ignoreBody = (_text: string) => {};
 const ignoreFilled = (_template: BodyTemplate, _hole: string) => {};
 
-/** Runs the request as a new one: admission, concurrency slot, reservation, then the request actor. */
+/**
+ * Runs the request as a new one: admission, concurrency slot, reservation, then the request actor.
+ * It makes no closure itself: an async function's variables (the prompt among them) live in one heap
+ * scope that every closure made in it keeps, and the closures below live as long as the response —
+ * a stream's prompt must not (docs/architecture.md, "What a live request holds").
+ */
 async function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null): Promise<Response> {
-  const { request, ids, principal, chat } = input;
-  const rid = ids.responseRequestId;
+  const { ids, principal, chat } = input;
   const promptBound = promptTokenBound(chat.messages, chat.params.tools);
   const slotLimit = deps.quotas ? limitsFor(deps.quotas, principal).concurrentRequests : null;
   if (slotLimit !== null && !deps.store.acquireRequestSlot(principal.account_id, ids.requestId, slotLimit).ok) {
     return Promise.resolve(input.refuse(concurrencyRefusal(slotLimit, deps.now())));
   }
-  // Once, when the buyer's response ended (or never started): frees the concurrency slot (docs/buyer-api.md)
-  // and tells the replay cache whether this is a result a retry may get.
-  let ended = false;
-  const end = (ok: boolean) => {
-    if (ended) return;
-    ended = true;
-    if (slotLimit !== null) deps.store.releaseRequestSlot(ids.requestId);
-    tracker?.outcome(ok);
-  };
+  const end = requestEnd(deps, ids.requestId, slotLimit !== null, tracker);
   const admission = deps.settlements.admitModel(chat.model);
   if (!admission.ok) {
     end(false);
@@ -190,36 +186,45 @@ async function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: Run
     end(false);
     return input.refuse(reserved.error);
   }
-  const { payer } = reserved;
-  let abort = () => {};
-  const responder = observeEnd(
-    input.responder({
-      ids,
-      created: Math.floor(deps.now() / 1000),
-      headers: { "x-request-id": rid },
-      onBuyerGone: () => {
-        end(false);
-        abort();
-      },
-      record: tracker ? tracker.record : ignoreBody,
-      recordFilled: tracker ? tracker.recordFilled : ignoreFilled,
-      flow: deps.stream && {
-        ...deps.stream,
-        now: deps.now,
-        onStalled: (why) => deps.log?.info("buyer_stream_stalled", { request_id: ids.requestId, why }),
-      },
-    }),
-    end,
-  );
-  request.signal.addEventListener("abort", () => end(false), { once: true });
+  return startRequest(deps, input, tracker, end, promptBound, reserved.payer);
+}
+
+/**
+ * Once, when the buyer's response ended (or never started): frees the concurrency slot
+ * (docs/buyer-api.md) and tells the replay cache whether this is a result a retry may get.
+ */
+function requestEnd(deps: PipelineDeps, requestId: string, holdsSlot: boolean, tracker: RunTracker | null): (ok: boolean) => void {
+  let ended = false;
+  return (ok) => {
+    if (ended) return;
+    ended = true;
+    if (holdsSlot) deps.store.releaseRequestSlot(requestId);
+    tracker?.outcome(ok);
+  };
+}
+
+/** Starts the request actor with the entrypoint's responder, tied to the buyer's connection. */
+function startRequest(
+  deps: PipelineDeps,
+  input: PipelineRequest,
+  tracker: RunTracker | null,
+  end: (ok: boolean) => void,
+  promptBound: number,
+  payer: Payer,
+): Promise<Response> {
+  const { request, ids } = input;
+  const cancel = { abort: () => {} };
+  const responder = observeEnd(input.responder(responderContext(deps, ids, tracker, end, cancel)), end);
+  const { signal } = request;
+  signal.addEventListener("abort", () => end(false), { once: true });
   let started: { abort: () => void };
   try {
     started = deps.runner.start({
       requestId: ids.requestId,
-      chat,
+      chat: input.chat,
       promptBound,
       responder,
-      accountId: principal.account_id,
+      accountId: input.principal.account_id,
       payer,
       buyerRoute: input.buyerRoute,
     });
@@ -227,15 +232,41 @@ async function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: Run
     end(false);
     throw error;
   }
-  abort = started.abort;
+  cancel.abort = started.abort;
   // The buyer hanging up before or during the response cancels the provider job.
-  request.signal.addEventListener("abort", started.abort, { once: true });
+  signal.addEventListener("abort", started.abort, { once: true });
   // The buyer may have hung up while the reservation was being written: the signal already fired.
-  if (request.signal.aborted) {
+  if (signal.aborted) {
     end(false);
     started.abort();
   }
   return responder.response;
+}
+
+/** What the responder is given; `cancel.abort` is the started request's (set once it started). */
+function responderContext(
+  deps: PipelineDeps,
+  ids: RequestIds,
+  tracker: RunTracker | null,
+  end: (ok: boolean) => void,
+  cancel: { abort: () => void },
+): ResponderContext {
+  return {
+    ids,
+    created: Math.floor(deps.now() / 1000),
+    headers: { "x-request-id": ids.responseRequestId },
+    onBuyerGone: () => {
+      end(false);
+      cancel.abort();
+    },
+    record: tracker ? tracker.record : ignoreBody,
+    recordFilled: tracker ? tracker.recordFilled : ignoreFilled,
+    flow: deps.stream && {
+      ...deps.stream,
+      now: deps.now,
+      onStalled: (why) => deps.log?.info("buyer_stream_stalled", { request_id: ids.requestId, why }),
+    },
+  };
 }
 
 /** The refusal when the durable store (PostgreSQL) cannot be reached: nothing was written. */
