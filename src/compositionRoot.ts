@@ -6,6 +6,8 @@ import { gatewayMachine } from "../actors/gateway.ts";
 import type { GatewayConfig } from "./config/index.ts";
 import { admitProvider } from "./gateway/admission.ts";
 import { providerWebSocketHandler, type SocketData } from "./gateway/providerEndpoint.ts";
+import { createRoutingState, routingSettingsFrom, type RoutingState } from "./gateway/routingState.ts";
+import { createMemoryStickyMap } from "./store/sticky.ts";
 import { Registry } from "./gateway/registry.ts";
 import { createRequestRunner } from "./gateway/requests.ts";
 import { createHttpApp } from "./http/app.ts";
@@ -24,6 +26,15 @@ import { buildRateCard, RateRowConfig } from "./ledger/index.ts";
 import { createSettlements, type Settlements } from "./gateway/settlements.ts";
 import { workerJudge } from "./receipts/judge.ts";
 import { hexId, timeOrderedId } from "./gateway/ids.ts";
+import { openReplayFile } from "./store/replays.ts";
+import { REPLAY_WINDOW_MS } from "./http/idempotency.ts";
+import { ClusterNode } from "./cluster/node.ts";
+import type { ClusterRedis } from "./cluster/redis.ts";
+import { sharedSlots } from "./cluster/slots.ts";
+import { redisReplays } from "./cluster/replays.ts";
+import { clusterBridge, type SharedProviderView } from "./gateway/clusterBridge.ts";
+import type { ChangeMessage } from "./cluster/messages.ts";
+import { CloseCode } from "./wire/frames.ts";
 import { CONSOLE_PATH, createConsole, teeMetrics } from "./console/index.ts";
 
 export const PROVIDER_CONNECT_PATH = "/v1/provider/connect";
@@ -37,6 +48,8 @@ export interface GatewayPorts {
   monotonicNow?: () => number;
   /** Models added to (or updated in) the signed catalog at start, e.g. the demo's. */
   catalogModels?: readonly CatalogModel[];
+  /** A connected Redis (src/cluster/redis.ts): this gateway runs as a cluster node (docs/scale-out.md). */
+  redis?: ClusterRedis;
 }
 
 export interface RunningGateway {
@@ -45,11 +58,15 @@ export interface RunningGateway {
   /** The durable store: PostgreSQL on a cluster node (databaseUrl), else the SQLite file of dataDir. */
   store: AsyncStore;
   registry: Registry;
+  /** Routing's live state: cooldowns, what it learned, the admission queue (docs/routing.md). */
+  routing: RoutingState;
   /** The signed catalog in force (reloaded on change). */
   catalog: CatalogLive;
   settlements: Settlements;
   /** This gateway's own metrics (its own prom-client Registry). */
   metrics: PrometheusMetrics;
+  /** The cluster node, when this gateway is one; `ready` resolves once it joined. */
+  cluster: { node: ClusterNode<SharedProviderView>; ready: Promise<void>; announce(change: ChangeMessage): Promise<boolean> } | null;
   /** The HTTP routes mounted (method, path, hidden from the API reference or not). */
   httpRoutes: () => { method: string; path: string; hidden: boolean }[];
   /** Stops taking requests, tells providers to drain, resolves when idle or the grace period ends. */
@@ -104,6 +121,19 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
   const rateCard = builtCard.card;
   const buyerSurface = createBuyerSurface({ config, store, gatewaySecret, now, randomBytes: random, log });
   const registry = new Registry();
+  const routing = createRoutingState(routingSettingsFrom(config), { now, log });
+  registry.capacityChanged = () => routing.queue.wake();
+  const sticky = config.stickyRouting ? createMemoryStickyMap({ idleTtlMs: config.stickyTtlMs }) : undefined;
+  const redis = ports.redis;
+  const node = redis
+    ? new ClusterNode<SharedProviderView>({ nodeId: config.nodeId ?? hexId("node_", random)(), redis, leaseMs: config.clusterLeaseMs, log, now })
+    : null;
+  // Retry results outlive the process: in Redis for a cluster, else in a SQLite file beside the store.
+  const replayFile = node ? null : openReplayFile(join(config.dataDir, "replays.db"), { now, windowMs: REPLAY_WINDOW_MS });
+  const replayBackend = node
+    ? redisReplays(node.redis, { nodeId: node.nodeId, windowMs: REPLAY_WINDOW_MS, inFlightMs: config.requestDeadlineMs, nodeAlive: (id) => node.alive(id) })
+    : replayFile!;
+  const slots = node ? sharedSlots(node.redis, config.clusterLeaseMs) : null;
 
   let stopped: () => void = () => {};
   const stoppedPromise = new Promise<void>((r) => (stopped = r));
@@ -125,9 +155,11 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     providerViews: () => registry.providerViews(),
     handshakingSessions: () => registry.sessions.size - registry.admittedByProvider.size,
     ignoredFrames: () => registry.ignoredFrames,
+    routing: () => routing.metrics(),
     ignoredReceipts: () => registry.ignoredReceipts,
     liveRequests: () => runner.liveRequests(),
     draining: () => supervisor.getSnapshot().matches("draining"),
+    engines: node ? () => ({ redis: node.redis.up }) : undefined,
     storeUp: () => store.health().up,
   });
 
@@ -139,11 +171,20 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     gatewaySecret,
     catalog: () => catalog.current(),
     rateCard: () => rateCard,
-    sendToProvider: (providerId, frame) => registry.admittedByProvider.get(providerId)?.send(frame),
+    sendToProvider: (providerId, frame) => {
+      if (bridge) bridge.sendToProvider(providerId, frame);
+      else registry.admittedByProvider.get(providerId)?.send(frame);
+    },
     log,
     inspect: ports.inspect,
-    onSettled: (label) => metrics.settlementLabelled(label),
+    onSettled: (label, providerId) => {
+      metrics.settlementLabelled(label);
+      routing.settled(providerId, label);
+    },
     judge: workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
+    ownership: node
+      ? { opened: (key, ttlMs) => node.own(key, false, ttlMs), settled: (key) => node.own(key, true) }
+      : undefined,
   });
   // The operator console (/console) sees what the metrics see: the prometheus port, teed.
   const operatorConsole = await createConsole({
@@ -157,8 +198,49 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     now,
   });
   const metrics = teeMetrics(prometheus, operatorConsole.live);
-  const resumed = await settlements.resumePending();
-  if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
+  /** Another node (or the operator CLI) announced a change: every node applies it within a second. */
+  const applyChange = (change: ChangeMessage) => {
+    log.info("cluster_change", { kind: change.kind });
+    switch (change.kind) {
+      case "catalog_signed":
+        catalog.reload();
+        return;
+      case "provider_banned":
+        registry.admittedByProvider.get(change.provider_id)?.close(CloseCode.banned, "banned");
+        return;
+      default:
+        // Key and tier changes: the store's cached key lookups are dropped (a store of another engine
+        // may cache them; SQLite's cache also sees other processes' commits by itself).
+        store.forgetCachedKeys?.();
+        return;
+    }
+  };
+  const bridge = node
+    ? clusterBridge({ node, registry, settlements, log, requestEnded: (id) => settlements.requestEnded(id), changed: applyChange })
+    : null;
+  let clusterReady: Promise<void> = Promise.resolve();
+  if (node && bridge) {
+    registry.sessionChanged = (sessionId) => node.sessionChanged(sessionId);
+    // A cluster node resumes only what it owns: the others' pending settlements are theirs, and a dead
+    // node's are resolved by the survivor that notices its death (clusterBridge.ts, reap). The first
+    // node of a cold cluster (no other member alive) resumes everything, as a single node would.
+    clusterReady = node.start(bridge.handlers).then(async () => {
+      const others = await node.redis.call<number>("EVAL", [
+        "local n = 0 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do if id ~= ARGV[1] and redis.call('EXISTS', 'gw:node:' .. id) == 1 then n = n + 1 end end return n",
+        1,
+        "gw:nodes",
+        node.nodeId,
+      ]);
+      if (others.ok && others.value === 0) {
+        const resumed = await settlements.resumePending();
+        if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
+      }
+      log.info("cluster_joined", { node_id: node.nodeId });
+    });
+  } else {
+    const resumed = await settlements.resumePending();
+    if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
+  }
   const stopCatalogPoll = pollCatalog(catalog, (result) =>
     log.info("catalog_reloaded", { ok: result.ok, catalog_id: catalog.current()?.catalog_id ?? null }),
   );
@@ -178,7 +260,10 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     metrics,
     monotonicNow,
     settlements,
+    remote: bridge?.remote,
     failureStatus: (code) => errorTable[code].status,
+    routing,
+    sticky,
   });
 
   const newRequestId = timeOrderedId("req_", now, random);
@@ -190,6 +275,8 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
         // While running, the supervisor is not told (the drain brings the live count); once it left
         // `running`, each request is counted so the drain waits for it too.
         if (!accepting()) supervisor.send({ type: "request.opened" });
+        // A cluster node records its requests, so a survivor resolves their reservations if it dies.
+        if (node) node.own(`r:${spec.requestId}`, false);
         return runner.start(spec);
       },
     },
@@ -197,10 +284,13 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     requestBodyTimeoutMs: config.requestBodyTimeoutMs,
     stream: { maxBufferedBytes: config.streamBufferBytes, stallMs: config.streamStallMs },
     requestTokenCap: config.requestTokenCap,
+    sticky: sticky ? { map: sticky, secret: gatewaySecret } : undefined,
+    routingStatus: () => ({ queued: routing.queue.depth, cooldowns: routing.cooldownList() }),
     settlementMode: config.settlementMode,
     accepting,
     now,
-    providerViews: () => [...registry.providerViews()],
+    // A cluster node lists every node's providers (models, status): any of them may serve its buyers.
+    providerViews: () => (bridge ? [...registry.providerViews(), ...bridge.remote.all()] : [...registry.providerViews()]),
     newRequestId,
     log,
     signup: buyerSurface.signup,
@@ -215,7 +305,9 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     rateCard: () => rateCard,
     settlements,
     quotas: quotaPolicy(config),
-    replays: createReplayCache({ now }),
+    replays: createReplayCache({ now, backend: replayBackend }),
+    sharedSlots: slots ?? undefined,
+    engines: node ? () => ({ redis: node.redis.up }) : undefined,
     feedbackPerHour: config.feedbackPerHour,
     excludedEntrypoints: (config.excludedEntrypoints ?? "")
       .split(",")
@@ -251,6 +343,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     },
     inspect: ports.inspect,
     log,
+    cluster: bridge?.endpoint,
   });
 
   const server = Bun.serve<SocketData>({
@@ -287,9 +380,11 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     port,
     store,
     registry,
+    routing,
     catalog,
     settlements,
     metrics,
+    cluster: node ? { node, ready: clusterReady, announce: (change) => node.announce(change) } : null,
     httpRoutes: handleHttp.routes,
     async drain() {
       supervisor.send({ type: "gateway.drain", liveRequests: runner.liveRequests() });
@@ -308,6 +403,12 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
       supervisor.stop();
       stopCatalogPoll();
       settlements.stop();
+      slots?.stop();
+      if (node) {
+        await node.stop();
+        node.redis.close();
+      }
+      replayFile?.close();
       await store.close();
     },
   };

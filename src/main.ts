@@ -15,6 +15,8 @@ import { runProviderCommand } from "./provider/cli.ts";
 import { catalogLookupFrom } from "./ledger/audit.ts";
 import { runLedgerCommand, runReceiptsCommand } from "./ledger/cli.ts";
 import { processIo, runVerifyReceipt } from "./receipts/verifyCli.ts";
+import { announceChanges } from "./cluster/announce.ts";
+import type { ChangeMessage } from "./cluster/messages.ts";
 import { databasePath } from "./compositionRoot.ts";
 import { openStore } from "./store/index.ts";
 import { asyncStore, type AsyncStore } from "./store/asyncStore.ts";
@@ -68,8 +70,22 @@ async function openOperatorStore(dataDir: string, databaseUrl: string | undefine
   return asyncStore(openStore(databasePath(dataDir), { keyPrefix }));
 }
 
+/** Pulls `--redis-url X` / `--redis-url=X` out of an operator command's argv (env GATEWAY_REDIS_URL). */
+function takeRedisUrl(argv: string[]): { redisUrl: string | undefined; rest: string[] } {
+  let redisUrl = process.env.GATEWAY_REDIS_URL || undefined;
+  const rest: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "--redis-url" && argv[i + 1] !== undefined) redisUrl = argv[++i]!;
+    else if (arg.startsWith("--redis-url=")) redisUrl = arg.slice("--redis-url=".length);
+    else rest.push(arg);
+  }
+  return { redisUrl, rest };
+}
+
 async function runOperator(run: (argv: readonly string[], ctx: OperatorContext) => Promise<number>, argv: string[]): Promise<number> {
-  const { dataDir, databaseUrl, rest } = takeDataDir(argv);
+  const { redisUrl, rest: withoutRedis } = takeRedisUrl(argv);
+  const { dataDir, databaseUrl, rest } = takeDataDir(withoutRedis);
   let store: AsyncStore;
   try {
     store = await openOperatorStore(dataDir, databaseUrl);
@@ -77,8 +93,12 @@ async function runOperator(run: (argv: readonly string[], ctx: OperatorContext) 
     console.error(`error: cannot open the store: ${error instanceof Error ? error.message : String(error)}`);
     return 1;
   }
+  const changes: ChangeMessage[] = [];
   try {
-    return await run(rest, { store, stdout: (l) => console.log(l), stderr: (l) => console.error(l) });
+    const code = await run(rest, { store, stdout: (l) => console.log(l), stderr: (l) => console.error(l), changed: (c) => void changes.push(c) });
+    // A cluster's nodes hear of the change at once; without Redis they see it at their next lookup.
+    if (redisUrl && !(await announceChanges(redisUrl, changes))) console.error("warning: the change is stored, but Redis could not be reached to announce it");
+    return code;
   } finally {
     await store.close();
   }

@@ -98,8 +98,22 @@ export interface MetricsSources {
   ignoredReceipts?(): Readonly<Record<string, number>>;
   liveRequests(): number;
   draining(): boolean;
+  /** Routing's cooldowns, admission queue, sticky lookups and hedges (docs/routing.md); absent in bare tests. */
+  routing?(): RoutingMetrics;
+  /** Engines the node depends on (Redis in a cluster), and whether each is reachable now. */
+  engines?(): Record<string, boolean>;
   /** Whether the durable store's database answers (always on the embedded store). */
   storeUp?(): boolean;
+}
+
+/** What routing shows in /metrics: gauges now, and counters since start. */
+export interface RoutingMetrics {
+  cooldowns: Record<"cooling" | "half_open" | "trial", number>;
+  cooldownTransitions: Record<"cooled" | "trial_started" | "reset", number>;
+  queueDepth: number;
+  queue: Record<"served" | "expired" | "full", number>;
+  sticky: Record<"hit" | "miss", number>;
+  hedges: Record<"sent" | "won" | "lost", number>;
 }
 
 export interface PrometheusMetrics extends MetricsPort {
@@ -221,6 +235,16 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
     },
   });
   new Gauge({
+    name: "gateway_engine_up",
+    help: "Whether an engine this node depends on (redis in a cluster) answered its last command: 1 up, 0 down.",
+    labelNames: ["engine"] as const,
+    registers,
+    collect() {
+      this.reset();
+      for (const [engine, up] of Object.entries(sources.engines?.() ?? {})) this.set({ engine }, up ? 1 : 0);
+    },
+  });
+  new Gauge({
     name: "gateway_provider_free_slots",
     help: "Free job slots on ready provider sessions.",
     registers,
@@ -285,6 +309,43 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
     },
   });
 
+  // Routing (docs/routing.md): read from the routing state at scrape time.
+  const routing = sources.routing;
+  if (routing) {
+    new Gauge({
+      name: "gateway_provider_cooldowns",
+      help: "(provider, model) pairs not healthy, by state: cooling (routed only as a last resort), half_open (one trial may go), trial (a trial is running).",
+      labelNames: ["state"] as const,
+      registers,
+      collect() {
+        for (const [state, n] of Object.entries(routing().cooldowns)) this.set({ state }, n);
+      },
+    });
+    new Gauge({
+      name: "gateway_admission_queue_depth",
+      help: "Buyer requests waiting for a free provider slot.",
+      registers,
+      collect() {
+        this.set(routing().queueDepth);
+      },
+    });
+    const mirrored = (name: string, help: string, label: string, read: (r: RoutingMetrics) => Record<string, number>) =>
+      new Counter({
+        name,
+        help,
+        labelNames: [label],
+        registers,
+        collect() {
+          // Routing owns the counts; mirror them (a counter cannot be set, so reset and add).
+          this.reset();
+          for (const [value, n] of Object.entries(read(routing()))) this.inc({ [label]: value }, n);
+        },
+      });
+    mirrored("gateway_cooldown_transitions_total", "Cooldown transitions of (provider, model) pairs: cooled (a failure), trial_started, reset (a success after failures).", "event", (r) => r.cooldownTransitions);
+    mirrored("gateway_admission_queue_total", "Requests that waited for a slot, by how the wait ended: served, expired (503 after queueWaitMs), full (503 at once, queue at queueMaxDepth).", "outcome", (r) => r.queue);
+    mirrored("gateway_sticky_lookups_total", "Requests with a conversation tag (sticky routing on): hit = routed to the pinned provider, miss = routed otherwise.", "result", (r) => r.sticky);
+    mirrored("gateway_hedges_total", "Hedged dispatch: sent, won (the hedge delivered first), lost (the first attempt delivered first).", "result", (r) => r.hedges);
+  }
   new Counter({
     name: "gateway_receipts_not_stored_total",
     help: "Receipt frames not stored: a duplicate for an open attempt, one after the attempt's final outcome (answered with its settled frame), or one for no attempt of that provider.",

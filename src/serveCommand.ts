@@ -11,6 +11,7 @@ import { startProviderWithCatalogFeed, type CatalogProvider } from "./provider/w
 import { createSyntheticEngine } from "./provider/synthetic.ts";
 import type { AsyncStore as Store } from "./store/asyncStore.ts";
 import type { CatalogModel } from "./catalog/index.ts";
+import { connectRedis, type ClusterRedis } from "./cluster/redis.ts";
 
 /** The demo's models: synthetic engines, with stand-in hashes derived from their names. */
 export const DEMO_MODELS = ["demo-chat", "demo-chat-fast"].map((model_id) => ({
@@ -103,14 +104,18 @@ export async function runServe(argv: string[]): Promise<number> {
     return 64;
   }
   const inspector = config.inspect === undefined ? null : startInspector(config.inspect, { log });
+  // A cluster node starts even while Redis is unreachable: it answers 503 until Redis is back.
+  const redis: ClusterRedis | undefined = config.redisUrl ? await connectRedis({ url: config.redisUrl, log }) : undefined;
   let gateway: RunningGateway;
   try {
-    gateway = await startGateway(config, { log, inspect: inspector?.inspect, catalogModels: config.demo ? DEMO_CATALOG_MODELS : undefined });
+    gateway = await startGateway(config, { log, inspect: inspector?.inspect, catalogModels: config.demo ? DEMO_CATALOG_MODELS : undefined, redis });
   } catch (error) {
     console.error(`gateway serve: ${(error as Error).message}`);
     inspector?.stop();
+    redis?.close();
     return 1;
   }
+  await gateway.cluster?.ready.catch((error) => log.warn("cluster_join_failed", { error: String(error) }));
   // After gateway_listening, the first line: every line of the log is one JSON object of one format.
   if (inspector) log.info("inspector_attached", { url: config.inspect!, relay: "bun run inspect:relay (docs/inspector.md)" });
   const demo: CatalogProvider[] = [];

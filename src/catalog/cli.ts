@@ -42,7 +42,7 @@ type Sub = (argv: readonly string[], ctx: Required<CatalogCliContext>) => Promis
 
 /** Runs `gateway catalog …`; `argv` starts after the word `catalog`. */
 export async function runCatalogCommand(argv: readonly string[], context: CatalogCliContext): Promise<number> {
-  const ctx: Required<CatalogCliContext> = { now: Date.now, random: cryptoRandomBytes, ...context };
+  const ctx: Required<CatalogCliContext> = { now: Date.now, random: cryptoRandomBytes, changed: () => {}, ...context };
   const [word, ...rest] = argv;
   if (word === "help" || word === "--help" || word === "-h") {
     USAGE.forEach((line) => ctx.stdout(line));
@@ -52,7 +52,10 @@ export async function runCatalogCommand(argv: readonly string[], context: Catalo
   const run = word !== undefined && Object.hasOwn(subs, word) ? subs[word] : undefined;
   if (run === undefined) return usageError(ctx, word === undefined ? "missing subcommand" : `unknown subcommand ${word}`);
   try {
-    return await run(rest, ctx);
+    const code = await run(rest, ctx);
+    // Every change but the read-only ones signs a new catalog: a cluster's nodes reload it at once.
+    if (code === EXIT_OK && (word === "init" || word === "add" || word === "remove" || word === "sign")) ctx.changed({ kind: "catalog_signed" });
+    return code;
   } catch (error) {
     // Store failures (e.g. a lock held past busy_timeout) are reported, not thrown. No key material
     // reaches here: key errors are values with messages naming only the file.

@@ -6,11 +6,14 @@ import type { AsyncStore } from "../store/asyncStore.ts";
 import type { ProviderBinding, AccountTier } from "../store/index.ts";
 import { backupDatabase } from "../store/backup.ts";
 import { parseFlags, type FlagSpec, type ParseResult } from "./flags.ts";
+import type { ChangeMessage } from "../cluster/messages.ts";
 
 export interface OperatorContext {
   store: AsyncStore;
   stdout: (line: string) => void;
   stderr: (line: string) => void;
+  /** A change every running gateway node must apply at once (announced to a cluster, docs/scale-out.md). */
+  changed?: (change: ChangeMessage) => void;
   /** Clock for "today" (default Date.now). */
   now?: () => number;
 }
@@ -268,7 +271,8 @@ const keysRevoke: Subcommand = async (argv, ctx, usage) => {
   const p = parse(argv, {}, ["KEY_ID"], ctx, usage);
   if (typeof p === "number") return p;
   const key_id = p.positionals[0]!;
-  if (!await ctx.store.revokeApiKey(key_id)) return failure(ctx, `unknown key ${key_id}`);
+  if (!(await ctx.store.revokeApiKey(key_id))) return failure(ctx, `unknown key ${key_id}`);
+  ctx.changed?.({ kind: "key_revoked" });
   ctx.stdout(json({ key_id, revoked: true }));
   return EXIT_OK;
 };
@@ -354,6 +358,7 @@ const providersBan: Subcommand = async (argv, ctx, usage) => {
   const p = providerIdArg(argv, ctx, usage);
   if (typeof p === "number") return p;
   ctx.stdout(json(providerJson(await ctx.store.banProvider(p.id))));
+  ctx.changed?.({ kind: "provider_banned", provider_id: p.id });
   return EXIT_OK;
 };
 

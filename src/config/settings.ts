@@ -72,7 +72,20 @@ export const settingSpecs = [
   s("demoRequestTokenCap", "integer", 512, "Largest max_tokens one demo request may ask for (an absent max_tokens reserves up to it).", { min: 1 }),
   s("demoConcurrentRequests", "integer", 2, "Requests one demo client IP (/32 or /64) may have running at once.", { min: 1 }),
   s("feedbackPerHour", "integer", 60, "POST /v1/feedback submissions accepted per client IP (/32 or /64) per hour.", { min: 0 }),
+  s("routingPolicy", "enum", "consolidate", "How a provider is chosen among those that can serve: consolidate (the busiest one keeping up, so idle machines can sleep) or shortest_wait (the lowest expected time to first token); docs/routing.md.", { values: ["consolidate", "shortest_wait"] }),
+  s("routingSpreadFactor", "integer", 2, "A provider may take at most this multiple of its capacity share of a model's recent dispatches while others can serve (docs/routing.md).", { min: 1 }),
+  s("cooldownBaseMs", "integer", 5_000, "Cooldown of a (provider, model) pair after its first failure; doubles with each further failure in a row.", { min: 1 }),
+  s("cooldownMaxMs", "integer", 300_000, "Longest cooldown of a (provider, model) pair.", { min: 1 }),
+  s("queueWaitMs", "integer", 5_000, "How long a request may wait for a free provider slot before 503 coordinator_unavailable (0 = answer at once).", { min: 0 }),
+  s("queueMaxDepth", "integer", 1_000, "Requests that may wait for a slot at once; beyond, 503 coordinator_unavailable at once.", { min: 0 }),
+  s("stickyRouting", "boolean", false, "Route requests tagged with X-Conversation-ID to the provider that served the conversation before, when it can (docs/routing.md)."),
+  s("stickyTtlMs", "integer", 600_000, "How long a sticky conversation entry lives without use.", { min: 1_000 }),
+  s("hedgeAfterMs", "integer", 0, "Send a hedge (a second attempt to another provider) when an attempt has no first byte after this many ms; 0 = off. With hedgeAdaptive: the earliest a hedge may go.", { min: 0 }),
+  s("hedgeAdaptive", "boolean", false, "Hedge at the model's observed p95 time to first byte (once it has 20 samples)."),
+  s("hedgeMaxPercent", "integer", 5, "Hedges may be at most this percentage of requests.", { min: 0 }),
   s("redisUrl", "string", undefined, "Redis URL (redis://HOST:PORT) of a cluster: concurrency slots, retry results, the provider registry and node-to-node forwarding live there (docs/scale-out.md)."),
+  s("nodeId", "string", undefined, "This node's name in a cluster (default: a random one per process start)."),
+  s("clusterLeaseMs", "integer", 10_000, "How long a dead cluster node's slots, registry entries and membership outlive it; its buyers' and providers' work is let go within it.", { min: 100 }),
   s("requestBodyTimeoutMs", "integer", 30_000, "Longest a buyer may take to send a request body (after valid credentials) before 408 request_timeout.", { min: 1 }),
   s("streamBufferBytes", "integer", 1024 * 1024, "Bytes of a stream's output that may wait unsent for a buyer that does not read; past it the attempt is cancelled (see docs/reliability.md).", { min: 1024 }),
   s("streamStallMs", "integer", 30_000, "How long a stream's output may wait unsent for a buyer that does not read before the attempt is cancelled.", { min: 1 }),
@@ -123,7 +136,20 @@ export interface GatewayConfig {
   demoRequestTokenCap: number;
   demoConcurrentRequests: number;
   feedbackPerHour: number;
+  routingPolicy: "consolidate" | "shortest_wait";
+  routingSpreadFactor: number;
+  cooldownBaseMs: number;
+  cooldownMaxMs: number;
+  queueWaitMs: number;
+  queueMaxDepth: number;
+  stickyRouting: boolean;
+  stickyTtlMs: number;
+  hedgeAfterMs: number;
+  hedgeAdaptive: boolean;
+  hedgeMaxPercent: number;
   redisUrl: string | undefined;
+  nodeId: string | undefined;
+  clusterLeaseMs: number;
   requestBodyTimeoutMs: number;
   streamBufferBytes: number;
   streamStallMs: number;

@@ -87,6 +87,7 @@ export interface CooldownChange {
 }
 
 const pairKey = (providerId: string, model: string): string => `${providerId}\u0000${model}`;
+const FORGET_AFTER_MS = 3_600_000;
 
 /**
  * The live cooldown table of one gateway: the request path reports dispatches and outcomes, routing
@@ -94,7 +95,7 @@ const pairKey = (providerId: string, model: string): string => `${providerId}\u0
  */
 export class Cooldowns {
   private readonly entries = new Map<string, CooldownEntry & { providerId: string; model: string }>();
-  /** Failures per provider over the last `failureWindowMs`, any model (reliability in routing). */
+  /** Failures per (provider, model) over the last `failureWindowMs` (reliability in routing). */
   private readonly recent = new Map<string, number[]>();
 
   constructor(
@@ -112,13 +113,14 @@ export class Cooldowns {
     return this.entries.get(pairKey(providerId, model));
   }
 
-  /** Failures of the provider (any model) within the failure window. */
-  recentFailures(providerId: string): number {
-    const times = this.recent.get(providerId);
+  /** Failures of the (provider, model) pair within the failure window, even after a success reset its cooldown. */
+  recentFailures(providerId: string, model: string): number {
+    const key = pairKey(providerId, model);
+    const times = this.recent.get(key);
     if (!times) return 0;
     const since = this.now() - this.failureWindowMs;
     while (times.length > 0 && times[0]! < since) times.shift();
-    if (times.length === 0) this.recent.delete(providerId);
+    if (times.length === 0) this.recent.delete(key);
     return times.length;
   }
 
@@ -137,9 +139,9 @@ export class Cooldowns {
     const now = this.now();
     const next = afterFailure(this.entries.get(key), now, this.rules, kind);
     this.entries.set(key, { ...next, providerId, model });
-    const times = this.recent.get(providerId) ?? [];
+    const times = this.recent.get(key) ?? [];
     times.push(now);
-    this.recent.set(providerId, times);
+    this.recent.set(key, times);
     this.onChange({ providerId, model, event: "cooled", level: next.level, cooldownMs: next.until - now, failure: kind });
   }
 
@@ -159,9 +161,25 @@ export class Cooldowns {
     if (entry && next && next !== entry) this.entries.set(key, { ...next, providerId, model });
   }
 
-  /** Every pair with a failure on record, with its health now (status and metrics). */
+  /** Forgets every record (an operator's fresh start; tests). */
+  clear(): void {
+    this.entries.clear();
+    this.recent.clear();
+  }
+
+  /**
+   * Every pair with a failure on record, with its health now (status and metrics). A pair half-open
+   * for over an hour without a trial (its provider gone, or never needed) is forgotten here.
+   */
   *list(): Generator<{ providerId: string; model: string; health: Health; entry: CooldownEntry }> {
     const now = this.now();
-    for (const e of this.entries.values()) yield { providerId: e.providerId, model: e.model, health: healthOf(e, now, this.rules), entry: e };
+    for (const [key, e] of this.entries) {
+      const health = healthOf(e, now, this.rules);
+      if (health === "half_open" && now - e.until > FORGET_AFTER_MS) {
+        this.entries.delete(key);
+        continue;
+      }
+      yield { providerId: e.providerId, model: e.model, health, entry: e };
+    }
   }
 }

@@ -6,10 +6,12 @@ import type { MetricsPort } from "../metrics.ts";
 import { encodeFrame } from "../wire/codec.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
 import { ChunkMeter } from "./chunkMeter.ts";
-import { attemptKey, type Registry } from "./registry.ts";
+import { attemptKey, isRemote, type Registry, type RemoteSession, type SessionHandle } from "./registry.ts";
 import type { RequestHandle } from "./requestHandle.ts";
-import { chooseProvider, type ProviderView } from "./routing.ts";
+import { chooseProvider, type ProviderView, type RouteChoice } from "./routing.ts";
+import type { RoutingState } from "./routingState.ts";
 import type { Settlements } from "./settlements.ts";
+import { adoptHedge, armHedge } from "./hedgedAttempt.ts";
 
 export interface DispatchDeps {
   registry: Registry;
@@ -21,6 +23,20 @@ export interface DispatchDeps {
   clock: () => number;
   /** The handler of a live attempt's chunks. */
   chunkSink: (handle: RequestHandle, meter: ChunkMeter) => (frame: ChunkFrame) => void;
+  /** What routing learned, the admission queue and its counters (docs/routing.md); absent = plain choice, no waiting. */
+  routing?: RoutingState;
+  /** A cluster node's view of the other nodes' providers (src/gateway/clusterBridge.ts). */
+  remote?: RemoteProviders;
+}
+
+/** Other nodes' provider sessions, routed to like local ones (docs/scale-out.md). */
+export interface RemoteProviders {
+  /** Views of remote sessions that may serve `model` (advertising `expectedHash` when not null). */
+  views(model: string, expectedHash: string | null): Iterable<ProviderView>;
+  /** Every remote session's view (status, models list, metrics). */
+  all(): Iterable<ProviderView>;
+  /** The link to a remote session by id, while its node is alive. */
+  session(sessionId: string): RemoteSession | undefined;
 }
 
 export const unavailableMessages = {
@@ -32,36 +48,97 @@ export const unavailableMessages = {
  * Sessions that may serve `model`: when the catalog knows the model, only those advertising its
  * hash and not caught measuring another one on this session (docs/catalog.md).
  */
-function routableViews(deps: DispatchDeps, model: string): Iterable<ProviderView> {
+export function routableViews(deps: DispatchDeps, model: string): Iterable<ProviderView> {
   const { registry } = deps;
   const views = registry.providerViews();
   const expected = deps.settlements.expectedHash(model);
-  if (expected === null) return views;
-  return [...views].filter((view) => {
-    const session = registry.sessions.get(view.sessionId);
-    if (!session || session.refusedModels.has(model)) return false;
-    return session.actor.getSnapshot().context.models.some((m) => m.model_id === model && m.model_hash === expected);
-  });
+  const local =
+    expected === null
+      ? views
+      : [...views].filter((view) => {
+          const session = registry.sessions.get(view.sessionId);
+          if (!session || session.refusedModels.has(model)) return false;
+          return session.actor.getSnapshot().context.models.some((m) => m.model_id === model && m.model_hash === expected);
+        });
+  // A cluster node's candidates include every other node's sessions: the provider need not be local.
+  return deps.remote ? [...local, ...deps.remote.views(model, expected)] : local;
 }
 
-/** Chooses a provider and sends it the job once its snapshot committed; answers the actor by event. */
+/** The receipt key of a local or another node's session. */
+export const publicKeyOf = (session: SessionHandle | RemoteSession): Uint8Array =>
+  isRemote(session) ? session.publicKey : session.actor.getSnapshot().context.hello!.receipt_public_key;
+
+/**
+ * Chooses a provider and sends it the job once its snapshot committed; answers the actor by event. A
+ * request that finds no free slot for a known model waits in the admission queue (docs/routing.md)
+ * and is routed when one frees, or answered coordinator_unavailable when its wait runs out.
+ */
 export function dispatchAttempt(deps: DispatchDeps, handle: RequestHandle, input: DispatchInput, dispatch: { stopped: boolean }): void {
+  const sendBack = (event: RequestEvent) => handle.actor.send(event);
+  const model = handle.chat.model;
+  // The attempt failed while its hedge runs: the hedge becomes the attempt (docs/routing.md, Hedging).
+  const adopted = deps.routing ? adoptHedge(deps, handle) : null;
+  if (adopted) {
+    sendBack({ type: "route.dispatched", attempt: { attemptN: adopted.attemptN, sessionId: adopted.sessionId, providerId: adopted.providerId } });
+    return;
+  }
+  const unavailable = () =>
+    sendBack({ type: "route.unavailable", code: "coordinator_unavailable", message: unavailableMessages.coordinator_unavailable() });
+  const choice = choose(deps, handle, input);
+  if (choice.ok) return dispatchTo(deps, handle, input, dispatch, choice);
+  if (choice.code === "coordinator_unavailable" && deps.routing && worthWaiting(deps, model, input.excludedProviders)) {
+    const queue = deps.routing.queue;
+    const queued = queue.enqueue({
+      model,
+      accountId: handle.accountId ?? "",
+      tryDispatch: () => {
+        if (dispatch.stopped) return "gone";
+        const again = choose(deps, handle, input);
+        if (!again.ok) return again.code === "coordinator_unavailable" ? "no_slot" : (sendBack({ type: "route.unavailable", code: again.code, message: unavailableMessages[again.code](model) }), "gone");
+        dispatchTo(deps, handle, input, dispatch, again);
+        return "dispatched";
+      },
+      expire: () => {
+        if (!dispatch.stopped) unavailable();
+      },
+    });
+    if (queued) return;
+    deps.routing.counters.queue.full++;
+  }
+  sendBack({ type: "route.unavailable", code: choice.code, message: unavailableMessages[choice.code](model) });
+}
+
+/** Whether a slot may free for this request: a provider it has not tried serves the model and is awake. */
+function worthWaiting(deps: DispatchDeps, model: string, excluded: readonly string[]): boolean {
+  for (const v of routableViews(deps, model)) {
+    if (v.warmModels.includes(model) && !excluded.includes(v.providerId) && (v.state === "ready" || v.state === "busy")) return true;
+  }
+  return false;
+}
+
+function choose(deps: DispatchDeps, handle: RequestHandle, input: DispatchInput): RouteChoice {
+  const model = handle.chat.model;
+  if (!deps.routing) return chooseProvider(routableViews(deps, model), model, input.excludedProviders);
+  return deps.routing.choose([...routableViews(deps, model)], model, input.excludedProviders, handle.sticky?.providerId ?? null);
+}
+
+function dispatchTo(deps: DispatchDeps, handle: RequestHandle, input: DispatchInput, dispatch: { stopped: boolean }, choice: Extract<RouteChoice, { ok: true }>): void {
   const { registry, settlements } = deps;
   const sendBack = (event: RequestEvent) => handle.actor.send(event);
   const { chat } = handle;
-  const choice = chooseProvider(routableViews(deps, chat.model), chat.model, input.excludedProviders);
-  if (!choice.ok) {
-    sendBack({ type: "route.unavailable", code: choice.code, message: unavailableMessages[choice.code](chat.model) });
+  // A cluster node's choice may be another node's session (docs/scale-out.md).
+  const session = registry.sessions.get(choice.provider.sessionId) ?? deps.remote?.session(choice.provider.sessionId);
+  if (!session) {
+    sendBack({ type: "route.unavailable", code: "coordinator_unavailable", message: unavailableMessages.coordinator_unavailable() });
     return;
   }
-  const session = registry.sessions.get(choice.provider.sessionId)!;
   const key = attemptKey(input.requestId, input.attemptN);
   const remaining = Math.max(1, deps.requestDeadlineMs - (deps.now() - handle.startedAtMs));
   const route = settlements.openAttempt({
     requestId: input.requestId,
     attemptN: input.attemptN,
     providerId: choice.provider.providerId,
-    providerPublicKey: session.actor.getSnapshot().context.hello!.receipt_public_key,
+    providerPublicKey: publicKeyOf(session),
     chat,
     accountId: handle.accountId ?? "",
     payer: handle.payer ?? "promotion",
@@ -114,8 +191,20 @@ export function dispatchAttempt(deps: DispatchDeps, handle: RequestHandle, input
     }
     // The session closed while the snapshot was committing: its attempts were already lost.
     const lost = !registry.attempts.has(key);
-    if (!lost) session.send(job);
+    if (!lost) {
+      if (isRemote(session)) session.send(job, key);
+      else session.send(job);
+    }
     handle.timing.waitingSince = deps.clock();
+    handle.sent = { key, attemptN: input.attemptN, providerId: choice.provider.providerId, sessionId: session.sessionId, at: deps.clock(), firstByte: false, meter };
+    const routing = deps.routing;
+    if (routing) {
+      if (!lost) armHedge(deps, handle, handle.sent);
+      routing.dispatched(choice.provider.providerId, chat.model);
+      // Sticky lookups count once a request, at its first dispatch.
+      if (handle.sticky && input.attemptN === 0) routing.counters.sticky[choice.sticky ? "hit" : "miss"]++;
+      if (choice.lastResort) deps.log.info("routed_to_cooling_provider", { request_id: input.requestId, provider_id: choice.provider.providerId, model: chat.model });
+    }
     if (input.attemptN > 0 && handle.timing.lastAttemptOutcome) deps.metrics.failover(handle.timing.lastAttemptOutcome);
     deps.log.debug("attempt_dispatched", { request_id: input.requestId, attempt_n: input.attemptN, provider_id: choice.provider.providerId });
     sendBack({

@@ -1,7 +1,8 @@
 // Hedged dispatch before the first byte (docs/routing.md, Hedging): when to send a second attempt to
 // another provider, and the budget that caps hedges at a share of traffic. Pure state, no clocks.
 
-export type HedgeMode = { kind: "off" } | { kind: "fixed"; afterMs: number } | { kind: "adaptive" };
+/** off; after a fixed delay; or at the model's p95 time to first byte, never earlier than `minMs`. */
+export type HedgeMode = { kind: "off" } | { kind: "fixed"; afterMs: number } | { kind: "adaptive"; minMs?: number };
 
 /** TTFT samples a model needs before the adaptive trigger hedges at its p95. */
 export const ADAPTIVE_MIN_SAMPLES = 20;
@@ -35,8 +36,10 @@ export function hedgeDelayMs(mode: HedgeMode, window: TtftWindow, model: string)
       return null;
     case "fixed":
       return mode.afterMs;
-    case "adaptive":
-      return window.quantile(model, 0.95);
+    case "adaptive": {
+      const p95 = window.quantile(model, 0.95);
+      return p95 === null ? null : Math.max(p95, mode.minMs ?? 0);
+    }
   }
 }
 

@@ -6,7 +6,7 @@ import { createActor, fromPromise, type InspectionEvent, type Observer } from "x
 import { providerSessionMachine, type AdmissionInput, type AdmissionVerdict } from "../../actors/providerSession.ts";
 import { decodeProviderFrame, encodeFrame } from "../wire/codec.ts";
 import { CloseCode, MAX_FRAME_BYTES, type ChunkFrame, type ProviderFrame } from "../wire/frames.ts";
-import { attemptKey, type Registry, type SessionHandle } from "./registry.ts";
+import { attemptKey, type Registry, type RemoteSession, type SessionHandle } from "./registry.ts";
 import type { Log } from "../log.ts";
 import type { Settlements } from "./settlements.ts";
 
@@ -28,12 +28,61 @@ export interface ProviderEndpointDeps {
   log: Log;
   /** Measurements, `end` frames and receipts feed settlement. */
   settlements: Pick<Settlements, "accepted" | "endReceived" | "receiptArrived">;
+  /** A cluster node's side (src/gateway/clusterBridge.ts): frames of attempts other nodes own. */
+  cluster?: EndpointCluster;
   /** Wall clock (ms) for the receipt budget. */
   now: () => number;
   /** Receipt frames that settle nothing a session may send: per second on average, and at once. */
   receiptFrames: { perSecond: number; burst: number };
   /** Largest content and tool-call bytes a chunk may carry per token it claims (0 tokens count as 1). */
   maxChunkBytesPerToken: number;
+}
+
+/** What the endpoint asks of the cluster for frames that are not about this node's own attempts. */
+export interface EndpointCluster {
+  /** A frame about another node's attempt on this session: true when it was taken (forwarded or adopted). */
+  forwardedFrame(session: SessionHandle, providerId: string, frame: ProviderFrame, raw: Uint8Array): boolean;
+  /** A receipt for an attempt this node does not have open: true when the cluster takes it. */
+  receipt(providerId: string, frame: Extract<ProviderFrame, { type: "receipt" }>, raw: Uint8Array): boolean;
+  /** The session closed: the other nodes' attempts on it are lost. */
+  sessionLost(session: SessionHandle): void;
+  /** The session was admitted, changed (heartbeat) or closed: the other nodes hear of it. */
+  sessionChanged(session: SessionHandle, gone: boolean): void;
+}
+
+/** The deps a job frame needs, wherever it came from (this node's socket or another node's). */
+export type AttemptFrameDeps = Pick<ProviderEndpointDeps, "registry" | "settlements">;
+
+/**
+ * A job frame (`accepted`, `chunk`, `declined`, `end`) of a provider id, for an attempt of this
+ * node, arriving on `session` (a local socket, or another node's session through the cluster).
+ */
+export function attemptFrame(deps: AttemptFrameDeps, providerId: string, session: SessionHandle | RemoteSession, frame: Exclude<ProviderFrame, { type: "hello" | "auth" | "heartbeat" | "receipt" }>): void {
+  const { registry } = deps;
+  // An `end` may come after the gateway let the attempt go (e.g. answering our cancel): it still
+  // carries the receipt that settles the attempt.
+  const settling = frame.type === "end" && deps.settlements.endReceived(providerId, frame) === true;
+  const attempt = registry.attempts.get(attemptKey(frame.request_id, frame.attempt_n));
+  if (!attempt || attempt.session !== session) {
+    if (!settling) registry.ignoredFrames++;
+    return;
+  }
+  switch (frame.type) {
+    case "chunk":
+      return attempt.chunk(frame);
+    case "accepted":
+      if (!deps.settlements.accepted(frame.request_id, frame.attempt_n, frame.model_hash)) {
+        if (!("remote" in attempt.session)) attempt.session.refusedModels.add(attempt.model);
+        return attempt.request.send({ type: "provider.rejected" });
+      }
+      // A measurement the catalog agrees with changes nothing in the request's state: the
+      // actor is not told (an event per request it would only discard).
+      return;
+    case "declined":
+      return attempt.request.send({ type: "provider.declined", code: frame.code });
+    case "end":
+      return attempt.request.send({ type: "provider.ended", frame });
+  }
 }
 
 /** A token bucket: `burst` at once, refilled at `perSecond`. */
@@ -117,12 +166,18 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
             if (previous && previous !== session) previous.actor.send({ type: "gateway.replaced" });
             log.info("provider_admitted", { session_id: sessionId, provider_id: providerId, tier: context.tier });
             deps.onAdmitted(session);
+            registry.capacityChanged();
+            deps.cluster?.sessionChanged(session, false);
           },
           unregister: ({ context }) => {
             registry.sessions.delete(sessionId);
             const providerId = context.hello?.provider_id;
             if (providerId && registry.admittedByProvider.get(providerId) === session) registry.admittedByProvider.delete(providerId);
             loseAttempts(session);
+            if (wasAdmitted) {
+              deps.cluster?.sessionLost(session);
+              deps.cluster?.sessionChanged(session, true);
+            }
             if (context.closeCode !== null) {
               log.info("provider_session_closed", { session_id: sessionId, provider_id: providerId ?? null, code: context.closeCode, reason: context.closeReason });
             }
@@ -154,7 +209,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
     return bucket;
   };
 
-  function onFrame(session: SessionHandle, frame: ProviderFrame): void {
+  function onFrame(session: SessionHandle, frame: ProviderFrame, raw: Uint8Array): void {
     if (frame.type === "chunk") {
       // A chunk may carry at most maxChunkBytesPerToken per token it claims: what a buyer is sent (and
       // a non-streaming response buffers) stays bounded by max_tokens. A bigger one is a protocol violation.
@@ -168,6 +223,11 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
       // session's attempts needs no session-state check. Anything else takes the full path below.
       const attempt = registry.attempts.get(attemptKey(frame.request_id, frame.attempt_n));
       if (attempt && attempt.session === session) return attempt.chunk(frame);
+    }
+    // Another node's attempt on this session: its frames go back to the node that owns it.
+    if (deps.cluster && registry.forwarded.size > 0 && frame.type !== "hello" && frame.type !== "auth" && frame.type !== "heartbeat") {
+      const providerId = session.actor.getSnapshot().context.hello?.provider_id;
+      if (providerId && deps.cluster.forwardedFrame(session, providerId, frame, raw)) return;
     }
     const snapshot = session.actor.getSnapshot();
     const admitted = snapshot.matches("admitted");
@@ -183,7 +243,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         // A heartbeat after a refused measurement that advertises the model again makes it routable
         // again (docs/decisions.md): the owner may have fixed the weights without reconnecting.
         if (session.refusedModels.size > 0) for (const m of frame.models) session.refusedModels.delete(m.model_id);
-        return session.actor.send({
+        session.actor.send({
           type: "provider.heartbeat",
           state: frame.state,
           slotsFree: frame.slots_free,
@@ -191,10 +251,16 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
           inFlight: session.attempts.size,
           load: frame.load,
         });
+        // A report may free capacity (ready again, more slots): requests waiting for a slot get routed.
+        registry.capacityChanged();
+        deps.cluster?.sessionChanged(session, false);
+        return;
       case "receipt": {
         if (!admitted) break;
-        // Accepted for any still-pending attempt of this provider id, from any of its sessions.
+        // Accepted for any still-pending attempt of this provider id, from any of its sessions — or,
+        // in a cluster, of any node (the cluster finds the attempt's owner, or adopts it).
         const providerId = snapshot.context.hello!.provider_id;
+        if (deps.cluster?.receipt(providerId, frame, raw)) return;
         const arrival = deps.settlements.receiptArrived(providerId, frame.request_id, frame.attempt_n, frame.receipt);
         if (arrival === "stored") return;
         // A store that answers later (PostgreSQL) counts the closed attempt's receipt when it knows.
@@ -210,31 +276,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
       }
       default: {
         if (!admitted) break;
-        const providerId = snapshot.context.hello!.provider_id;
-        // An `end` may come after the gateway let the attempt go (e.g. answering our cancel): it still
-        // carries the receipt that settles the attempt.
-        const settling = frame.type === "end" && deps.settlements.endReceived(providerId, frame) === true;
-        const attempt = registry.attempts.get(attemptKey(frame.request_id, frame.attempt_n));
-        if (!attempt || attempt.session !== session) {
-          if (!settling) registry.ignoredFrames++;
-          return;
-        }
-        switch (frame.type) {
-          case "chunk":
-            return attempt.chunk(frame);
-          case "accepted":
-            if (!deps.settlements.accepted(frame.request_id, frame.attempt_n, frame.model_hash)) {
-              session.refusedModels.add(attempt.model);
-              return attempt.request.send({ type: "provider.rejected" });
-            }
-            // A measurement the catalog agrees with changes nothing in the request's state: the
-            // actor is not told (an event per request it would only discard).
-            return;
-          case "declined":
-            return attempt.request.send({ type: "provider.declined", code: frame.code });
-          case "end":
-            return attempt.request.send({ type: "provider.ended", frame });
-        }
+        return attemptFrame(deps, snapshot.context.hello!.provider_id, session, frame);
       }
     }
     session.actor.send({ type: "provider.outOfTurn", frameType: frame.type });
@@ -260,7 +302,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         return;
       }
       try {
-        onFrame(session, decoded.frame);
+        onFrame(session, decoded.frame, typeof data === "string" ? Buffer.from(data) : (data as Uint8Array));
       } catch (e) {
         // A bug in handling one frame closes that socket, never the process.
         log.error("provider_frame_failed", { session_id: session.sessionId, error: String(e) });

@@ -20,6 +20,20 @@ export interface RequestSpec {
   buyerRoute?: string;
   /** Who pays the request's attempts (the reservation was taken at admission). */
   payer?: Payer;
+  /** A tagged conversation (sticky routing on): its key, and the provider it is pinned to, if any. */
+  sticky?: { key: string; providerId: string | null };
+}
+
+/** An attempt as the edge knows it. */
+export interface LiveAttempt {
+  key: string;
+  attemptN: number;
+  providerId: string;
+  sessionId: string;
+  /** When its job left (monotonic clock). */
+  at: number;
+  firstByte: boolean;
+  meter: ChunkMeter;
 }
 
 export interface RequestHandle extends RequestSpec {
@@ -33,4 +47,13 @@ export interface RequestHandle extends RequestSpec {
   toPrefix: (frame: ChunkFrame) => void;
   /** The dispatch of the current `routing` visit; `stopped` once the actor left `routing`. */
   dispatch: { stopped: boolean };
+  /** The attempt the buyer waits on: its provider and when its job left (routing learns from how it ends). */
+  sent: LiveAttempt | null;
+  /** A hedge of `sent` in flight that has not won yet (docs/routing.md, Hedging). */
+  hedge: LiveAttempt | null;
+  hedgeTimer: unknown;
+  /** Cancels the hedge in flight (the first attempt delivered first, or the request ended). */
+  hedgeCancel: (() => void) | null;
+  /** The provider whose first chunk the buyer got (sticky routing pins the conversation to it). */
+  servedBy: string | null;
 }

@@ -10,11 +10,15 @@ import { cancelAbandonsOutput } from "../ledger/charges.ts";
 import { encodeFrame } from "../wire/codec.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
 import { ChunkMeter } from "./chunkMeter.ts";
-import { dispatchAttempt, unavailableMessages, type DispatchDeps } from "./dispatch.ts";
+import { dispatchAttempt, unavailableMessages, type DispatchDeps, type RemoteProviders } from "./dispatch.ts";
 import { attemptKey, type Registry } from "./registry.ts";
 import type { RequestHandle, RequestSpec } from "./requestHandle.ts";
 import { attemptOutcome, newTiming, requestSummary, stopWaiting } from "./requestReport.ts";
 import type { Settlements } from "./settlements.ts";
+import { attemptVerdict } from "./attemptVerdict.ts";
+import { disarmHedge, HEDGE_ATTEMPT_OFFSET } from "./hedgedAttempt.ts";
+import type { RoutingState } from "./routingState.ts";
+import type { StickyMap } from "../store/sticky.ts";
 import type { Log } from "../log.ts";
 import { noopMetrics, requestLogFields, type MetricsPort, type RequestOutcome } from "../metrics.ts";
 
@@ -37,6 +41,12 @@ export interface RequestRunnerDeps {
   settlements: Settlements;
   /** The HTTP status a failure code answers with (src/http/errors.ts), for the request's log line and metrics. */
   failureStatus: (code: FailureCode) => number;
+  /** What routing learns from each attempt, and the admission queue (docs/routing.md); absent = off. */
+  routing?: RoutingState;
+  /** Sticky routing's map: a tagged conversation is pinned to the provider that served it. */
+  sticky?: StickyMap;
+  /** A cluster node's view of the other nodes' providers (src/gateway/clusterBridge.ts). */
+  remote?: RemoteProviders;
 }
 
 const noPrefix = (_frame: ChunkFrame): void => {};
@@ -45,6 +55,17 @@ const noPrefix = (_frame: ChunkFrame): void => {};
 const withoutPrompt = (chat: NormalizedChat): NormalizedChat => ({ ...chat, messages: [], params: { max_tokens: chat.params.max_tokens } });
 
 const currentKey = (c: RequestContext) => (c.current ? attemptKey(c.requestId, c.current.attemptN) : null);
+
+/**
+ * The attempt the actor's `current` stands for: the edge's own record of it, which after a won hedge
+ * is the hedge (numbered HEDGE_ATTEMPT_OFFSET above it; docs/routing.md, Hedging).
+ */
+function liveOf(handle: RequestHandle | undefined, c: RequestContext): { key: string; attemptN: number; providerId: string } | null {
+  if (!c.current) return null;
+  const s = handle?.sent;
+  if (s && (s.attemptN === c.current.attemptN || s.attemptN === HEDGE_ATTEMPT_OFFSET + c.current.attemptN)) return s;
+  return { key: currentKey(c)!, attemptN: c.current.attemptN, providerId: c.current.providerId };
+}
 
 const INTERNAL_ERROR: RequestFailure = { code: "internal_error", message: "The gateway hit an internal error. Retry the request." };
 const PROVIDER_DISCONNECTED: RequestFailure = {
@@ -77,6 +98,8 @@ function chunkArrived(clock: () => number, log: Log, handle: RequestHandle, mete
       handle.actor.send({ type: "provider.rejected" });
       return;
     }
+    // The first attempt delivered first: its hedge, if any, lost.
+    handle.hedgeCancel?.();
     handle.actor.send({ type: "provider.chunk", frame });
     return;
   }
@@ -126,6 +149,13 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       // output, and this window's progress is already known to the machine.
       handle.meter.accept(frame);
       handle.meter.markProgress();
+      const sent = handle.sent;
+      if (sent && !sent.firstByte && context.current) {
+        sent.firstByte = true;
+        registry.firstChunk(sent.key);
+        deps.routing?.firstByte(sent.providerId, handle.chat.model, clock() - sent.at);
+        handle.servedBy = sent.providerId;
+      }
       relay(clock, handle, frame);
       // A stream commits at this chunk and never dispatches again (no failover after the first byte,
       // docs/protocol.md): its prompt, up to the whole body limit, need not live as long as it does.
@@ -139,7 +169,8 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       handle.timing.firstTokenAt = null;
       handle.meter.discard();
       handle.responder.discard();
-      if (context.current) settlements.discarded(context.requestId, context.current.attemptN);
+      const live = liveOf(handle, context);
+      if (live) settlements.discarded(context.requestId, live.attemptN);
     },
     finishSuccess: ({ context, event }) => {
       const handle = handles.get(context.requestId);
@@ -158,6 +189,12 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
         if (!committed) log.error("delivered_record_not_committed", { request_id: context.requestId });
         handle.responder.succeed(outcome);
       });
+      // Sticky routing: the conversation goes on with the provider that answered it.
+      if (handle.sticky && handle.servedBy && deps.sticky) {
+        deps.sticky.set(handle.sticky.key, handle.accountId ?? "", handle.servedBy, deps.now()).catch((error: unknown) => {
+          log.warn("sticky_write_failed", { request_id: handle.requestId, error: String(error) });
+        });
+      }
     },
     finishFailure: ({ context }) => {
       const failure: RequestFailure = context.failure ?? { code: "coordinator_unavailable", message: unavailableMessages.coordinator_unavailable() };
@@ -175,36 +212,46 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       handle.responder.failMidStream(PROVIDER_DISCONNECTED);
     },
     cancelAttempt: ({ context, event }, { reason }) => {
-      const key = currentKey(context);
-      const attempt = key ? registry.attempts.get(key) : undefined;
-      if (!attempt || !context.current) return;
+      const handle = handles.get(context.requestId);
+      const live = liveOf(handle, context);
+      const attempt = live ? registry.attempts.get(live.key) : undefined;
+      // The buyer left: a hedge in flight goes too (a timeout keeps it: the next dispatch adopts it).
+      if (reason === "buyer_cancel") handle?.hedgeCancel?.();
+      if (!attempt || !live) return;
       // A first chunk's cancel is either the cap or a bad seq with nothing counted yet.
       const lengthCap = event.type === "stream.lengthLimited" || event.type === "provider.chunk";
       const abandoned = cancelAbandonsOutput(context.streaming, lengthCap);
-      if (abandoned) settlements.discarded(context.requestId, context.current.attemptN);
+      if (abandoned) settlements.discarded(context.requestId, live.attemptN);
       attempt.session.send(
         encodeFrame({
           type: "cancel",
           request_id: context.requestId,
-          attempt_n: context.current.attemptN,
+          attempt_n: live.attemptN,
           reason,
           delivered_output_bytes: abandoned ? 0 : attempt.meter.deliveredBytes,
         }),
       );
-      settlements.cancelSent(context.requestId, context.current.attemptN, reason);
-      log.debug("attempt_cancelled", { request_id: context.requestId, attempt_n: context.current.attemptN, reason });
+      settlements.cancelSent(context.requestId, live.attemptN, reason);
+      log.debug("attempt_cancelled", { request_id: context.requestId, attempt_n: live.attemptN, reason });
     },
     releaseAttempt: ({ context, event }) => {
-      const key = currentKey(context);
-      if (!key) return;
-      registry.releaseAttempt(key);
-      settlements.released(context.requestId, context.current!.attemptN);
-      // Invariant: `current` is cleared after every release, so each attempt is counted once here.
       const handle = handles.get(context.requestId);
+      const live = liveOf(handle, context);
+      if (!live) return;
+      const key = live.key;
+      registry.releaseAttempt(key);
+      settlements.released(context.requestId, live.attemptN);
+      // Invariant: `current` is cleared after every release, so each attempt is counted once here.
       const outcome = attemptOutcome(event, context);
       if (handle) {
         stopWaiting(handle.timing, clock());
         handle.timing.lastAttemptOutcome = outcome;
+        // What this attempt's end says about its provider: cooldowns and first-token times.
+        const sent = handle.sent;
+        if (deps.routing && context.current && sent?.key === key) {
+          const waited = sent.firstByte ? null : clock() - sent.at;
+          deps.routing.attemptEnded(sent.providerId, handle.chat.model, attemptVerdict(event, context.lengthLimited), waited);
+        }
       }
       metrics.attemptFinished(outcome, context.current!.providerId);
     },
@@ -263,12 +310,17 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
       ...(deps.actorClock ? { clock: deps.actorClock } : {}),
     });
     const timing = newTiming(spec.arrivedAt ?? clock());
-    const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing, meter: new ChunkMeter(spec.chat.params.max_tokens), toPrefix: noPrefix, dispatch: { stopped: true } };
+    const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing, meter: new ChunkMeter(spec.chat.params.max_tokens), toPrefix: noPrefix, dispatch: { stopped: true }, sent: null, servedBy: null, hedge: null, hedgeTimer: null, hedgeCancel: null };
     handles.set(spec.requestId, handle);
+    // Every request earns the hedge budget its share (docs/routing.md, Hedging).
+    deps.routing?.requestStarted();
     // The closures below name `handle`, never `spec`: the request's prompt must be able to go with
     // handle.chat's (see relayChunk).
     actor.subscribe({
       complete: () => {
+        // A hedge still in flight (the request failed or was cancelled meanwhile) is let go first.
+        handle.hedgeCancel?.();
+        disarmHedge(handle);
         handles.delete(handle.requestId);
         settlements.requestEnded(handle.requestId);
         report(handle);
@@ -278,9 +330,11 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
         // A bug in one request ends that request only.
         log.error("request_actor_failed", { request_id: handle.requestId, error: String(err) });
         const context = actor.getSnapshot().context;
-        const key = currentKey(context);
-        if (key) registry.releaseAttempt(key);
-        if (context.current) settlements.released(handle.requestId, context.current.attemptN);
+        const live = liveOf(handle, context);
+        if (live) registry.releaseAttempt(live.key);
+        if (live) settlements.released(handle.requestId, live.attemptN);
+        handle.hedgeCancel?.();
+        disarmHedge(handle);
         settlements.requestEnded(handle.requestId);
         handle.responder.fail(INTERNAL_ERROR);
         handles.delete(handle.requestId);

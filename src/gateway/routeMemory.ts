@@ -76,6 +76,14 @@ export class RouteMemory {
     h[label]++;
   }
 
+  /** Forgets everything learned, cooldowns included. */
+  clear(): void {
+    this.ttft.clear();
+    this.shares.clear();
+    this.history.clear();
+    this.cooldowns.clear();
+  }
+
   /** Snapshot of the signals of the given providers for one model. */
   signals(model: string, providerIds: Iterable<string>): Map<string, RouteSignals> {
     const out = new Map<string, RouteSignals>();
@@ -88,7 +96,7 @@ export class RouteMemory {
         recentShare: this.share(id, model),
         verified: h?.verified ?? 0,
         quarantined: h?.quarantined ?? 0,
-        recentFailures: this.cooldowns.recentFailures(id),
+        recentFailures: this.cooldowns.recentFailures(id, model),
       });
     }
     return out;

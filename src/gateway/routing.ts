@@ -27,6 +27,8 @@ export interface ProviderView {
   maxConcurrency?: number;
   /** The last load report, or null when the provider does not send one. */
   load?: ProviderLoad | null;
+  /** Attempts on it that have not delivered a first chunk yet: the gateway's own, always current, count. */
+  awaitingFirstByte?: number;
 }
 
 /** What the gateway learned about a (provider, model) pair; absent = nothing known (a newcomer). */
@@ -39,7 +41,7 @@ export interface RouteSignals {
   /** Settlement history of the provider: attempts labelled verified, and quarantined. */
   verified: number;
   quarantined: number;
-  /** Failures of the provider (any model) in the recent window. */
+  /** Failures of the provider on this model in the recent window. */
   recentFailures: number;
 }
 
@@ -82,11 +84,12 @@ const tierRank = (tier: ProviderTier): number => (tier === "pinned" ? 0 : 1);
 const capacityOf = (p: ProviderView): number => Math.max(1, p.maxConcurrency ?? p.freeSlots + p.inFlight);
 
 /**
- * How much routing trusts a provider (0–1): (verified + 1) / (verified + quarantined + 1) of its
- * settlement history — a newcomer starts at 1, each quarantine costs — halved per recent failure.
+ * How much routing trusts a provider (0–1): (verified + 4) / (verified + quarantined + 4) of its
+ * settlement history — a newcomer starts at 1, one quarantine alone does not demote it, repeated ones
+ * do — halved per recent failure on the model.
  */
 export function reliability(s: RouteSignals): number {
-  const history = (s.verified + 1) / (s.verified + s.quarantined + 1);
+  const history = (s.verified + 4) / (s.verified + s.quarantined + 4);
   return Math.min(1, history) * 0.5 ** Math.min(s.recentFailures, 10);
 }
 
@@ -176,17 +179,18 @@ function rank(pool: ProviderView[], signalsOf: (p: ProviderView) => RouteSignals
 }
 
 /**
- * Consolidation fills a machine only while it keeps up: it is saturated when its own report says at
- * least half its jobs (two or more) still wait for a first token, or when its observed TTFT is over
- * SLOW_FACTOR times the pool's median.
+ * Consolidation fills a machine only while it keeps up: it is saturated when at least half its jobs
+ * (two or more) still wait for a first token — by its own report or by the gateway's count, whichever
+ * is higher (a report is up to a heartbeat old) — or when its observed TTFT is over SLOW_FACTOR times
+ * the pool's median.
  */
 function saturated(p: ProviderView, s: RouteSignals, typicalTtft: number | null): boolean {
-  const queued = p.load?.queuedJobs ?? 0;
-  if (queued >= 2 && queued * 2 >= p.inFlight) return true;
+  const queued = Math.max(p.load?.queuedJobs ?? 0, p.awaitingFirstByte ?? 0);
+  if (queued >= 1) return true;
   return typicalTtft !== null && s.ttftMs !== null && s.ttftMs > SLOW_FACTOR * typicalTtft;
 }
 
-/** Consolidation: pinned first, then trusted and keeping up, then the busiest, the bigger machine, the less used. */
+/** Consolidation: pinned first, then trusted and keeping up, then the busiest, the bigger machine, the more used lately. */
 function consolidatesBetter(
   a: ProviderView,
   b: ProviderView,
@@ -201,9 +205,10 @@ function consolidatesBetter(
   const ca = capacityOf(a);
   const cb = capacityOf(b);
   if (ca !== cb) return ca > cb;
+  // Sequential traffic stays on the machine already serving it (the spread bound caps how much).
   const sa = signalsOf(a).recentShare;
   const sb = signalsOf(b).recentShare;
-  if (sa !== sb) return sa < sb;
+  if (sa !== sb) return sa > sb;
   return a.providerId < b.providerId;
 }
 

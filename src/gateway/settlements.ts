@@ -20,7 +20,7 @@ import { accepted, cancelSent, discarded, endReceived, relayerFor, released, typ
 import { receiptArrived } from "./settlement/judging.ts";
 import { writeOutcome, type OutcomeDeps } from "./settlement/outcome.ts";
 import { admitModel, expectedHash, pricing, type PricingSources } from "./settlement/pricing.ts";
-import { recoverPending } from "./settlement/recovery.ts";
+import { recoverOne, recoverPending } from "./settlement/recovery.ts";
 import { accountScopes, buildRouteSnapshot } from "./settlement/routeSnapshot.ts";
 
 export interface SettlementDeps {
@@ -36,9 +36,11 @@ export interface SettlementDeps {
   log: Log;
   inspect?: (event: InspectionEvent) => void;
   /** Called once per attempt with its final label (metrics). */
-  onSettled?: (label: FinalLabel) => void;
+  onSettled?: (label: FinalLabel, providerId: string) => void;
   /** Where receipts are judged (default: on this thread, src/receipts/judge.ts). Stopped with the settlements. */
   judge?: ReceiptJudge;
+  /** A cluster node records which attempts it owns until they settle, so a survivor can resolve them. */
+  ownership?: { opened(key: string, ttlMs: number): void; settled(key: string): void };
 }
 
 export interface OpenAttemptInput {
@@ -56,6 +58,8 @@ export interface OpenAttemptInput {
 
 export function createSettlements(deps: SettlementDeps) {
   const open: OpenAttempts = new Map();
+  /** Dead nodes' attempts being read back from the store (cluster adoption), by attempt key. */
+  const adopting = new Map<string, Promise<boolean>>();
   const writes = durableWrites(deps.log);
   const parts: DeliveryDeps & OutcomeDeps & PricingSources = { ...deps, judge: deps.judge ?? inlineJudge, open, writes };
   const scopeOf = accountScopes(deps.gatewaySecret);
@@ -67,7 +71,8 @@ export function createSettlements(deps: SettlementDeps) {
       const att = open.get(key);
       if (!att) return;
       open.delete(key);
-      writeOutcome(parts, att, label, context.reason);
+      deps.ownership?.settled(key);
+      writeOutcome(parts, att, label, label === "zero_settled" && att.hedgeLost ? "hedge_lost" : context.reason);
     },
   });
 
@@ -82,7 +87,10 @@ export function createSettlements(deps: SettlementDeps) {
       },
       inspect: deps.inspect,
     });
-    open.set(attemptKey(att.requestId, att.attemptN), { ...att, actor });
+    const key = attemptKey(att.requestId, att.attemptN);
+    open.set(key, { ...att, actor });
+    // Recorded for as long as a receipt may still come (the pending deadline, with room for the attempt).
+    deps.ownership?.opened(key, (resumedPendingMs ?? deps.pendingDeadlineMs) + 3_600_000);
     actor.start();
   }
 
@@ -162,6 +170,11 @@ export function createSettlements(deps: SettlementDeps) {
     relayerFor: (requestId: string, attemptN: number) => relayerFor(open, requestId, attemptN),
     discarded: (requestId: string, attemptN: number) => discarded(open, requestId, attemptN),
     cancelSent: (requestId: string, attemptN: number, reason: "buyer_cancel" | "gateway_timeout") => cancelSent(open, requestId, attemptN, reason),
+    /** The attempt lost a hedge race: it delivered nothing, and its provider is told why. */
+    hedgeLost: (requestId: string, attemptN: number) => {
+      const att = open.get(attemptKey(requestId, attemptN));
+      if (att) att.hedgeLost = true;
+    },
     endReceived: (providerId: string, frame: Parameters<typeof endReceived>[2]) => endReceived(parts, providerId, frame),
     released: (requestId: string, attemptN: number) => released(parts, requestId, attemptN),
     receiptArrived: (providerId: string, requestId: string, attemptN: number, envelope: string) =>
@@ -172,6 +185,22 @@ export function createSettlements(deps: SettlementDeps) {
       void writes.run("request_ended", { request_id: requestId }, () => deps.store.markRequestEnded(requestId, now));
     },
     resumePending: () => recoverPending(deps.store, deps.now, (att) => startActor(att, att.deadlineAtMs! - deps.now())),
+    /** A dead node's attempt, taken over from the store (cluster; true when it now waits here). */
+    adopt: (requestId: string, attemptN: number): Promise<boolean> => {
+      const key = attemptKey(requestId, attemptN);
+      if (open.has(key)) return Promise.resolve(true);
+      // Frames of one attempt may arrive while its row is being read: they all wait for one adoption.
+      let adoption = adopting.get(key);
+      if (!adoption) {
+        adoption = recoverOne(deps.store, deps.now, requestId, attemptN, (att) => {
+          if (!open.has(key)) startActor(att, att.deadlineAtMs! - deps.now());
+        }).finally(() => adopting.delete(key));
+        adopting.set(key, adoption);
+      }
+      return adoption;
+    },
+    /** Whether this node has the attempt open (not settled yet). */
+    isOpen: (requestId: string, attemptN: number) => open.has(attemptKey(requestId, attemptN)),
     /** Runs `effect` once the writes made so far are durable (group commit; see src/store/groupCommit.ts). */
     afterCommit: (effect: (committed: boolean) => void) => deps.store.afterCommit(effect),
     /** Attempts not settled yet (metrics, tests). */

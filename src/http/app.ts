@@ -8,7 +8,7 @@ import { isStoreUnavailable } from "../store/asyncStore.ts";
 import { chatCompletionsHandler, type ChatRouteDeps } from "./chat/route.ts";
 import { COUNT_TOKENS_ROUTE, countTokensHandler, messagesHandler, MESSAGES_ROUTE } from "./messages/route.ts";
 import { responsesHandler, RESPONSES_ROUTE } from "./responses/route.ts";
-import { modelBody, modelPrice, modelsBody, statusBody, type CatalogView } from "./modelsAndStatus.ts";
+import { modelBody, modelPrice, modelsBody, statusBody, type CatalogView, type RoutingStatus } from "./modelsAndStatus.ts";
 import { buyerReceiptsBody } from "./receipts.ts";
 import { usageBody } from "./usage.ts";
 import { FEEDBACK_ROUTE, feedbackHandler } from "./feedback.ts";
@@ -28,6 +28,8 @@ import { noopMetrics, requestLogFields, routeLabel, type MetricsPort } from "../
 
 export interface HttpDeps extends ChatRouteDeps {
   providerViews: () => ProviderView[];
+  /** Engines the node depends on (Redis in a cluster) and whether each is reachable now: /healthz shows them. */
+  engines?: () => Record<string, boolean>;
   newRequestId: () => string;
   log: Log;
   metrics?: MetricsPort;
@@ -53,6 +55,8 @@ export interface HttpDeps extends ChatRouteDeps {
   excludedEntrypoints?: readonly string[];
   /** POST /v1/feedback submissions per client IP key per hour (default 60). */
   feedbackPerHour?: number;
+  /** Routing's part of /v1/status (admission queue depth, cooldowns); absent → not shown. */
+  routingStatus?: () => RoutingStatus;
 }
 
 const CHAT_ROUTE = "/v1/chat/completions";
@@ -72,8 +76,8 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 const corsHeaders = {
   "access-control-allow-origin": "*",
-  "access-control-allow-methods": "GET, POST, OPTIONS",
-  "access-control-allow-headers": "authorization, content-type, x-api-key, x-request-id, idempotency-key, x-stainless-retry-count, anthropic-version",
+  "access-control-allow-methods": "GET, POST, DELETE, OPTIONS",
+  "access-control-allow-headers": "authorization, content-type, x-api-key, x-request-id, idempotency-key, x-stainless-retry-count, anthropic-version, x-conversation-id",
   "access-control-expose-headers": "x-request-id, retry-after, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, x-ratelimit-scope, idempotent-replayed",
   "access-control-max-age": "86400",
 };
@@ -248,7 +252,15 @@ export function createHttpApp(deps: HttpDeps) {
     .get("/v1/status", ({ request }) => {
       const health = deps.catalog?.health(deps.now());
       const catalog = !health || health.status === "ok" ? { status: "ok" as const } : { status: "degraded" as const, reason: health.reason };
-      return json(statusBody(deps.providerViews(), deps.accepting(), deps.now(), catalog), idsOf(request).responseRequestId);
+      return json(statusBody(deps.providerViews(), deps.accepting(), deps.now(), catalog, deps.routingStatus?.()), idsOf(request).responseRequestId);
+    })
+    .delete("/v1/sticky", async ({ request }) => {
+      // Purges the caller's sticky conversations (docs/routing.md); 0 when sticky routing is off.
+      const rid = idsOf(request).responseRequestId;
+      const auth = await authenticateBuyer(deps.store, request, "demo_allowed");
+      if (!auth.ok) return errorResponse(auth.error, rid);
+      const deleted = deps.sticky ? await deps.sticky.map.purgeAccount(auth.principal.account_id, deps.now()) : 0;
+      return json({ object: "sticky.purged", deleted }, rid);
     })
     .get("/v1/receipts/:request_id", async ({ request, params }) => {
       const rid = idsOf(request).responseRequestId;
@@ -272,17 +284,22 @@ export function createHttpApp(deps: HttpDeps) {
     .get("/v1/rate-card", ({ request }) => (rateCard ? rateCard() : notFound(request)))
     .get("/healthz", ({ request }) => {
       // 503 while draining, so a load balancer stops sending new requests before the process exits.
+      // 503 while an engine it needs (Redis, in a cluster) is unreachable: the node cannot serve.
       const running = deps.accepting();
-      // The durable store's state too: a cluster node whose PostgreSQL is unreachable cannot serve.
+      // Every engine the node depends on: the durable store (PostgreSQL or SQLite) and, in a cluster,
+      // Redis. A node that cannot reach one answers 503, so a load balancer takes it out.
       const store = deps.store.health();
+      const engines = deps.engines?.() ?? {};
+      const degraded = !store.up || Object.values(engines).some((up) => !up);
       const body = {
-        ok: running && store.up,
-        status: running ? "running" : "draining",
+        ok: running && !degraded,
+        status: !running ? "draining" : degraded ? "degraded" : "running",
         live_requests: deps.runner.liveRequests(),
         providers_admitted: deps.providerViews().length,
         store: { backend: store.backend, up: store.up },
+        ...(deps.engines ? { engines: Object.fromEntries(Object.entries(engines).map(([name, up]) => [name, up ? "up" : "down"])) } : {}),
       };
-      return json(body, idsOf(request).responseRequestId, running && store.up ? 200 : 503);
+      return json(body, idsOf(request).responseRequestId, running && !degraded ? 200 : 503);
     })
     .get("/metrics", async ({ request }) => {
       const rid = idsOf(request).responseRequestId;

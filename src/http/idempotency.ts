@@ -10,13 +10,14 @@
 // replayed: the next request with that key or body runs as a new request. Identical bodies without a
 // retry mark or key always run (people resample on purpose).
 //
-// Results live in process memory only, bounded in bytes and in time: output text is never written to
-// disk for this, and a retry arrives within seconds of the failure it retries. A restart forgets them
-// (docs/quotas.md, "Retries": a retry that crosses a restart runs again). Several nodes would keep
-// these in Redis, or route an account's requests to one node (docs/architecture.md).
+// Results live in process memory, bounded in bytes and in time, and in a backend that outlives the
+// process (replayBackend.ts): a SQLite file in the embedded mode, so a retry that crosses a restart is
+// replayed; Redis in a cluster, so a retry that lands on another node is (docs/quotas.md, "Retries").
+// Memory is looked in first; the backend only when memory knows nothing of the key or body.
 import { createHash } from "node:crypto";
 import { gatewayError, type GatewayError } from "./errors.ts";
 import type { BodyTemplate } from "./output.ts";
+import type { ReplayBackend, SharedEntry } from "../store/replayBackend.ts";
 
 export const REPLAY_WINDOW_MS = 10 * 60_000;
 /** Marks a replayed response (the same header name as Stripe's: clients that know it can log it). */
@@ -84,7 +85,13 @@ export interface ReplayCacheOptions {
    * it, 32 MiB of ~300-byte JSON bodies is ~110,000 entries whose own objects outweigh the bodies.
    */
   maxEntries?: number;
+  /** Where finished results outlive this process (and, in a cluster, where keys are claimed). */
+  backend?: ReplayBackend;
 }
+
+/** How long a retry waits for a run of its body in flight on another node before it runs fresh. */
+const REMOTE_WAIT_MS = 30_000;
+const REMOTE_POLL_MS = 50;
 
 /** Reads the retry identity of a buyer request (headers) around its raw body bytes. */
 export function replayIdentity(request: Request, account_id: string, route: string, body: Uint8Array): ReplayIdentity {
@@ -175,6 +182,7 @@ export function createReplayCache(options: ReplayCacheOptions) {
     // Re-inserted so creation order stays completion order for pruning.
     entries.delete(e.seq);
     entries.set(e.seq, e);
+    options.backend?.finished(e.keyId, e.fingerprint, result ? { fingerprint: e.fingerprint, ...result } : null);
     const waiters = e.waiters;
     e.waiters = null;
     if (waiters) for (const w of waiters) w();
@@ -185,12 +193,40 @@ export function createReplayCache(options: ReplayCacheOptions) {
 
   const settled = (e: Entry) => new Promise<void>((resolve) => (e.waiters ??= []).push(resolve));
 
-  function replay(e: Entry): Response {
+  const replay = (e: Pick<Entry, "status" | "headers" | "body">): Response => {
     const headers = new Headers();
     const h = e.headers!;
     for (let i = 0; i < h.length; i += 2) headers.set(h[i]!, h[i + 1]!);
     headers.set(REPLAYED_HEADER, "true");
     return new Response(e.body!.slice(0), { status: e.status, headers });
+  };
+
+  const keyReused = () =>
+    gatewayError("idempotency_key_reused", "This Idempotency-Key was used with another request body or route in the last 10 minutes. Use a new key for a new request.");
+  const keyInFlight = () => gatewayError("duplicate_request_id", "A request with this Idempotency-Key is still running. Its result is replayed once it has finished.");
+  const backendDown = () =>
+    gatewayError("coordinator_unavailable", "The gateway cannot reach its shared state right now, so it cannot tell whether this request is a retry. Retry shortly.", {
+      retryAfterSeconds: 1,
+    });
+
+  /** The answer for a key another run holds (here or on another node), or null when it may run. */
+  const heldKey = (held: { state: Entry["state"]; fingerprint: string } | SharedEntry | undefined, fingerprint: string, refuse: (error: GatewayError) => Response): Response | null => {
+    if (!held || held.state === "failed") return null;
+    if (held.fingerprint !== fingerprint) return refuse(keyReused());
+    if (held.state === "in_flight") return refuse(keyInFlight());
+    return replay(held as Pick<Entry, "status" | "headers" | "body">);
+  };
+
+  /** A retry of a body no run of this process knows: the backend's latest result, waiting for one in flight. */
+  async function remoteLatest(backend: ReplayBackend, fingerprint: string): Promise<Response | null> {
+    const until = options.now() + REMOTE_WAIT_MS;
+    for (;;) {
+      const shared = await backend.latest(fingerprint);
+      if (shared === "unavailable" || shared === null) return null;
+      if (shared.state === "succeeded") return replay(shared);
+      if (options.now() >= until) return null;
+      await Bun.sleep(REMOTE_POLL_MS);
+    }
   }
 
   /**
@@ -257,17 +293,15 @@ export function createReplayCache(options: ReplayCacheOptions) {
           return refuse(gatewayError("invalid_request", `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} characters.`, { param: "Idempotency-Key" }));
         }
         const keyId = `${identity.account_id}\u0000${identity.idempotencyKey}`;
-        const first = live(byKey.get(keyId), now);
-        if (first && first.state !== "failed") {
-          if (first.fingerprint !== fingerprint) {
-            return refuse(
-              gatewayError("idempotency_key_reused", "This Idempotency-Key was used with another request body or route in the last 10 minutes. Use a new key for a new request."),
-            );
-          }
-          if (first.state === "in_flight") {
-            return refuse(gatewayError("duplicate_request_id", "A request with this Idempotency-Key is still running. Its result is replayed once it has finished."));
-          }
-          return replay(first);
+        const answered = heldKey(live(byKey.get(keyId), now), fingerprint, refuse);
+        if (answered) return answered;
+        const backend = options.backend;
+        if (backend) {
+          const shared = await backend.claim(keyId, fingerprint);
+          if (shared === "unavailable") return refuse(backendDown());
+          // Another request of this process may have taken the key while the backend answered.
+          const again = heldKey(live(byKey.get(keyId), options.now()), fingerprint, refuse) ?? (shared ? heldKey(shared, fingerprint, refuse) : null);
+          if (again) return again;
         }
         return runFresh(keyId, fingerprint, start);
       }
@@ -275,7 +309,12 @@ export function createReplayCache(options: ReplayCacheOptions) {
         const latest = live(byBody.get(fingerprint), now);
         if (latest?.state === "in_flight") await settled(latest);
         if (latest?.state === "succeeded" && latest.body) return replay(latest);
+        if (!latest && options.backend) {
+          const replayed = await remoteLatest(options.backend, fingerprint);
+          if (replayed) return replayed;
+        }
       }
+      options.backend?.started(fingerprint);
       return runFresh(null, fingerprint, start);
     },
     /** Results held now (diagnostics and tests). */

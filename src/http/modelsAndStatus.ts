@@ -121,11 +121,20 @@ export function modelsBody(views: readonly ProviderView[], settlementMode: "obse
 
 export type PoolStatus = "up" | "degraded" | "idle" | "down";
 
+/** Routing's part of /v1/status capacity (docs/routing.md). */
+export interface RoutingStatus {
+  /** Requests waiting for a free slot. */
+  queued: number;
+  /** (provider, model) pairs not healthy. */
+  cooldowns: { provider_id: string; model: string; state: string; level: number; seconds_left: number }[];
+}
+
 export function statusBody(
   views: readonly ProviderView[],
   accepting: boolean,
   now: number,
   catalog: { status: "ok" } | { status: "degraded"; reason: string } = { status: "ok" },
+  routing?: RoutingStatus,
 ) {
   const count = (state: ProviderView["state"]) => views.filter((v) => v.state === state).length;
   const awake = views.filter((v) => v.state !== "asleep");
@@ -153,7 +162,7 @@ export function statusBody(
       pinned: views.filter((v) => v.tier === "pinned").length,
       provisional: views.filter((v) => v.tier === "provisional").length,
     },
-    capacity: { free_slots: freeSlots, in_flight: inFlight },
+    capacity: { free_slots: freeSlots, in_flight: inFlight, ...(routing ? { queued: routing.queued, cooldowns: routing.cooldowns } : {}) },
     catalog: catalog.status === "ok" ? { status: "ok" } : { status: "degraded", reason: catalog.reason },
     models,
   };

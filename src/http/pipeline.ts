@@ -7,9 +7,10 @@ import { failureError, gatewayError, type GatewayError } from "./errors.ts";
 import { promptTokenBound } from "./chat/normalize.ts";
 import type { ChatOutcome, ChatResponder, NormalizedChat, RequestFailure } from "../chat/contract.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
+import type { RequestRunner } from "../gateway/requests.ts";
+import type { RequestSpec } from "../gateway/requestHandle.ts";
 import type { BodyTemplate, FacadeResponder, StreamFlow } from "./output.ts";
 import type { Log } from "../log.ts";
-import type { RequestRunner } from "../gateway/requests.ts";
 import { isStoreUnavailable, type AsyncStore as Store } from "../store/asyncStore.ts";
 import type { Settlements } from "../gateway/settlements.ts";
 import { reservationCredits, type Rates } from "../ledger/index.ts";
@@ -17,6 +18,15 @@ import { buyerAccount } from "../store/index.ts";
 import { payerFor, type Payer } from "../ledger/charges.ts";
 import { balanceRefusal, concurrencyRefusal, dailyQuotaRefusal, limitsFor, utcDay, type QuotaPolicy } from "./quotas.ts";
 import { replayIdentity, type ReplayCache, type RunTracker } from "./idempotency.ts";
+import { CONVERSATION_HEADER, conversationKey, conversationTag } from "../gateway/sticky.ts";
+import type { StickyMap } from "../store/sticky.ts";
+
+/** Sticky conversation affinity (docs/routing.md): on when given. */
+export interface StickyRouting {
+  map: StickyMap;
+  /** The gateway secret the conversation keys are HMACs under. */
+  secret: Uint8Array;
+}
 
 export interface PipelineDeps {
   store: Store;
@@ -32,12 +42,29 @@ export interface PipelineDeps {
   quotas?: QuotaPolicy;
   /** Retries replayed instead of re-run (docs/buyer-api.md); absent = every request runs. */
   replays?: ReplayCache;
+  /** Sticky routing; absent = off (X-Conversation-ID is ignored). */
+  sticky?: StickyRouting;
+  /** Concurrency slots shared by every node (a cluster, src/cluster/slots.ts); absent = the store's own. */
+  sharedSlots?: SharedSlotPort;
   /** Deadline for the whole request body (default 30 s). */
   requestBodyTimeoutMs?: number;
   /** Bounds on a stream's output waiting for a buyer that does not read (absent = unbounded). */
   stream?: { maxBufferedBytes: number; stallMs: number };
   log?: Log;
 }
+
+/** Slots held in a shared engine: taking one is asynchronous, and may fail when the engine is unreachable. */
+export interface SharedSlotPort {
+  acquire(account_id: string, request_id: string, limit: number): Promise<{ ok: true } | { ok: false; code: "concurrency_exhausted" | "engine_unavailable" }>;
+  release(request_id: string): void;
+}
+
+/** The refusal when the shared slots cannot be reached: nothing was taken or written. */
+const slotsUnavailable = () =>
+  gatewayError("coordinator_unavailable", "The gateway cannot reach its shared state (Redis) right now. Nothing was charged; retry shortly.", {
+    retryAfterSeconds: 1,
+  });
+
 
 /** Raw body bytes of admitted requests: what retries are matched on (same body bytes, docs/buyer-api.md). */
 const rawBodies = new WeakMap<Request, Uint8Array>();
@@ -151,19 +178,70 @@ const ignoreBody = (_text: string) => {};
 const ignoreFilled = (_template: BodyTemplate, _hole: string) => {};
 
 /**
- * Runs the request as a new one: admission, concurrency slot, reservation, then the request actor.
- * It makes no closure itself: an async function's variables (the prompt among them) live in one heap
- * scope that every closure made in it keeps, and the closures below live as long as the response —
- * a stream's prompt must not (docs/architecture.md, "What a live request holds").
+ * Runs the request as a new one. With sticky routing on, a tagged request first looks its conversation
+ * up (a bad tag is refused; a lookup that fails routes normally: stickiness never fails a request).
  */
-async function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null): Promise<Response> {
-  const { ids, principal, chat } = input;
-  const promptBound = promptTokenBound(chat.messages, chat.params.tools);
+function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null): Promise<Response> {
+  if (!deps.sticky) return runAdmitted(deps, input, tracker, undefined);
+  const tag = conversationTag(input.request.headers.get(CONVERSATION_HEADER));
+  if (tag === null) return runAdmitted(deps, input, tracker, undefined);
+  if (tag === "invalid") {
+    tracker?.outcome(false);
+    const message = "The X-Conversation-ID header must be 1 to 128 characters from A-Z, a-z, 0-9, '.', '_', ':' and '-'.";
+    return Promise.resolve(input.refuse(gatewayError("invalid_request", message, { param: "X-Conversation-ID" })));
+  }
+  const key = conversationKey(deps.sticky.secret, input.principal.account_id, tag);
+  return deps.sticky.map
+    .get(key, deps.now())
+    .catch(() => null)
+    .then((providerId) => runAdmitted(deps, input, tracker, { key, providerId }));
+}
+
+/** Its concurrency slot (the cluster's shared one, or the store's), then the rest of the run. */
+function runAdmitted(deps: PipelineDeps, input: PipelineRequest, tracker: RunTracker | null, sticky: RequestSpec["sticky"]): Promise<Response> {
+  const { ids, principal } = input;
   const slotLimit = deps.quotas ? limitsFor(deps.quotas, principal).concurrentRequests : null;
-  if (slotLimit !== null && !deps.store.acquireRequestSlot(principal.account_id, ids.requestId, slotLimit).ok) {
+  if (slotLimit === null) return runHoldingSlot(deps, input, tracker, null, sticky);
+  const shared = deps.sharedSlots;
+  if (shared) {
+    return shared.acquire(principal.account_id, ids.requestId, slotLimit).then((slot) => {
+      if (slot.ok) return runHoldingSlot(deps, input, tracker, slotRelease(shared.release.bind(shared), ids.requestId), sticky);
+      tracker?.outcome(false);
+      return input.refuse(slot.code === "engine_unavailable" ? slotsUnavailable() : concurrencyRefusal(slotLimit, deps.now()));
+    });
+  }
+  if (!deps.store.acquireRequestSlot(principal.account_id, ids.requestId, slotLimit).ok) {
     return Promise.resolve(input.refuse(concurrencyRefusal(slotLimit, deps.now())));
   }
-  const end = requestEnd(deps, ids.requestId, slotLimit !== null, tracker);
+  return runHoldingSlot(deps, input, tracker, slotRelease(deps.store.releaseRequestSlot.bind(deps.store), ids.requestId), sticky);
+}
+
+/**
+ * Frees the slot. Made here, not in runAdmitted: a closure keeps its whole making scope, and that one
+ * holds the request (prompt included) for its `.then`, while this lives as long as the response.
+ */
+function slotRelease(release: (requestId: string) => unknown, requestId: string): () => void {
+  return () => {
+    release(requestId);
+  };
+}
+
+/**
+ * The rest of a new run, once its concurrency slot (if any) is held; `releaseSlot` frees it. It makes
+ * no closure itself: an async function's variables (the prompt among them) live in one heap scope that
+ * every closure made in it keeps, and the closures below live as long as the response — a stream's
+ * prompt must not (docs/architecture.md, "What a live request holds").
+ */
+async function runHoldingSlot(
+  deps: PipelineDeps,
+  input: PipelineRequest,
+  tracker: RunTracker | null,
+  releaseSlot: (() => void) | null,
+  sticky: RequestSpec["sticky"],
+): Promise<Response> {
+  const { ids, principal, chat } = input;
+  const promptBound = promptTokenBound(chat.messages, chat.params.tools);
+  const end = requestEnd(releaseSlot, tracker);
   const admission = deps.settlements.admitModel(chat.model);
   if (!admission.ok) {
     end(false);
@@ -186,19 +264,19 @@ async function runFresh(deps: PipelineDeps, input: PipelineRequest, tracker: Run
     end(false);
     return input.refuse(reserved.error);
   }
-  return startRequest(deps, input, tracker, end, promptBound, reserved.payer);
+  return startRequest(deps, input, tracker, end, { promptBound, payer: reserved.payer, sticky });
 }
 
 /**
  * Once, when the buyer's response ended (or never started): frees the concurrency slot
  * (docs/buyer-api.md) and tells the replay cache whether this is a result a retry may get.
  */
-function requestEnd(deps: PipelineDeps, requestId: string, holdsSlot: boolean, tracker: RunTracker | null): (ok: boolean) => void {
+function requestEnd(releaseSlot: (() => void) | null, tracker: RunTracker | null): (ok: boolean) => void {
   let ended = false;
   return (ok) => {
     if (ended) return;
     ended = true;
-    if (holdsSlot) deps.store.releaseRequestSlot(requestId);
+    releaseSlot?.();
     tracker?.outcome(ok);
   };
 }
@@ -209,8 +287,7 @@ function startRequest(
   input: PipelineRequest,
   tracker: RunTracker | null,
   end: (ok: boolean) => void,
-  promptBound: number,
-  payer: Payer,
+  admitted: { promptBound: number; payer: Payer; sticky: RequestSpec["sticky"] },
 ): Promise<Response> {
   const { request, ids } = input;
   const cancel = { abort: () => {} };
@@ -222,11 +299,12 @@ function startRequest(
     started = deps.runner.start({
       requestId: ids.requestId,
       chat: input.chat,
-      promptBound,
+      promptBound: admitted.promptBound,
       responder,
       accountId: input.principal.account_id,
-      payer,
+      payer: admitted.payer,
       buyerRoute: input.buyerRoute,
+      sticky: admitted.sticky,
     });
   } catch (error) {
     end(false);

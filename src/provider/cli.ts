@@ -22,7 +22,7 @@ import { resolveUpstreamKey } from "./upstreamKey.ts";
 import { checkUpstream, type UpstreamCheck } from "./openai/upstreamCheck.ts";
 
 export const PROVIDER_USAGE = `usage:
-  gateway provider --gateway ws(s)://HOST:PORT/v1/provider/connect --id ID --key-file F
+  gateway provider --gateway ws(s)://HOST:PORT/v1/provider/connect [--gateway URL2 …] --id ID --key-file F
                    --engine synthetic|openai --model SERVE_ID=HASH_OR_PATH [--model ...]
                    [--max-concurrency N] [--ram-gb N] [--max-context-tokens N]
                    [--synthetic-ttft-ms N] [--synthetic-tokens-per-second N]
@@ -55,7 +55,7 @@ class UsageError extends Error {}
 class StartupError extends Error {}
 
 const PROVIDER_OPTIONS = {
-  gateway: { type: "string" },
+  gateway: { type: "string", multiple: true },
   id: { type: "string" },
   "key-file": { type: "string" },
   engine: { type: "string" },
@@ -312,9 +312,11 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
     io.stdout(PROVIDER_USAGE);
     return 0;
   }
-  const gatewayUrl = required(values.gateway, "gateway");
-  if (!URL.canParse(gatewayUrl) || !/^wss?:$/.test(new URL(gatewayUrl).protocol)) {
-    throw new UsageError("--gateway must be a ws:// or wss:// URL");
+  // Several --gateway URLs: nodes of one cluster, tried in turn after a dropped connection.
+  const gatewayUrls = values.gateway ?? [];
+  const gatewayUrl = required(gatewayUrls[0], "gateway");
+  for (const url of gatewayUrls) {
+    if (!URL.canParse(url) || !/^wss?:$/.test(new URL(url).protocol)) throw new UsageError("--gateway must be a ws:// or wss:// URL");
   }
   const providerId = required(values.id, "id");
   if (!/^[A-Za-z0-9._-]{1,64}$/.test(providerId)) throw new UsageError("--id must match [A-Za-z0-9._-]{1,64}");
@@ -384,6 +386,7 @@ async function serve(args: string[], io: CommandIo): Promise<number> {
   const provider = await startProviderWithCatalogFeed(
     {
       gatewayUrl,
+      moreGatewayUrls: gatewayUrls.slice(1),
       providerId,
       key,
       engine,

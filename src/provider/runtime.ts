@@ -40,6 +40,11 @@ const realTimers: Timers = {
 
 export interface ProviderRuntimeOptions {
   gatewayUrl: string;
+  /**
+   * More gateways of one cluster (docs/scale-out.md): after a dropped or refused connection the
+   * runtime tries the next URL of [gatewayUrl, ...moreGatewayUrls], in turn.
+   */
+  moreGatewayUrls?: readonly string[];
   providerId: string;
   key: { privateKey: KeyObject; publicKeyRaw: Uint8Array };
   engine: Engine;
@@ -146,6 +151,9 @@ class Runtime implements ProviderRuntime {
   /** The next paced outbox flush, while receipts wait for it. */
   private flushTimer: unknown = null;
   private failures = 0; // connection attempts since the last welcome: the backoff exponent
+  private readonly gatewayUrls: string[];
+  /** Which of gatewayUrls the next connection goes to. */
+  private gatewayIndex = 0;
   private readonly signer: ReceiptSigner;
   private readonly outbox: ReceiptOutbox;
   /** Ended attempts not settled yet, by jobKey, oldest first (rememberEnded). */
@@ -161,7 +169,8 @@ class Runtime implements ProviderRuntime {
     if (!(this.pingIntervalMs > 0 && this.watchdogTimeoutMs > this.pingIntervalMs)) {
       throw new Error("watchdog: pingIntervalMs must be positive and below timeoutMs");
     }
-    if (!/^wss?:\/\//.test(options.gatewayUrl)) throw new Error("gatewayUrl must be ws:// or wss://");
+    this.gatewayUrls = [options.gatewayUrl, ...(options.moreGatewayUrls ?? [])];
+    if (!this.gatewayUrls.every((url) => /^wss?:\/\//.test(url))) throw new Error("gatewayUrl must be ws:// or wss://");
     if (!Number.isInteger(this.maxConcurrency) || this.maxConcurrency < 1) {
       throw new Error("maxConcurrency must be a positive integer");
     }
@@ -196,8 +205,9 @@ class Runtime implements ProviderRuntime {
   connect(): void {
     this.reconnectTimer = null;
     if (this.stopped) return;
-    this.log("connecting", { url: this.options.gatewayUrl, attempt: this.failures });
-    const ws = new WebSocket(this.options.gatewayUrl);
+    const url = this.gatewayUrls[this.gatewayIndex]!;
+    this.log("connecting", { url, attempt: this.failures });
+    const ws = new WebSocket(url);
     ws.binaryType = "arraybuffer";
     let markClosed = () => {};
     const session: Session = {
@@ -272,7 +282,7 @@ class Runtime implements ProviderRuntime {
   private sendHello(session: Session): void {
     const { providerId, key, hardware, runtime } = this.options;
     const models = this.models();
-    this.log("connected", { url: this.options.gatewayUrl });
+    this.log("connected", { url: this.gatewayUrls[this.gatewayIndex] });
     this.send(session, {
       type: "hello",
       protocol: 1,
@@ -406,7 +416,9 @@ class Runtime implements ProviderRuntime {
     const ceiling = OPERATOR_REFUSALS.has(code) ? maxMs : Math.min(maxMs, minMs * 2 ** this.failures);
     const delayMs = Math.floor((this.options.random ?? Math.random)() * ceiling); // full jitter
     this.failures = Math.min(this.failures + 1, 30);
-    this.log("reconnect_scheduled", { delay_ms: delayMs, attempt: this.failures });
+    // The gateway that dropped or refused us may be gone: the next one of a cluster is tried.
+    this.gatewayIndex = (this.gatewayIndex + 1) % this.gatewayUrls.length;
+    this.log("reconnect_scheduled", { delay_ms: delayMs, attempt: this.failures, url: this.gatewayUrls[this.gatewayIndex] });
     this.reconnectTimer = this.timers.setTimeout(() => this.connect(), delayMs);
   }
 

@@ -39,6 +39,7 @@ export const SETTLEMENT_REASONS = [
   // outcomes without a verdict on a receipt
   "no_receipt", // no receipt by the pending deadline
   "nothing_delivered", // zero_settled: no byte and no tool call reached the buyer
+  "hedge_lost", // zero_settled: a hedged attempt of the same request delivered first (docs/routing.md)
   "interrupted", // the gateway lost its own delivered record (stopped mid-attempt): never charged
 ] as const;
 export type SettlementReason = (typeof SETTLEMENT_REASONS)[number];

@@ -122,6 +122,7 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
   });
   return {
     ...grouped,
+    forgetCachedKeys: keys.forget,
     close: () => {
       grouped.close();
       wal?.close();

@@ -2,9 +2,8 @@
 // Deliberately process memory, not SQLite: a slot stands for a live HTTP response on this process, so
 // a restart — which ends every such response — must free every slot, and a durable row would instead
 // leak slots across a crash. Acquire and release are synchronous, so a check-and-take is atomic with
-// respect to every other request of the process (one event loop). Several nodes behind one account
-// would move this counter to Redis (docs/architecture.md) behind this same interface, with a TTL as the crash
-// guard.
+// respect to every other request of the process (one event loop). A cluster node takes its slots in
+// Redis under a lease instead (src/cluster/slots.ts, docs/scale-out.md).
 
 export type AcquireSlotResult = { ok: true; in_use: number } | { ok: false; code: "concurrency_exhausted"; in_use: number };
 

@@ -93,6 +93,8 @@ export interface Store extends IdentityStore, DemoSessionStore, LedgerStore, Fee
   createApiKey(input: { account_id: string; label?: string }, now_ms?: number): { key_id: string; api_key: string };
   /** True when the key exists (revoking twice keeps the first revocation time); false when unknown. */
   revokeApiKey(key_id: string, now_ms?: number): boolean;
+  /** Drops cached key lookups, when the store keeps any (another node announced a key or tier change). */
+  forgetCachedKeys?(): void;
   listApiKeys(account_id?: string): ApiKeyRow[];
 
   getProviderBinding(provider_id: string): ProviderBinding | null;

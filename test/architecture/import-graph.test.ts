@@ -39,6 +39,8 @@ const LAYERS: readonly Layer[] = [
     ],
   },
   { name: "store", paths: ["src/store/"] },
+  // Live state shared between cluster nodes (Redis): leases, slots, replays, registry, transport.
+  { name: "cluster", paths: ["src/cluster/"] },
   {
     name: "services",
     paths: ["src/catalog/history.ts", "src/catalog/live.ts", "src/catalog/operations.ts", "src/ledger/audit.ts", "src/ledger/index.ts"],

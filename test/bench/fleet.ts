@@ -1,7 +1,7 @@
 // Prints the fleet simulation's figures for docs/routing.md: median and p99 TTFT per routing policy on
-// 20 providers of mixed speeds, and hedging off/on with 10 % slow providers; mean over three seeds.
+// 20 providers of mixed speeds, and hedging off/on on fleets with slow providers; mean over three seeds.
 // Usage: bun test/bench/fleet.ts
-import { fleetWithSlowTenth, mixedFleet, simulateFleet, type FleetOptions } from "../support/fleet.ts";
+import { fleetWithHiccups, fleetWithSlowTenth, mixedFleet, simulateFleet, type FleetOptions } from "../support/fleet.ts";
 
 const seeds = [1, 2, 3];
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
@@ -27,14 +27,21 @@ for (const rate of [3, 6]) {
     row([rate, policy, r.p50, r.p99, r.idle, r.unserved]);
   }
 }
-console.log("\nHedging, 20 providers of which 10 % have slow episodes, 3,000 requests a run, hedge share cap 5 %\n");
-row(["arrivals/s", "policy", "hedging", "TTFT p50 ms", "TTFT p99 ms", "hedged", "unserved"]);
-row(["---", "---", "---", "---", "---", "---", "---"]);
-for (const rate of [3, 5]) {
-  for (const policy of ["consolidate", "shortest_wait"] as const) {
-    for (const hedge of [{ kind: "off" }, { kind: "fixed", afterMs: 1_000 }, { kind: "adaptive" }] as const) {
-      const r = runAll({ providers: fleetWithSlowTenth(), policy, arrivalsPerS: rate, requests: 3_000, hedge });
-      row([rate, policy, hedge.kind === "fixed" ? "after 1,000 ms" : hedge.kind === "adaptive" ? "at p95" : "off", r.p50, r.p99, r.hedges, r.unserved]);
+const hedgeModes = [{ kind: "off" }, { kind: "fixed", afterMs: 1_000 }, { kind: "adaptive" }] as const;
+const hedgeLabel = (h: (typeof hedgeModes)[number]) => (h.kind === "fixed" ? "after 1,000 ms" : h.kind === "adaptive" ? "at p95" : "off");
+for (const [title, fleet, rates] of [
+  ["10 % slow providers (2 of 20 take ten times as long to a first token on 15 % of their jobs)", fleetWithSlowTenth, [4, 6]],
+  ["every provider slow on 3 % of its jobs (ten times as long to a first token)", fleetWithHiccups, [4]],
+] as const) {
+  console.log(`\nHedging, ${title}, 3,000 requests a run, hedge share cap 5 %\n`);
+  row(["arrivals/s", "policy", "hedging", "TTFT p50 ms", "TTFT p99 ms", "hedged", "unserved"]);
+  row(["---", "---", "---", "---", "---", "---", "---"]);
+  for (const rate of rates) {
+    for (const policy of ["consolidate", "shortest_wait"] as const) {
+      for (const hedge of hedgeModes) {
+        const r = runAll({ providers: fleet(), policy, arrivalsPerS: rate, requests: 3_000, hedge });
+        row([rate, policy, hedgeLabel(hedge), r.p50, r.p99, r.hedges, r.unserved]);
+      }
     }
   }
 }

@@ -1,7 +1,9 @@
 // The real gateway with two `gateway provider --engine openai` processes, each in front of its own
 // fault-injecting mock upstream, driven by the official openai SDK. "a-upstream" sorts first, so
 // routing tries it first (ties break by provider id); "z-upstream" is always healthy.
-// Every upstream fault ends as the spec says, within bounded time, and the next request is served.
+// Every upstream fault ends as the spec says, within bounded time; with A's upstream still faulty,
+// the next request is served by the healthy provider within 2 s, without touching A when the fault
+// put it in cooldown (docs/routing.md); then routing's memory is cleared so A is first again.
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import OpenAI, { APIError } from "openai";
 import { MOCK_TOKENS, startMockUpstream, type MockUpstream, type Scenario } from "../support/mockUpstream.ts";
@@ -53,6 +55,8 @@ afterAll(async () => {
 beforeEach(() => {
   upstreamA.scenario = "happy";
   upstreamB.scenario = "happy";
+  // Each test starts with A first: no cooldowns or dispatch shares from the one before.
+  gw.gateway.routing.reset();
 });
 
 async function streamText(maxTokens?: number) {
@@ -79,6 +83,26 @@ async function servesNextRequestNormally() {
   const before = upstreamA.requests.length;
   expect(await streamText()).toBe(fullText);
   expect(upstreamA.requests.length).toBe(before + 1);
+}
+
+/**
+ * Right after a fault on A, with A's upstream still faulty: the next request is served by the healthy
+ * provider within 2 s; when the fault cooled A (anything but a capacity or context decline), A is not
+ * tried at all. Then A's upstream heals, routing forgets, and A serves again.
+ */
+async function nextServedByHealthy(cooled: boolean) {
+  await waitFor(() => gw.gateway.registry.attempts.size === 0, 2000, "attempts released");
+  expect(gw.gateway.routing.cooldowns.health("a-upstream", "test-model")).toBe(cooled ? "cooling" : "healthy");
+  const beforeA = upstreamA.requests.length;
+  const beforeB = upstreamB.requests.length;
+  const started = performance.now();
+  expect(await streamText()).toBe(fullText);
+  expect(performance.now() - started).toBeLessThan(2000);
+  expect(upstreamB.requests.length).toBe(beforeB + 1);
+  if (cooled) expect(upstreamA.requests.length).toBe(beforeA);
+  upstreamA.scenario = "happy";
+  gw.gateway.routing.reset();
+  await servesNextRequestNormally();
 }
 
 async function timed<T>(work: () => Promise<T>): Promise<T> {
@@ -126,29 +150,29 @@ describe("happy path", () => {
 });
 
 describe("upstream faults before any output: the other provider serves the request", () => {
-  test.each<[string, Scenario | Scenario["kind"]]>([
-    ["rate limited (429, no Retry-After)", "rate-limit"],
-    ["rate limited (429, Retry-After)", "rate-limit-retry-after"],
-    ["server error 500", "server-500"],
-    ["server error 503", "server-503"],
-    ["context-length 400", "context-400"],
-    ["other 400", "bad-request-400"],
-    ["model 404", "not-found-404"],
-    ["connection reset", "reset-before"],
-    ["never answers", "never"],
-    ["slow first token", { kind: "slow-first", delayMs: 5000 }],
-    ["malformed first event", "malformed-first"],
-    ["ends without [DONE] before any token", { kind: "cut-mid", at: 0 }],
-    ["in-band error event before any token", { kind: "error-event-mid", at: 0 }],
-  ])("%s", async (_, scenario) => {
+  // [name, scenario, whether A cools: capacity (429, 503) and context declines are no verdict]
+  test.each<[string, Scenario | Scenario["kind"], boolean]>([
+    ["rate limited (429, no Retry-After)", "rate-limit", false],
+    ["rate limited (429, Retry-After)", "rate-limit-retry-after", false],
+    ["server error 500", "server-500", true],
+    ["server error 503", "server-503", false],
+    ["context-length 400", "context-400", false],
+    ["other 400", "bad-request-400", true],
+    ["model 404", "not-found-404", true],
+    ["connection reset", "reset-before", true],
+    ["never answers", "never", true],
+    ["slow first token", { kind: "slow-first", delayMs: 5000 }, true],
+    ["malformed first event", "malformed-first", true],
+    ["ends without [DONE] before any token", { kind: "cut-mid", at: 0 }, true],
+    ["in-band error event before any token", { kind: "error-event-mid", at: 0 }, true],
+  ])("%s", async (_, scenario, cooled) => {
     upstreamA.scenario = scenario;
     const beforeA = upstreamA.requests.length;
     const beforeB = upstreamB.requests.length;
     expect(await timed(() => streamText())).toBe(fullText);
     expect(upstreamA.requests.length).toBe(beforeA + 1); // the fault was hit…
     expect(upstreamB.requests.length).toBe(beforeB + 1); // …and the request failed over
-    upstreamA.scenario = "happy";
-    await servesNextRequestNormally();
+    await nextServedByHealthy(cooled);
   });
 
   test("non-streaming requests fail over too", async () => {
@@ -182,8 +206,7 @@ describe("upstream faults after output: provider_disconnected in-band, no [DONE]
     // (A late normal_done line of the previous test's follow-up request may still arrive: skip it.)
     const end = await providers[0]!.waitForEvent("job_ended", (e) => !earlier.has(e) && e.terminal_state !== "normal_done", 2000);
     expect(end.terminal_state).toBe(terminal);
-    upstreamA.scenario = "happy";
-    await servesNextRequestNormally();
+    await nextServedByHealthy(true);
   });
 
   test("on the wire: exactly one in-band error frame, last, and no [DONE]", async () => {

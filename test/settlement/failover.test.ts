@@ -141,6 +141,8 @@ describe("accepted.model_hash ≠ the catalog hash", () => {
     expect(first.jobs.length).toBe(jobsBefore);
     expect([...gw.gateway.registry.providerViews()].find((v) => v.providerId === "a-first")?.state).toBe("ready");
     firstScripts.set("m-decline", honest);
+    // Earlier tests cooled "a-first" for m-decline (docs/routing.md); forget that, to see the refusal is per model.
+    gw.gateway.routing.reset();
     await buyer.client.chat.completions.create({ model: "m-decline", messages, max_tokens: 16 });
     expect(first.lastJob()).toMatchObject({ model_id: "m-decline", attempt_n: 0 });
   });
@@ -151,6 +153,8 @@ describe("accepted.model_hash ≠ the catalog hash", () => {
     first.sendHeartbeat();
     await waitFor(() => !session.refusedModels.has("m-measure"), 2000, "the refusal lifted");
     firstScripts.set("m-measure", honest);
+    // The refused measurement also cooled the pair (docs/routing.md): forget that, to see the refusal lifted.
+    gw.gateway.routing.reset();
     const completion = await buyer.client.chat.completions.create({ model: "m-measure", messages, max_tokens: 16 });
     expect(completion.choices[0]?.message.content).toBe(HONEST_TEXT);
     const job = first.lastJob();

@@ -20,8 +20,8 @@ export interface ProviderSpec {
   prefillMs: number;
   /** Decode rate of one stream when alone (tokens/s). */
   decodeTps: number;
-  /** Episodes in which first tokens take `factor` times longer (the owner's other work, throttling), alternating with normal ones. */
-  slowEpisodes?: { factor: number; meanNormalMs: number; meanSlowMs: number };
+  /** A share of its jobs (`chance`) take `factor` times longer to a first token: the owner's other work, swapping, throttling. */
+  slowJobs?: { chance: number; factor: number };
 }
 
 export interface FleetOptions {
@@ -75,8 +75,6 @@ class SimProvider {
   running: Job[] = [];
   waiting: Job[] = [];
   report: ProviderLoad = { queuedJobs: 0, decodeTokensPerS: 0, outstandingOutputTokens: 0 };
-  /** Prefill multiplier now (1, or the slow episode's factor). */
-  episode = 1;
   constructor(readonly spec: ProviderSpec) {}
 
   /** Contention: each running job slows the others (half a job's worth at full parallelism). */
@@ -190,13 +188,15 @@ export function simulateFleet(options: FleetOptions): FleetResult {
       inFlight: p.inFlight,
       maxConcurrency: p.spec.slots,
       load: p.report,
+      awaitingFirstByte: p.waiting.length + p.running.filter((j) => j.state === "prefill").length,
     }));
 
   const startJob = (job: Job) => {
     const p = job.provider;
     job.state = "prefill";
     p.running.push(job);
-    const slow = p.slowdown() * p.episode * (0.8 + 0.4 * r.next());
+    const hiccup = p.spec.slowJobs && r.next() < p.spec.slowJobs.chance ? p.spec.slowJobs.factor : 1;
+    const slow = p.slowdown() * hiccup * (0.8 + 0.4 * r.next());
     job.timers.push(
       sched.at(p.spec.prefillMs * slow, () => {
         job.state = "decode";
@@ -308,15 +308,6 @@ export function simulateFleet(options: FleetOptions): FleetResult {
   };
   nextArrival();
   const running = () => arrivals <= options.requests || providers.some((p) => p.inFlight > 0);
-  for (const p of providers) {
-    const e = p.spec.slowEpisodes;
-    if (!e) continue;
-    const toggle = () => {
-      p.episode = p.episode === 1 ? e.factor : 1;
-      if (running()) sched.at(-Math.log(1 - r.next()) * (p.episode === 1 ? e.meanNormalMs : e.meanSlowMs), toggle);
-    };
-    sched.at(-Math.log(1 - r.next()) * e.meanNormalMs, toggle);
-  }
   const heartbeatMs = options.heartbeatMs ?? 1_000;
   const beat = () => {
     for (const p of providers) {
@@ -348,14 +339,19 @@ export function mixedFleet(): ProviderSpec[] {
 }
 
 /**
- * 20 providers, 10 % of them slow: in episodes (mean 20 s, between normal stretches of mean 20 s) their
- * first tokens take ten times as long — slowness routing can only learn after the fact.
+ * 20 providers, 10 % of them slow: 15 % of their jobs take ten times as long to a first token —
+ * slowness routing cannot predict per request, only average.
  */
 export function fleetWithSlowTenth(): ProviderSpec[] {
   const fleet: ProviderSpec[] = [];
   for (let i = 0; i < 18; i++) fleet.push({ id: `ok-${i}`, slots: 4, parallel: 4, prefillMs: 300, decodeTps: 30 });
-  for (let i = 0; i < 2; i++) {
-    fleet.push({ id: `slow-${i}`, slots: 4, parallel: 4, prefillMs: 300, decodeTps: 30, slowEpisodes: { factor: 10, meanNormalMs: 5_000, meanSlowMs: 5_000 } });
-  }
+  for (let i = 0; i < 2; i++) fleet.push({ id: `slow-${i}`, slots: 4, parallel: 4, prefillMs: 300, decodeTps: 30, slowJobs: { chance: 0.15, factor: 10 } });
+  return fleet;
+}
+
+/** 20 alike providers, every one of them slow on 3 % of its jobs (ten times the first-token time): slowness no routing can avoid. */
+export function fleetWithHiccups(): ProviderSpec[] {
+  const fleet: ProviderSpec[] = [];
+  for (let i = 0; i < 20; i++) fleet.push({ id: `p-${i}`, slots: 4, parallel: 4, prefillMs: 300, decodeTps: 30, slowJobs: { chance: 0.03, factor: 10 } });
   return fleet;
 }

@@ -88,7 +88,7 @@ test("any sequence of outcomes obeys the rules", () => {
   );
 });
 
-test("the live table: per (provider, model), reported transitions, recent failures by provider", () => {
+test("the live table: per (provider, model), reported transitions, recent failures by pair", () => {
   fc.assert(
     fc.property(
       fc.array(fc.record({ p: fc.constantFrom("a", "b"), m: fc.constantFrom("m1", "m2"), fail: fc.boolean(), dt: fc.integer({ min: 0, max: 20_000 }) }), { maxLength: 40 }),
@@ -97,7 +97,7 @@ test("the live table: per (provider, model), reported transitions, recent failur
         const changes: string[] = [];
         const table = new Cooldowns({ baseMs: 5_000, maxMs: 300_000, trialTimeoutMs: 60_000 }, () => now, (c) => changes.push(c.event), 600_000);
         const model = new Map<string, CooldownEntry | undefined>();
-        const failTimes: Record<string, number[]> = { a: [], b: [] };
+        const failTimes: Record<string, number[]> = { "a/m1": [], "a/m2": [], "b/m1": [], "b/m2": [] };
         for (const s of steps) {
           now += s.dt;
           const key = `${s.p}/${s.m}`;
@@ -105,7 +105,7 @@ test("the live table: per (provider, model), reported transitions, recent failur
           if (s.fail) {
             table.failed(s.p, s.m, "lost_socket");
             model.set(key, afterFailure(model.get(key), now, table.rules, "lost_socket"));
-            failTimes[s.p]!.push(now);
+            failTimes[key]!.push(now);
             expect(changes.slice(before)).toEqual(["cooled"]);
           } else {
             const had = model.get(key) !== undefined;
@@ -114,8 +114,10 @@ test("the live table: per (provider, model), reported transitions, recent failur
             expect(changes.slice(before)).toEqual(had ? ["reset"] : []);
           }
           for (const p of ["a", "b"]) {
-            for (const m of ["m1", "m2"]) expect(table.health(p, m)).toBe(healthOf(model.get(`${p}/${m}`), now, table.rules));
-            expect(table.recentFailures(p)).toBe(failTimes[p]!.filter((t) => t >= now - 600_000).length);
+            for (const m of ["m1", "m2"]) {
+              expect(table.health(p, m)).toBe(healthOf(model.get(`${p}/${m}`), now, table.rules));
+              expect(table.recentFailures(p, m)).toBe(failTimes[`${p}/${m}`]!.filter((t) => t >= now - 600_000).length);
+            }
           }
         }
       },

@@ -169,7 +169,7 @@ test("consolidation puts a provider with quarantined settlements or recent failu
   const f = chooseProvider(providers, "m1", [], withSignals({ shady: { recentFailures: 1 } }));
   expect(f.ok && f.provider.providerId).toBe("clean");
   expect(reliability(sig())).toBe(1);
-  expect(reliability(sig({ verified: 9, quarantined: 1 }))).toBeCloseTo(10 / 11);
+  expect(reliability(sig({ verified: 9, quarantined: 1 }))).toBeCloseTo(13 / 14);
 });
 
 test("shortest expected wait: the documented formula, and the policy picks its minimum", () => {
@@ -184,13 +184,31 @@ test("shortest expected wait: the documented formula, and the policy picks its m
   const options = withSignals({ fast: { ttftMs: 200 }, queued: { ttftMs: 100 } }, { policy: "shortest_wait" });
   const choice = chooseProvider([fast, queued], "m1", [], options);
   expect(choice.ok && choice.provider.providerId).toBe("fast");
-  // Consolidation on the same fleet takes the busiest: its own queue does not count as saturated here
-  // (3 queued of 4 in flight is), so it is the fast one again; without the queue, the busier one.
+  // Consolidation on the same fleet: "queued" is busier but saturated (jobs wait for a first token by
+  // its report), so the fast one; without the report, the busier one.
   const consolidated = chooseProvider([fast, queued], "m1", [], { ...options, policy: "consolidate" });
   expect(consolidated.ok && consolidated.provider.providerId).toBe("fast");
   const unqueued = { ...queued, load: null };
   const busiest = chooseProvider([fast, unqueued], "m1", [], { ...options, policy: "consolidate" });
   expect(busiest.ok && busiest.provider.providerId).toBe("queued");
+});
+
+test("consolidation treats a machine with a job still waiting for its first token as saturated, by report or by the gateway's count", () => {
+  const busy = view("busy", { inFlight: 3, freeSlots: 5, maxConcurrency: 8 });
+  const idle = view("idle", { freeSlots: 8, maxConcurrency: 8 });
+  const pick = (b: ProviderView) => {
+    const c = chooseProvider([b, idle], "m1", []);
+    return c.ok && c.provider.providerId;
+  };
+  expect(pick(busy)).toBe("busy");
+  expect(pick({ ...busy, awaitingFirstByte: 1 })).toBe("idle");
+  expect(pick({ ...busy, load: { queuedJobs: 1, decodeTokensPerS: 10, outstandingOutputTokens: 10 } })).toBe("idle");
+  // Saturated ones still serve when nothing else can.
+  const alone = chooseProvider([{ ...busy, awaitingFirstByte: 3 }], "m1", []);
+  expect(alone.ok && alone.provider.providerId).toBe("busy");
+  // Observed TTFT over 3 × the pool's median: saturated too.
+  const slow = chooseProvider([busy, idle, view("other")], "m1", [], withSignals({ busy: { ttftMs: 1_000 }, idle: { ttftMs: 200 }, other: { ttftMs: 300 } }));
+  expect(slow.ok && slow.provider.providerId).toBe("idle");
 });
 
 test("shortest expected wait divides by reliability: an unreliable fast provider loses to a steady one", () => {

@@ -41,6 +41,8 @@ export interface OpenAttempt {
   actor: ActorRefFrom<SettlementLogic>;
   acceptedHash: string | null;
   cancelReason: TerminalState | null;
+  /** A hedge race's loser (docs/routing.md, Hedging): its zero_settled outcome says hedge_lost. */
+  hedgeLost?: boolean;
   /** The provider's `end`, when it came (before or after the gateway released the attempt). */
   end: EndFrame | null;
   /** The gateway's own record of the attempt, fixed when it released the attempt. */

@@ -18,7 +18,7 @@ export interface OutcomeDeps {
   /** Sends a frame to the provider id's live session, when it has one. */
   sendToProvider: (providerId: string, frame: Uint8Array) => void;
   /** Called once per attempt with its final label (metrics). */
-  onSettled?: (label: FinalLabel) => void;
+  onSettled?: (label: FinalLabel, providerId: string) => void;
 }
 
 /** What the attempt is charged for: the usage the gateway observed, or the verified receipt's. */
@@ -93,7 +93,7 @@ function outcomeWritten(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, 
 }
 
 function announceSettled(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null, settlement: SettlementRow): void {
-  deps.onSettled?.(label);
+  deps.onSettled?.(label, att.providerId);
   deps.log.info("attempt_settled", {
     request_id: att.requestId,
     attempt_n: att.attemptN,

@@ -38,6 +38,29 @@ export async function recoverPending(
   return { resumed, interrupted };
 }
 
+/**
+ * Takes over one attempt another node owned and can no longer settle (it died): resumed from the
+ * store as after a restart — waiting for its receipt when its delivered record was written, else
+ * quarantined as interrupted (nothing charged). False when it is not pending (any more).
+ */
+export async function recoverOne(
+  store: Store,
+  now: () => number,
+  requestId: string,
+  attemptN: number,
+  resume: (att: ResumedAttempt) => void,
+): Promise<boolean> {
+  const row = await store.getSettlement(requestId, attemptN);
+  if (!row || row.label !== "pending") return false;
+  const stored = await store.getRouteSnapshot(requestId, attemptN);
+  if (!row.delivered || !stored) {
+    await store.settleAttempt({ request_id: requestId, attempt_n: attemptN, label: "quarantined", reason: "interrupted", billed: null }, now());
+    return false;
+  }
+  resume(resumedAttempt(row, JSON.parse(stored.snapshot_json) as RouteSnapshot, stored.digest, now()));
+  return true;
+}
+
 function resumedAttempt(row: SettlementRow, snapshot: RouteSnapshot, digest: string, nowMs: number): ResumedAttempt {
   const delivered = row.delivered!;
   return {

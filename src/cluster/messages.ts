@@ -1,0 +1,53 @@
+// What nodes tell each other over Redis pub/sub (docs/scale-out.md): a JSON header, a newline, and —
+// for messages that carry a provider frame — the frame's msgpack bytes as latin1 text (Bun's pub/sub
+// carries strings; latin1 maps each byte to one code unit, so the bytes round-trip exactly).
+/** What the cluster itself reads of a shared provider session; the gateway's bridge adds the rest. */
+export interface SharedSessionView {
+  sessionId: string;
+  providerId: string;
+  nodeId: string;
+}
+
+export type NodeMessage =
+  /** owner → holder: send this job frame to the session, for attempt `key`. */
+  | { t: "job"; from: string; session: string; key: string }
+  /** owner → holder: send this frame (cancel) to the session. */
+  | { t: "to_session"; from: string; session: string; key: string }
+  /** any → holder: send this frame (settled) to the provider's session, whichever it is. */
+  | { t: "to_provider"; from: string; provider: string }
+  /** owner → holder: the owner let attempt `key` go (its slot frees; its frames still come back). */
+  | { t: "release"; from: string; key: string }
+  /** holder → owner: a frame the provider sent about the owner's attempt. */
+  | { t: "frame"; from: string; session: string; provider: string }
+  /** holder → owner: the attempt cannot run there, or the session holding it is gone. */
+  | { t: "lost"; from: string; key: string };
+
+/** Registry broadcasts: a node's sessions, whole (`full`) or only those that changed. */
+export interface RegistryMessage<V extends SharedSessionView = SharedSessionView> {
+  node: string;
+  full: boolean;
+  views: V[];
+  gone: string[];
+}
+
+/** Changes every node must apply within a second (docs/scale-out.md, "Changes"). */
+export type ChangeMessage =
+  | { kind: "key_revoked" | "tier_changed" | "accounts_changed" }
+  | { kind: "provider_banned"; provider_id: string }
+  | { kind: "catalog_signed" };
+
+export function encodeMessage(header: NodeMessage, frame?: Uint8Array): string {
+  const head = JSON.stringify(header);
+  return frame ? `${head}\n${Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength).toString("latin1")}` : head;
+}
+
+export function decodeMessage(text: string): { header: NodeMessage; frame: Uint8Array | null } | null {
+  const cut = text.indexOf("\n");
+  try {
+    const header = JSON.parse(cut < 0 ? text : text.slice(0, cut)) as NodeMessage;
+    const frame = cut < 0 ? null : new Uint8Array(Buffer.from(text.slice(cut + 1), "latin1"));
+    return { header, frame };
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,269 @@
+// One gateway node's place in a cluster (docs/scale-out.md): its membership lease, the provider
+// registry it shares and the one it mirrors, its pub/sub inbox, the change channel, and noticing
+// nodes that died. Everything here is held by leases in Redis: a node killed with -9 stops refreshing
+// them and its share of the cluster's state expires within one lease.
+import type { Log } from "../log.ts";
+import { decodeMessage, encodeMessage, type ChangeMessage, type NodeMessage, type RegistryMessage, type SharedSessionView } from "./messages.ts";
+import type { ClusterRedis } from "./redis.ts";
+import { CHANGES_CHANNEL } from "./announce.ts";
+
+export interface ClusterNodeOptions {
+  nodeId: string;
+  redis: ClusterRedis;
+  /** How long a dead node's leases (membership, slots, registry entries) outlive it. */
+  leaseMs: number;
+  log: Log;
+  now?: () => number;
+}
+
+export interface ClusterHandlers<V extends SharedSessionView> {
+  /** A message from another node to this one, with the provider frame it carries. */
+  message(header: NodeMessage, frame: Uint8Array | null): void;
+  /** A node's membership lease expired: it died (or lost Redis for longer than a lease). */
+  nodeDied(nodeId: string, reaper: boolean): void;
+  /** Something changed that every node must apply (key revoked, provider banned, …). */
+  changed(change: ChangeMessage): void;
+  /** This node's own provider sessions, as the other nodes route to them. */
+  localViews(): V[];
+}
+
+const inbox = (nodeId: string) => `gw:node:${nodeId}:inbox`;
+const memberKey = (nodeId: string) => `gw:node:${nodeId}`;
+const registryKey = (nodeId: string) => `gw:registry:${nodeId}`;
+const NODES = "gw:nodes";
+const REGISTRY_CHANNEL = "gw:registry";
+
+// Returns the members of gw:nodes whose membership key is gone.
+const DEAD_NODES = `
+local dead = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('EXISTS', 'gw:node:' .. id) == 0 then table.insert(dead, id) end
+end
+return dead`;
+
+export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
+  readonly nodeId: string;
+  readonly redis: ClusterRedis;
+  readonly leaseMs: number;
+  private readonly log: Log;
+  private readonly now: () => number;
+  private handlers: ClusterHandlers<V> | null = null;
+  /** Other nodes' sessions: node → (session id → view), with when the node's last broadcast expires. */
+  private readonly mirror = new Map<string, { expiresAt: number; views: Map<string, V> }>();
+  private readonly timers: ReturnType<typeof setInterval>[] = [];
+  private readonly dead = new Set<string>();
+  private changedSessions = new Set<string>();
+  private goneSessions = new Set<string>();
+  private publishScheduled = false;
+  private stopped = false;
+
+  constructor(options: ClusterNodeOptions) {
+    this.nodeId = options.nodeId;
+    this.redis = options.redis;
+    this.leaseMs = options.leaseMs;
+    this.log = options.log;
+    this.now = options.now ?? Date.now;
+  }
+
+  /** Joins: subscribes, takes the membership lease, reads every live node's registry. */
+  async start(handlers: ClusterHandlers<V>): Promise<void> {
+    this.handlers = handlers;
+    const r = this.redis;
+    await r.subscribe(inbox(this.nodeId), (text) => {
+      const decoded = decodeMessage(text);
+      if (decoded) this.safely("cluster_message_failed", () => handlers.message(decoded.header, decoded.frame));
+    });
+    await r.subscribe(REGISTRY_CHANNEL, (text) => this.safely("registry_message_failed", () => this.applyRegistry(JSON.parse(text) as RegistryMessage<V>)));
+    await r.subscribe(CHANGES_CHANNEL, (text) => this.safely("change_message_failed", () => handlers.changed(JSON.parse(text) as ChangeMessage)));
+    this.refreshLease();
+    await this.loadRegistries();
+    // Membership lives for 70 % of a lease and is checked every tenth: a dead node is noticed within
+    // 80 % of a lease of its last refresh, so the work it held is cancelled within the lease.
+    this.every(Math.max(20, Math.floor(this.leaseMs / 5)), () => this.refreshLease());
+    this.every(Math.max(20, Math.floor(this.leaseMs / 10)), () => void this.findDeadNodes());
+    // Back after a Redis outage: the lease and registry again at once, and the registries missed.
+    r.onChange((up) => {
+      if (!up || this.stopped) return;
+      this.refreshLease();
+      void this.loadRegistries();
+    });
+  }
+
+  /** Sends a message (with a provider frame) to another node's inbox; false when Redis is unreachable. */
+  send(nodeId: string, header: NodeMessage, frame?: Uint8Array): void {
+    this.redis.fire("PUBLISH", [inbox(nodeId), encodeMessage(header, frame)]);
+  }
+
+  /** Announces a change to every node (this one included: it hears its own publish). */
+  async announce(change: ChangeMessage): Promise<boolean> {
+    return (await this.redis.call("PUBLISH", [CHANGES_CHANNEL, JSON.stringify(change)])).ok;
+  }
+
+  /** The other nodes' provider sessions (live nodes only). */
+  *remoteViews(): Generator<V> {
+    const now = this.now();
+    for (const [nodeId, entry] of this.mirror) {
+      if (entry.expiresAt <= now || this.dead.has(nodeId)) continue;
+      yield* entry.views.values();
+    }
+  }
+
+  remoteView(sessionId: string): V | undefined {
+    for (const entry of this.mirror.values()) {
+      const view = entry.views.get(sessionId);
+      if (view) return view;
+    }
+    return undefined;
+  }
+
+  /** The node holding a session of this provider id now, if any other does. */
+  nodeOfProvider(providerId: string): string | undefined {
+    for (const view of this.remoteViews()) if (view.providerId === providerId) return view.nodeId;
+    return undefined;
+  }
+
+  /** Whether a node holds its membership lease (asks Redis; false when Redis cannot say). */
+  async alive(nodeId: string): Promise<boolean> {
+    if (nodeId === this.nodeId) return true;
+    if (this.dead.has(nodeId)) return false;
+    const result = await this.redis.call<number>("EXISTS", [memberKey(nodeId)]);
+    return result.ok && result.value === 1;
+  }
+
+  /** Whether this node already knows `nodeId` died (no Redis round trip). */
+  knownDead(nodeId: string): boolean {
+    return this.dead.has(nodeId);
+  }
+
+  /** A local session changed (slots, state, models) or went: other nodes hear it at the end of this turn. */
+  sessionChanged(sessionId: string, gone = false): void {
+    if (gone) {
+      this.goneSessions.add(sessionId);
+      this.changedSessions.delete(sessionId);
+    } else this.changedSessions.add(sessionId);
+    if (this.publishScheduled) return;
+    this.publishScheduled = true;
+    setImmediate(() => this.publishChanges());
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const t of this.timers) clearInterval(t);
+    // A clean stop gives its leases back at once instead of letting them expire.
+    await this.redis.call("DEL", [memberKey(this.nodeId), registryKey(this.nodeId)]);
+    await this.redis.call("PUBLISH", [REGISTRY_CHANNEL, JSON.stringify({ node: this.nodeId, full: true, views: [], gone: [] } satisfies RegistryMessage)]);
+  }
+
+  private every(ms: number, run: () => void): void {
+    const t = setInterval(() => {
+      if (!this.stopped) run();
+    }, ms);
+    t.unref?.();
+    this.timers.push(t);
+  }
+
+  private safely(event: string, run: () => void): void {
+    try {
+      run();
+    } catch (error) {
+      this.log.error(event, { error: String(error) });
+    }
+  }
+
+  private refreshLease(): void {
+    const views = this.handlers!.localViews();
+    const full: RegistryMessage<V> = { node: this.nodeId, full: true, views, gone: [] };
+    const text = JSON.stringify(full);
+    const r = this.redis;
+    r.fire("SET", [memberKey(this.nodeId), String(this.now()), "PX", Math.max(1, Math.floor(this.leaseMs * 0.7))]);
+    r.fire("SADD", [NODES, this.nodeId]);
+    r.fire("SET", [registryKey(this.nodeId), text, "PX", this.leaseMs]);
+    r.fire("PUBLISH", [REGISTRY_CHANNEL, text]);
+  }
+
+  private publishChanges(): void {
+    this.publishScheduled = false;
+    if (this.changedSessions.size === 0 && this.goneSessions.size === 0) return;
+    const changed = this.changedSessions;
+    const views = this.handlers!.localViews().filter((v) => changed.has(v.sessionId));
+    const message: RegistryMessage<V> = { node: this.nodeId, full: false, views, gone: [...this.goneSessions] };
+    this.changedSessions = new Set();
+    this.goneSessions = new Set();
+    this.redis.fire("PUBLISH", [REGISTRY_CHANNEL, JSON.stringify(message)]);
+  }
+
+  private applyRegistry(message: RegistryMessage<V>): void {
+    if (message.node === this.nodeId) return;
+    let entry = this.mirror.get(message.node);
+    if (!entry || message.full) {
+      entry = { expiresAt: 0, views: new Map() };
+      this.mirror.set(message.node, entry);
+    }
+    if (message.full) {
+      entry.expiresAt = this.now() + this.leaseMs;
+      // A node heard from is alive again (it came back, or Redis did).
+      this.dead.delete(message.node);
+    }
+    for (const view of message.views) entry.views.set(view.sessionId, view);
+    for (const id of message.gone) entry.views.delete(id);
+  }
+
+  private async loadRegistries(): Promise<void> {
+    const keys = await this.redis.call<string[]>("KEYS", ["gw:registry:*"]);
+    if (!keys.ok || keys.value.length === 0) return;
+    const values = await this.redis.call<(string | null)[]>("MGET", keys.value);
+    if (!values.ok) return;
+    for (const text of values.value) if (text) this.applyRegistry(JSON.parse(text) as RegistryMessage<V>);
+  }
+
+  private async findDeadNodes(): Promise<void> {
+    const result = await this.redis.call<string[]>("EVAL", [DEAD_NODES, 1, NODES]);
+    if (!result.ok) return;
+    for (const nodeId of result.value) {
+      if (nodeId === this.nodeId) {
+        // Our own lease lapsed (Redis was unreachable for longer than it): take it again.
+        this.refreshLease();
+        continue;
+      }
+      if (this.dead.has(nodeId)) continue;
+      this.dead.add(nodeId);
+      this.mirror.delete(nodeId);
+      // One survivor resolves the dead node's settlements; every survivor lets go of its work with it.
+      const won = await this.redis.call("SET", [`gw:reaped:${nodeId}`, this.nodeId, "NX", "PX", this.leaseMs * 6]);
+      const reaper = won.ok && won.value === "OK";
+      this.log.warn("cluster_node_died", { node_id: nodeId, reaper });
+      this.safely("node_death_failed", () => this.handlers!.nodeDied(nodeId, reaper));
+      // Every node must see it dead first (they look every tenth of a lease), so it leaves the member
+      // set only a few leases later.
+      if (reaper) setTimeout(() => this.redis.fire("SREM", [NODES, nodeId]), this.leaseMs * 3).unref?.();
+    }
+  }
+
+  /**
+   * Records that this node owns an attempt (key `request#n`) or a request (`r:` + id) until it is
+   * settled or ended (`done`): for the reaper, and for a node that gets an attempt's receipt without
+   * knowing whose it is (`ownerOf`). `ttlMs` bounds how long an attempt's owner is looked up.
+   */
+  own(member: string, done: boolean, ttlMs = 0): void {
+    this.redis.fire(done ? "SREM" : "SADD", [`gw:owned:${this.nodeId}`, member]);
+    if (member.startsWith("r:")) return;
+    if (done) this.redis.fire("DEL", [`gw:att:${member}`]);
+    else this.redis.fire("SET", [`gw:att:${member}`, this.nodeId, "PX", Math.max(1, ttlMs)]);
+  }
+
+  /** The node that owns an attempt, when one is recorded. */
+  async ownerOf(key: string): Promise<string | null> {
+    const result = await this.redis.call<string | null>("GET", [`gw:att:${key}`]);
+    return result.ok ? result.value : null;
+  }
+
+  /** What a dead node owned (attempt keys and `r:` request ids). */
+  async ownedBy(nodeId: string): Promise<string[]> {
+    const result = await this.redis.call<string[]>("SMEMBERS", [`gw:owned:${nodeId}`]);
+    return result.ok ? result.value : [];
+  }
+
+  forgetOwned(nodeId: string): void {
+    this.redis.fire("DEL", [`gw:owned:${nodeId}`]);
+  }
+}

@@ -1,0 +1,160 @@
+// The node's Redis connections (Bun's RedisClient, docs/decisions.md "Scale-out"): one for commands,
+// one for pub/sub. Commands fail at once while Redis is unreachable (no offline queue: a buyer gets a
+// retryable 503 instead of a hung request), a probe every second notices when it is back, and the
+// subscriber is made again then — Bun's client does not resubscribe after a reconnect.
+import { RedisClient } from "bun";
+import type { Log } from "../log.ts";
+
+export type RedisResult<T> = { ok: true; value: T } | { ok: false; error: string };
+
+export interface ClusterRedis {
+  /** Whether the last command or probe reached Redis. */
+  readonly up: boolean;
+  /** One command; never throws, never waits longer than the command timeout. */
+  call<T = unknown>(command: string, args: (string | number)[]): Promise<RedisResult<T>>;
+  /** A command whose answer nobody waits for (lease refreshes, cleanup); failures only flip `up`. */
+  fire(command: string, args: (string | number)[]): void;
+  /** Listens on `channel` for as long as the node runs, across reconnects. */
+  subscribe(channel: string, listener: (message: string) => void): Promise<void>;
+  /** Called on each change of `up` (true: back; false: lost). */
+  onChange(listener: (up: boolean) => void): void;
+  close(): void;
+}
+
+export interface RedisOptions {
+  url: string;
+  log: Log;
+  /** Longest a command may take before it counts as failed (Redis is hung or unreachable). */
+  commandTimeoutMs?: number;
+  /** How often a down connection is probed. */
+  probeMs?: number;
+}
+
+export async function connectRedis(options: RedisOptions): Promise<ClusterRedis> {
+  const { log } = options;
+  const timeoutMs = options.commandTimeoutMs ?? 1000;
+  const probeMs = options.probeMs ?? 1000;
+  const clientOptions = { enableOfflineQueue: false, connectionTimeout: timeoutMs, autoReconnect: true, maxRetries: 1_000_000 };
+  let client = new RedisClient(options.url, clientOptions);
+  let subscriber: RedisClient | null = null;
+  const channels = new Map<string, (message: string) => void>();
+  const listeners: ((up: boolean) => void)[] = [];
+  let up = false;
+  let closed = false;
+
+  const setUp = (value: boolean, reason?: string) => {
+    if (value === up) return;
+    up = value;
+    if (value) log.info("redis_up", { url: redact(options.url) });
+    else log.warn("redis_down", { url: redact(options.url), error: reason ?? null });
+    if (value) void resubscribe();
+    for (const l of listeners) l(value);
+  };
+
+  async function resubscribe(): Promise<void> {
+    const old = subscriber;
+    subscriber = null;
+    try {
+      old?.close();
+    } catch {}
+    if (channels.size === 0 || closed) return;
+    const sub = new RedisClient(options.url, { ...clientOptions, autoReconnect: false });
+    try {
+      await sub.connect();
+      for (const [channel, listener] of channels) await sub.subscribe(channel, (message) => listener(message));
+      subscriber = sub;
+      sub.onclose = () => {
+        if (subscriber === sub && !closed) setUp(false, "subscriber closed");
+      };
+    } catch (error) {
+      try {
+        sub.close();
+      } catch {}
+      setUp(false, String(error));
+    }
+  }
+
+  const withTimeout = <T>(promise: Promise<T>): Promise<T> =>
+    new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error("redis command timed out")), timeoutMs);
+      promise.then(
+        (v) => {
+          clearTimeout(timer);
+          resolve(v);
+        },
+        (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      );
+    });
+
+  async function call<T>(command: string, args: (string | number)[]): Promise<RedisResult<T>> {
+    if (closed) return { ok: false, error: "closed" };
+    try {
+      const value = (await withTimeout(client.send(command, args.map(String)))) as T;
+      setUp(true);
+      return { ok: true, value };
+    } catch (error) {
+      const message = String(error);
+      // A script or type error is Redis answering: it is up. Only transport failures count as down.
+      if (/CONNECTION|closed|timed out|ECONN|connect/i.test(message)) setUp(false, message);
+      return { ok: false, error: message };
+    }
+  }
+
+  const probe = setInterval(() => {
+    if (closed) return;
+    // A hung command leaves the client unusable: a fresh one is made while down.
+    if (!up) {
+      try {
+        client.close();
+      } catch {}
+      client = new RedisClient(options.url, clientOptions);
+    }
+    void call("PING", []);
+  }, probeMs);
+  probe.unref?.();
+
+  try {
+    await withTimeout(client.connect());
+    setUp(true);
+  } catch (error) {
+    log.warn("redis_down", { url: redact(options.url), error: String(error) });
+  }
+
+  return {
+    get up() {
+      return up;
+    },
+    call,
+    fire: (command, args) => void call(command, args),
+    async subscribe(channel, listener) {
+      channels.set(channel, listener);
+      if (subscriber) await subscriber.subscribe(channel, (message) => listener(message));
+      else if (up) await resubscribe();
+    },
+    onChange: (listener) => void listeners.push(listener),
+    close() {
+      closed = true;
+      clearInterval(probe);
+      try {
+        client.close();
+      } catch {}
+      try {
+        subscriber?.close();
+      } catch {}
+    },
+  };
+}
+
+/** The URL without its password, for logs. */
+export function redact(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    return u.toString();
+  } catch {
+    return "redis://?";
+  }
+}

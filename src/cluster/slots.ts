@@ -1,0 +1,80 @@
+// Per-account concurrency slots shared by every node (docs/scale-out.md): one Redis sorted set per
+// account, member = request id, score = the lease's expiry on Redis's own clock (TIME), so nodes'
+// clocks never matter. A node refreshes the leases of the slots it holds every fifth of the lease; a
+// node that dies stops refreshing, and its slots drop out of the count within one lease.
+import type { AcquireSlotResult } from "../store/index.ts";
+import type { ClusterRedis } from "./redis.ts";
+
+export type SharedSlotResult = AcquireSlotResult | { ok: false; code: "engine_unavailable"; in_use: 0 };
+
+// ARGV: request id, limit, lease ms. Expired members go first; taking a held slot again is a no-op.
+const ACQUIRE = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {1, redis.call('ZCARD', KEYS[1])} end
+local n = redis.call('ZCARD', KEYS[1])
+if n >= tonumber(ARGV[2]) then return {0, n} end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2)
+return {1, n + 1}`;
+
+// KEYS: account sets; ARGV[1]: lease ms, then one request id per key. Only members still held move.
+const REFRESH = `
+local t = redis.call('TIME')
+local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  redis.call('ZADD', key, 'XX', expiry, ARGV[i + 1])
+  redis.call('PEXPIRE', key, tonumber(ARGV[1]) * 2)
+end
+return #KEYS`;
+
+export interface SharedSlots {
+  acquire(account_id: string, request_id: string, limit: number): Promise<SharedSlotResult>;
+  release(request_id: string): void;
+  /** Slots this node holds (metrics, tests). */
+  held(): number;
+  /** Slots the account holds on every node, as Redis counts them now. */
+  inUse(account_id: string): Promise<number>;
+  stop(): void;
+}
+
+const slotKey = (account_id: string) => `gw:slots:${account_id}`;
+
+export function sharedSlots(redis: ClusterRedis, leaseMs: number): SharedSlots {
+  const accountOf = new Map<string, string>();
+  const refresh = setInterval(() => {
+    if (accountOf.size === 0) return;
+    const keys: string[] = [];
+    const members: string[] = [];
+    for (const [request, account] of accountOf) {
+      keys.push(slotKey(account));
+      members.push(request);
+    }
+    redis.fire("EVAL", [REFRESH, keys.length, ...keys, leaseMs, ...members]);
+  }, Math.max(50, Math.floor(leaseMs / 5)));
+  refresh.unref?.();
+  return {
+    async acquire(account_id, request_id, limit) {
+      const result = await redis.call<[number, number]>("EVAL", [ACQUIRE, 1, slotKey(account_id), request_id, limit, leaseMs]);
+      if (!result.ok) return { ok: false, code: "engine_unavailable", in_use: 0 };
+      const [taken, inUse] = result.value;
+      if (taken !== 1) return { ok: false, code: "concurrency_exhausted", in_use: inUse };
+      accountOf.set(request_id, account_id);
+      return { ok: true, in_use: inUse };
+    },
+    release(request_id) {
+      const account = accountOf.get(request_id);
+      if (account === undefined) return;
+      accountOf.delete(request_id);
+      // If Redis is down now, the lease frees the slot when it expires.
+      redis.fire("ZREM", [slotKey(account), request_id]);
+    },
+    held: () => accountOf.size,
+    async inUse(account_id) {
+      const result = await redis.call<number>("ZCOUNT", [slotKey(account_id), "-inf", "+inf"]);
+      return result.ok ? result.value : 0;
+    },
+    stop: () => clearInterval(refresh),
+  };
+}

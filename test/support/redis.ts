@@ -1,0 +1,96 @@
+// A private Redis for a test file: `redis-server --port N --save ''` on loopback, no persistence, its
+// own temp dir. Skipped visibly (describe.skipIf + a reason on stderr) when redis-server is missing.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createServer } from "node:net";
+
+export const REDIS_SERVER = Bun.which("redis-server") ?? (Bun.file("/usr/bin/redis-server").size > 0 ? "/usr/bin/redis-server" : null);
+
+/** Why Redis tests are skipped on this machine, or null when they run. */
+export const redisMissing: string | null = REDIS_SERVER ? null : "redis-server is not installed (apt-get install redis-server)";
+if (redisMissing) console.warn(`[skipped] Redis tests: ${redisMissing}`);
+
+export interface TestRedis {
+  url: string;
+  port: number;
+  /** SIGKILL (a crash, not a shutdown). */
+  kill(): Promise<void>;
+  /** SIGSTOP / SIGCONT: unreachable without closing connections (a hung engine). */
+  pause(): void;
+  resume(): void;
+  /** Starts a killed server again on the same port (empty: it never saved anything). */
+  restart(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** A free loopback TCP port: Redis takes no port 0, so one is found by binding and releasing it. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as { port: number }).port;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+async function ping(port: number): Promise<boolean> {
+  try {
+    const socket = await Bun.connect({ hostname: "127.0.0.1", port, socket: { data() {}, open() {}, error() {} } });
+    socket.end();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export async function startRedis(): Promise<TestRedis> {
+  if (!REDIS_SERVER) throw new Error(redisMissing!);
+  const dir = mkdtempSync(join(tmpdir(), "gw-redis-"));
+  let proc: ReturnType<typeof Bun.spawn> | null = null;
+  let port = 0;
+  const launch = async (): Promise<boolean> => {
+    proc = Bun.spawn([REDIS_SERVER!, "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir], {
+      stdout: "ignore",
+      stderr: "ignore",
+    });
+    for (let i = 0; i < 200; i++) {
+      if (proc.exitCode !== null) return false;
+      if (await ping(port)) return true;
+      await Bun.sleep(10);
+    }
+    return false;
+  };
+  for (let attempt = 0; ; attempt++) {
+    port = await freePort();
+    if (await launch()) break;
+    (proc as ReturnType<typeof Bun.spawn> | null)?.kill("SIGKILL");
+    if (attempt === 4) throw new Error("redis-server did not start");
+  }
+  const kill = async () => {
+    const p = proc as ReturnType<typeof Bun.spawn> | null;
+    if (p && p.exitCode === null && p.signalCode === null) {
+      p.kill("SIGKILL");
+      await p.exited;
+    }
+  };
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    kill,
+    pause: () => (proc as ReturnType<typeof Bun.spawn> | null)?.kill("SIGSTOP"),
+    resume: () => (proc as ReturnType<typeof Bun.spawn> | null)?.kill("SIGCONT"),
+    async restart() {
+      await kill();
+      if (!(await launch())) throw new Error("redis-server did not restart");
+    },
+    async stop() {
+      const p = proc as ReturnType<typeof Bun.spawn> | null;
+      p?.kill("SIGCONT");
+      await kill();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
