@@ -13,7 +13,7 @@ import { attemptKey, isRemote } from "./registry.ts";
 import type { LiveAttempt, RequestHandle } from "./requestHandle.ts";
 import type { ActorRefFrom } from "xstate";
 import type { RequestLogic } from "../../actors/request.ts";
-import { publicKeyOf, routableViews, type DispatchDeps } from "./candidates.ts";
+import { publicKeyOf, routableViews, type DispatchDeps } from "./dispatch.ts";
 
 /** Hedge attempts are numbered this much above the attempt they hedge (the actor numbers its own from 0). */
 export const HEDGE_ATTEMPT_OFFSET = 128;
