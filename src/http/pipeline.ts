@@ -205,7 +205,7 @@ function runAdmitted(deps: PipelineDeps, input: PipelineRequest, tracker: RunTra
   const shared = deps.sharedSlots;
   if (shared) {
     return shared.acquire(principal.account_id, ids.requestId, slotLimit).then((slot) => {
-      if (slot.ok) return runHoldingSlot(deps, input, tracker, () => shared.release(ids.requestId), sticky);
+      if (slot.ok) return runHoldingSlot(deps, input, tracker, slotRelease(shared.release.bind(shared), ids.requestId), sticky);
       tracker?.outcome(false);
       return input.refuse(slot.code === "engine_unavailable" ? slotsUnavailable() : concurrencyRefusal(slotLimit, deps.now()));
     });
@@ -213,10 +213,25 @@ function runAdmitted(deps: PipelineDeps, input: PipelineRequest, tracker: RunTra
   if (!deps.store.acquireRequestSlot(principal.account_id, ids.requestId, slotLimit).ok) {
     return Promise.resolve(input.refuse(concurrencyRefusal(slotLimit, deps.now())));
   }
-  return runHoldingSlot(deps, input, tracker, () => deps.store.releaseRequestSlot(ids.requestId), sticky);
+  return runHoldingSlot(deps, input, tracker, slotRelease(deps.store.releaseRequestSlot.bind(deps.store), ids.requestId), sticky);
 }
 
-/** The rest of a new run, once its concurrency slot (if any) is held; `releaseSlot` frees it. */
+/**
+ * Frees the slot. Made here, not in runAdmitted: a closure keeps its whole making scope, and that one
+ * holds the request (prompt included) for its `.then`, while this lives as long as the response.
+ */
+function slotRelease(release: (requestId: string) => unknown, requestId: string): () => void {
+  return () => {
+    release(requestId);
+  };
+}
+
+/**
+ * The rest of a new run, once its concurrency slot (if any) is held; `releaseSlot` frees it. It makes
+ * no closure itself: an async function's variables (the prompt among them) live in one heap scope that
+ * every closure made in it keeps, and the closures below live as long as the response — a stream's
+ * prompt must not (docs/architecture.md, "What a live request holds").
+ */
 async function runHoldingSlot(
   deps: PipelineDeps,
   input: PipelineRequest,
@@ -224,18 +239,9 @@ async function runHoldingSlot(
   releaseSlot: (() => void) | null,
   sticky: RequestSpec["sticky"],
 ): Promise<Response> {
-  const { request, ids, principal, chat } = input;
-  const rid = ids.responseRequestId;
+  const { ids, principal, chat } = input;
   const promptBound = promptTokenBound(chat.messages, chat.params.tools);
-  // Once, when the buyer's response ended (or never started): frees the concurrency slot (docs/buyer-api.md)
-  // and tells the replay cache whether this is a result a retry may get.
-  let ended = false;
-  const end = (ok: boolean) => {
-    if (ended) return;
-    ended = true;
-    releaseSlot?.();
-    tracker?.outcome(ok);
-  };
+  const end = requestEnd(releaseSlot, tracker);
   const admission = deps.settlements.admitModel(chat.model);
   if (!admission.ok) {
     end(false);
@@ -258,53 +264,87 @@ async function runHoldingSlot(
     end(false);
     return input.refuse(reserved.error);
   }
-  const { payer } = reserved;
-  let abort = () => {};
-  const responder = observeEnd(
-    input.responder({
-      ids,
-      created: Math.floor(deps.now() / 1000),
-      headers: { "x-request-id": rid },
-      onBuyerGone: () => {
-        end(false);
-        abort();
-      },
-      record: tracker ? tracker.record : ignoreBody,
-      recordFilled: tracker ? tracker.recordFilled : ignoreFilled,
-      flow: deps.stream && {
-        ...deps.stream,
-        now: deps.now,
-        onStalled: (why) => deps.log?.info("buyer_stream_stalled", { request_id: ids.requestId, why }),
-      },
-    }),
-    end,
-  );
-  request.signal.addEventListener("abort", () => end(false), { once: true });
+  return startRequest(deps, input, tracker, end, { promptBound, payer: reserved.payer, sticky });
+}
+
+/**
+ * Once, when the buyer's response ended (or never started): frees the concurrency slot
+ * (docs/buyer-api.md) and tells the replay cache whether this is a result a retry may get.
+ */
+function requestEnd(releaseSlot: (() => void) | null, tracker: RunTracker | null): (ok: boolean) => void {
+  let ended = false;
+  return (ok) => {
+    if (ended) return;
+    ended = true;
+    releaseSlot?.();
+    tracker?.outcome(ok);
+  };
+}
+
+/** Starts the request actor with the entrypoint's responder, tied to the buyer's connection. */
+function startRequest(
+  deps: PipelineDeps,
+  input: PipelineRequest,
+  tracker: RunTracker | null,
+  end: (ok: boolean) => void,
+  admitted: { promptBound: number; payer: Payer; sticky: RequestSpec["sticky"] },
+): Promise<Response> {
+  const { request, ids } = input;
+  const cancel = { abort: () => {} };
+  const responder = observeEnd(input.responder(responderContext(deps, ids, tracker, end, cancel)), end);
+  const { signal } = request;
+  signal.addEventListener("abort", () => end(false), { once: true });
   let started: { abort: () => void };
   try {
     started = deps.runner.start({
       requestId: ids.requestId,
-      chat,
-      promptBound,
+      chat: input.chat,
+      promptBound: admitted.promptBound,
       responder,
-      accountId: principal.account_id,
-      payer,
+      accountId: input.principal.account_id,
+      payer: admitted.payer,
       buyerRoute: input.buyerRoute,
-      sticky,
+      sticky: admitted.sticky,
     });
   } catch (error) {
     end(false);
     throw error;
   }
-  abort = started.abort;
+  cancel.abort = started.abort;
   // The buyer hanging up before or during the response cancels the provider job.
-  request.signal.addEventListener("abort", started.abort, { once: true });
+  signal.addEventListener("abort", started.abort, { once: true });
   // The buyer may have hung up while the reservation was being written: the signal already fired.
-  if (request.signal.aborted) {
+  if (signal.aborted) {
     end(false);
     started.abort();
   }
   return responder.response;
+}
+
+/** What the responder is given; `cancel.abort` is the started request's (set once it started). */
+function responderContext(
+  deps: PipelineDeps,
+  ids: RequestIds,
+  tracker: RunTracker | null,
+  end: (ok: boolean) => void,
+  cancel: { abort: () => void },
+): ResponderContext {
+  return {
+    ids,
+    created: Math.floor(deps.now() / 1000),
+    headers: { "x-request-id": ids.responseRequestId },
+    onBuyerGone: () => {
+      end(false);
+      cancel.abort();
+    },
+    record: tracker ? tracker.record : ignoreBody,
+    recordFilled: tracker ? tracker.recordFilled : ignoreFilled,
+    flow: deps.stream && {
+      ...deps.stream,
+      now: deps.now,
+      onStalled: (why) => deps.log?.info("buyer_stream_stalled", { request_id: ids.requestId, why }),
+    },
+  };
 }
 
 /** The refusal when the durable store (PostgreSQL) cannot be reached: nothing was written. */

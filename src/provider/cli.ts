@@ -26,7 +26,7 @@ export const PROVIDER_USAGE = `usage:
                    --engine synthetic|openai --model SERVE_ID=HASH_OR_PATH [--model ...]
                    [--max-concurrency N] [--ram-gb N] [--max-context-tokens N]
                    [--synthetic-ttft-ms N] [--synthetic-tokens-per-second N]
-                   [--synthetic-fault none|decline|exit-before-first-chunk|stall|exit-after:N|error-after:N]
+                   [--synthetic-fault none|decline|exit-before-first-chunk|stall|exit-after:N|error-after:N|stall-after:N]
                    [--backoff-min-ms N] [--backoff-max-ms N] [--ping-interval-ms N] [--ping-timeout-ms N]
                    [--upstream URL] [--upstream-key-file F | env GATEWAY_UPSTREAM_KEY | --upstream-key KEY]
                    [--upstream-model SERVE_ID=NAME]...

@@ -11,16 +11,17 @@ export type SyntheticFault =
   | { kind: "exit-before-first-chunk" }
   | { kind: "stall" }
   | { kind: "exit-after"; n: number }
-  | { kind: "error-after"; n: number };
+  | { kind: "error-after"; n: number }
+  | { kind: "stall-after"; n: number };
 
-/** Parses `none|decline|exit-before-first-chunk|stall|exit-after:N|error-after:N`; null when invalid. */
+/** Parses `none|decline|exit-before-first-chunk|stall|exit-after:N|error-after:N|stall-after:N`; null when invalid. */
 export function parseSyntheticFault(spec: string): SyntheticFault | null {
   if (spec === "none" || spec === "decline" || spec === "exit-before-first-chunk" || spec === "stall") {
     return { kind: spec };
   }
-  const match = /^(exit-after|error-after):(\d{1,9})$/.exec(spec);
+  const match = /^(exit-after|error-after|stall-after):(\d{1,9})$/.exec(spec);
   if (!match) return null;
-  return { kind: match[1] as "exit-after" | "error-after", n: Number(match[2]) };
+  return { kind: match[1] as "exit-after" | "error-after" | "stall-after", n: Number(match[2]) };
 }
 
 // ---- text generation (pure) ----
@@ -312,7 +313,7 @@ export function createSyntheticEngine(options: SyntheticOptions = {}): Engine {
     }
     // A fault "after N chunks" fires after min(N, answer length) chunks, i.e. always before `end`.
     const faultAt =
-      fault.kind === "exit-after" || fault.kind === "error-after"
+      fault.kind === "exit-after" || fault.kind === "error-after" || fault.kind === "stall-after"
         ? Math.min(fault.n, reply.chunks.length)
         : fault.kind === "exit-before-first-chunk"
           ? 0
@@ -322,6 +323,11 @@ export function createSyntheticEngine(options: SyntheticOptions = {}): Engine {
     for (let i = 0; i <= reply.chunks.length; i++) {
       if (signal.aborted) return cancelled();
       if (i === faultAt) {
+        // A job that never ends on its own: only a cancel (or a drop) ends it.
+        if (fault.kind === "stall-after") {
+          await untilAborted(signal);
+          return cancelled();
+        }
         if (fault.kind !== "error-after") die();
         // Reached for error-after, and for exit faults when die() returns (in-process socket drop).
         return ended("provider_error", null);

@@ -61,6 +61,8 @@ test.each([
   ["exit-before-first-chunk", { kind: "exit-before-first-chunk" }],
   ["exit-after:3", { kind: "exit-after", n: 3 }],
   ["error-after:0", { kind: "error-after", n: 0 }],
+  ["stall-after:1", { kind: "stall-after", n: 1 }],
+  ["stall-after", null],
   ["exit-after", null],
   ["error-after:-1", null],
   ["explode", null],
@@ -136,6 +138,17 @@ describe("synthetic engine", () => {
     expect(run.chunks).toHaveLength(0);
     expect(result?.terminal_state).toBe("buyer_cancel");
     expect(result?.usage.output_tokens).toBe(0);
+  });
+
+  test("stall-after fault sends N chunks, then holds the job until it is cancelled", async () => {
+    const run = await runEngine({ fault: { kind: "stall-after", n: 2 }, tokensPerSecond: 0 });
+    await Bun.sleep(10);
+    expect(run.chunks).toHaveLength(2);
+    expect(await Promise.race([run.pending, Bun.sleep(20).then(() => "still running")])).toBe("still running");
+    run.controller.abort("buyer_cancel");
+    const result = ended(await run.pending);
+    expect(result?.terminal_state).toBe("buyer_cancel");
+    expect(result?.usage.output_tokens).toBe(2);
   });
 
   test.each([
