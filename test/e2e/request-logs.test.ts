@@ -1,13 +1,10 @@
 // Structured request logs: one `request_completed` JSON line per buyer request with ids, counts and
 // timings — and never the prompt, the output or an API key, at any log level.
 import { afterEach, expect, test } from "bun:test";
-import { rmSync } from "node:fs";
 import OpenAI from "openai";
-import { loadConfig } from "../../src/config/index.ts";
 import { createLog } from "../../src/log.ts";
 import { syntheticText } from "../../src/provider/synthetic.ts";
-import { PROVIDER_CONNECT_PATH, startGateway } from "../../src/compositionRoot.ts";
-import { spawnProvider, tempDir, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";
+import { spawnProvider, startTestGateway, waitForReadyProviders, type ProviderProcess } from "../support/harness.ts";
 
 const PROMPT = "SECRET-PROMPT-7f3a: my bank password is hunter2";
 const messages = [{ role: "user" as const, content: PROMPT }];
@@ -21,30 +18,12 @@ afterEach(async () => {
 /** A real gateway whose log lines (debug and up) are captured, plus one real provider process. */
 async function loggedGateway() {
   const lines: string[] = [];
-  const dataDir = tempDir();
-  const loaded = loadConfig([], {});
-  if (!loaded.ok) throw new Error(loaded.message);
-  const gateway = await startGateway({ ...loaded.config, port: 0, dataDir, settlementMode: "observe" }, { log: createLog("debug", (l) => lines.push(l)) });
-  const { account_id } = await gateway.store.createAccount({ name: "logs", tier: "free" });
-  const { api_key } = await gateway.store.createApiKey({ account_id });
-  const gw: TestGateway = {
-    gateway,
-    url: gateway.url,
-    baseURL: `${gateway.url}/v1`,
-    wsUrl: `ws://127.0.0.1:${gateway.port}${PROVIDER_CONNECT_PATH}`,
-    apiKey: api_key,
-    accountId: account_id,
-    dataDir,
-    close: async () => {
-      await gateway.stop();
-      rmSync(dataDir, { recursive: true, force: true });
-    },
-  };
+  const gw = await startTestGateway({ logLevel: "debug" }, { log: createLog("debug", (l) => lines.push(l)) });
   cleanup.push(() => gw.close());
   const provider: ProviderProcess = spawnProvider(gw, { id: "log-prov", ttftMs: 10 });
   cleanup.push(() => provider.kill());
   await waitForReadyProviders(gw, 1);
-  return { gw, lines, provider, client: new OpenAI({ apiKey: api_key, baseURL: gw.baseURL, maxRetries: 0 }) };
+  return { gw, lines, provider, client: new OpenAI({ apiKey: gw.apiKey, baseURL: gw.baseURL, maxRetries: 0 }) };
 }
 
 const completedLines = (lines: string[]) =>
