@@ -45,6 +45,7 @@ export interface TestBackends {
 }
 
 const backendsOfDataDir = new Map<string, Promise<TestBackends>>();
+const resolvedBackends = new Map<string, TestBackends>();
 
 /**
  * The backend URLs of the gateway whose data dir is `dataDir` in this mode (none when embedded): new
@@ -59,10 +60,26 @@ export function testBackends(dataDir: string): Promise<TestBackends> {
       const databaseUrl = await (await sharedPostgres()).freshDatabase();
       if (TEST_MODE === "postgres") return { databaseUrl };
       return { databaseUrl, redisUrl: await sharedRedisDatabase() };
-    })();
+    })().then((b) => {
+      resolvedBackends.set(dataDir, b);
+      return b;
+    });
     backendsOfDataDir.set(dataDir, backends);
   }
   return backends;
+}
+
+/**
+ * An operator command's argv with the URLs of the gateway whose `--data-dir` it names appended (as
+ * an operator runs `gateway ledger audit --database-url … --redis-url …` against a cluster). Call
+ * `await testBackends(dataDir)` first when no test gateway was started on that dir yet.
+ */
+export function withBackendArgs(argv: readonly string[]): string[] {
+  const at = argv.findIndex((a) => a === "--data-dir");
+  const dataDir = at >= 0 ? argv[at + 1] : undefined;
+  const backends = dataDir === undefined ? undefined : resolvedBackends.get(dataDir);
+  if (TEST_MODE !== "embedded" && dataDir !== undefined && !backends) throw new Error(`no backends known for ${dataDir}: await testBackends(dir) first`);
+  return [...argv, ...backendArgs(backends ?? {})];
 }
 
 /** `--database-url U --redis-url R` for a spawned `gateway serve` or operator command (none when embedded). */
