@@ -31,6 +31,7 @@ import { REPLAY_WINDOW_MS } from "./http/idempotency.ts";
 import { ClusterNode } from "./cluster/node.ts";
 import type { ClusterRedis } from "./cluster/redis.ts";
 import { sharedSlots } from "./cluster/slots.ts";
+import { redisStickyMap } from "./cluster/sticky.ts";
 import { redisReplays } from "./cluster/replays.ts";
 import { clusterBridge, type SharedProviderView } from "./gateway/clusterBridge.ts";
 import type { ChangeMessage } from "./cluster/messages.ts";
@@ -123,8 +124,13 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
   const registry = new Registry();
   const routing = createRoutingState(routingSettingsFrom(config), { now, log });
   registry.capacityChanged = () => routing.queue.wake();
-  const sticky = config.stickyRouting ? createMemoryStickyMap({ idleTtlMs: config.stickyTtlMs }) : undefined;
   const redis = ports.redis;
+  // Sticky pins are shared by a cluster's nodes (in Redis); the embedded node keeps them in memory.
+  const sticky = !config.stickyRouting
+    ? undefined
+    : redis
+      ? redisStickyMap(redis, { idleTtlMs: config.stickyTtlMs })
+      : createMemoryStickyMap({ idleTtlMs: config.stickyTtlMs });
   const node = redis
     ? new ClusterNode<SharedProviderView>({ nodeId: config.nodeId ?? hexId("node_", random)(), redis, leaseMs: config.clusterLeaseMs, log, now })
     : null;

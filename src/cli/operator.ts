@@ -28,6 +28,7 @@ const PROVIDER_ID = /^[A-Za-z0-9._-]{1,64}$/;
 const ACCOUNTS_USAGE = [
   "usage: gateway accounts create [--tier free|paid] [--name N] [--env]",
   "       gateway accounts list [--json]",
+  "       gateway accounts set-tier ACCOUNT_ID --tier free|paid",
 ];
 const KEYS_USAGE = [
   "usage: gateway keys create --account ID [--label L]",
@@ -53,7 +54,7 @@ type Subcommand = (argv: readonly string[], ctx: OperatorContext, usage: readonl
 
 /** Runs `gateway accounts …`; `argv` starts after the word `accounts`. */
 export function runAccountsCommand(argv: readonly string[], ctx: OperatorContext): Promise<number> {
-  return dispatch(argv, ctx, ACCOUNTS_USAGE, { create: accountsCreate, list: accountsList });
+  return dispatch(argv, ctx, ACCOUNTS_USAGE, { create: accountsCreate, list: accountsList, "set-tier": accountsSetTier });
 }
 
 /** Runs `gateway keys …`; `argv` starts after the word `keys`. */
@@ -212,6 +213,19 @@ const accountsCreate: Subcommand = async (argv, ctx, usage) => {
     ctx.stdout(`export ACCOUNT_ID=${account_id}`);
     ctx.stdout(`export GATEWAY_API_KEY=${api_key}`);
   } else ctx.stdout(json({ account_id, api_key }));
+  return EXIT_OK;
+};
+
+/** Moves an account between free and paid: its keys' limits and payer change with their next request. */
+const accountsSetTier: Subcommand = async (argv, ctx, usage) => {
+  const p = parse(argv, { tier: { kind: "string" } }, ["ACCOUNT_ID"], ctx, usage);
+  if (typeof p === "number") return p;
+  const tier = p.flags.tier;
+  if (tier !== "free" && tier !== "paid") return usageError(ctx, usage, `--tier must be free or paid, got ${tier ?? "nothing"}`);
+  const account = await ctx.store.setAccountTier(p.positionals[0]!, tier);
+  if (!account) return failure(ctx, `unknown account ${p.positionals[0]}`);
+  ctx.changed?.({ kind: "tier_changed" });
+  ctx.stdout(json(account));
   return EXIT_OK;
 };
 

@@ -177,7 +177,8 @@ export function auditLedger(data: LedgerAuditData, lookup: CatalogLookup): Audit
       snapshot,
       snapshotDigest: s.snapshot_digest,
       acceptedModelHash: s.accepted_model_hash,
-      delivered: { ...s.delivered, terminal_state: s.delivered.terminal_state as TerminalState },
+      // Rows written before tool-call bytes were kept have none: the verifier then bounds as it did.
+      delivered: { ...s.delivered, terminal_state: s.delivered.terminal_state as TerminalState, tool_call_bytes: s.delivered.tool_call_bytes ?? undefined },
       promptTokenBound: snapshot.prompt_token_bound,
       requestStartMs: snapshot.request_started_at_unix_ms,
       arrivalMs: s.receipt_received_at_ms,

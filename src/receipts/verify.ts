@@ -205,7 +205,7 @@ function afterSignature(input: VerifyReceiptInput, r: ReceiptBody): ReceiptJudge
 }
 
 /** The output-token bound of a delivered record (outputTokenBound), Infinity when its tool-call bytes are unknown. */
-function deliveredOutputBound(d: VerifyReceiptInput["delivered"]): number {
+export function deliveredOutputBound(d: VerifyReceiptInput["delivered"]): number {
   const toolCallBytes = d.tool_call_bytes ?? (d.tool_calls_delivered === false ? 0 : null);
   return toolCallBytes === null ? Infinity : outputTokenBound(d.end_byte - d.start_byte, toolCallBytes);
 }

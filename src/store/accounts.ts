@@ -28,6 +28,11 @@ export function createAccount(
   return { account_id };
 }
 
+/** Moves an account to another tier (its keys follow at once); null when the account is unknown. */
+export function setAccountTier(db: Database, account_id: string, tier: AccountTier): AccountRow | null {
+  return db.query(`UPDATE accounts SET tier = ? WHERE id = ? RETURNING ${ACCOUNT_COLUMNS}`).get(tier, account_id) as AccountRow | null;
+}
+
 export function listAccounts(db: Database): AccountRow[] {
   return db.query(`SELECT ${ACCOUNT_COLUMNS} FROM accounts ORDER BY created_at_ms, rowid`).all() as AccountRow[];
 }

@@ -75,6 +75,7 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
     createAccount: (input, now_ms = clock()) => accounts.createAccount(db, random, input, now_ms),
     listAccounts: () => accounts.listAccounts(db),
     getAccount: (account_id) => accounts.getAccount(db, account_id),
+    setAccountTier: (account_id, tier) => accounts.setAccountTier(db, account_id, tier),
 
     createApiKey: (input, now_ms = clock()) => accounts.createApiKey(db, random, keyPrefix, input, now_ms),
     authenticateApiKey: (api_key, now_ms = clock()) => accounts.authenticateApiKey(db, keyPrefix, api_key, now_ms),

@@ -54,6 +54,7 @@ interface DeliveredColumns {
   delivered_terminal_state: string | null;
   delivered_finish_reason: string | null;
   delivered_tool_calls: number | null;
+  delivered_tool_call_bytes: number | null;
   reported_input_tokens: number | null;
 }
 
@@ -69,6 +70,7 @@ function toSettlement(r: SettlementDbRow): SettlementRow {
           terminal_state: r.delivered_terminal_state ?? "",
           finish_reason: r.delivered_finish_reason,
           tool_calls_delivered: r.delivered_tool_calls === 1,
+          tool_call_bytes: r.delivered_tool_call_bytes,
           reported_input_tokens: r.reported_input_tokens,
         };
   return {
@@ -115,6 +117,7 @@ const deliveredColumns = (d: DeliveredRecord, ended_at_ms: number, pending_deadl
   delivered_terminal_state: d.terminal_state,
   delivered_finish_reason: d.finish_reason,
   delivered_tool_calls: d.tool_calls_delivered ? 1 : 0,
+  delivered_tool_call_bytes: d.tool_call_bytes,
   reported_input_tokens: d.reported_input_tokens,
   ended_at_ms,
   pending_deadline_at_ms,
@@ -137,7 +140,7 @@ const SETTLE_COLUMNS = `label = ?, reason = ?, receipt = COALESCE(?, receipt), r
        debit_credits = ?, provider_credits = ?, platform_credits = ?, settled_at_ms = ?`;
 const DELIVERED_COLUMNS = `delivered_output_hash = ?, delivered_start_byte = ?, delivered_end_byte = ?,
        delivered_tokens = ?, delivered_terminal_state = ?, delivered_finish_reason = ?, delivered_tool_calls = ?,
-       reported_input_tokens = ?, ended_at_ms = ?, pending_deadline_at_ms = ?`;
+       delivered_tool_call_bytes = ?, reported_input_tokens = ?, ended_at_ms = ?, pending_deadline_at_ms = ?`;
 
 /**
  * Settlement rows with their deciding envelope: a settlement refers to its receipt's row in the arrival

@@ -19,6 +19,8 @@ export interface DeliveredRecord {
   terminal_state: string;
   finish_reason: string | null;
   tool_calls_delivered: boolean;
+  /** UTF-8 bytes of the tool-call deltas delivered (the output-token bound counts them); null in rows written before it was kept. */
+  tool_call_bytes: number | null;
   /** `end.usage.input_tokens` as the provider reported it (observe-mode billing); null when no `end` came. */
   reported_input_tokens: number | null;
 }

@@ -334,4 +334,10 @@ export const migrations: readonly string[] = [
   `
   DROP INDEX ledger_entries_account;
   `,
+  // The delivered record keeps its tool-call bytes: the output-token bound counts them, and an attempt
+  // judged after a restart must be bounded as it would have been before (docs/receipts.md).
+  `
+  ALTER TABLE settlements ADD COLUMN delivered_tool_call_bytes INTEGER
+    CHECK (delivered_tool_call_bytes IS NULL OR delivered_tool_call_bytes >= 0);
+  `,
 ];

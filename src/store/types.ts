@@ -87,6 +87,8 @@ export interface Store extends IdentityStore, DemoSessionStore, LedgerStore, Fee
   createAccount(input: { name?: string; tier: AccountTier }, now_ms?: number): { account_id: string };
   listAccounts(): AccountRow[];
   getAccount(account_id: string): AccountRow | null;
+  /** Moves an account to another tier (its keys follow at once); null when the account is unknown. */
+  setAccountTier(account_id: string, tier: AccountTier): AccountRow | null;
 
   /** Issues a key for an existing account (throws on an unknown account: check first). The raw key
    *  is returned here once and never stored. */

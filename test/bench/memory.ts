@@ -317,7 +317,7 @@ async function fill(url: string, apiKey: string): Promise<{ json: number; sse: n
 async function main(): Promise<void> {
   const procs = new Processes();
   try {
-    const mock = await startMock(procs);
+    const mock = await startMock(procs, MODELS);
     const levels: LevelResult[] = [];
     for (const n of LEVELS) levels.push(await measureLevel(mock.url, n));
     const afterLoad = AFTER_LOAD ? await measureAfterLoad(mock.url) : null;

@@ -9,8 +9,10 @@
 //                             once, then one every MS ms, default 20, on a fixed schedule so timer
 //                             lateness does not accumulate), a finish chunk, `data: [DONE]`
 // Each delta's 16 bytes are the wall-clock time it was written, in microseconds (zero-padded), so a
-// client on the same machine can measure each chunk's transit time. Prints one JSON line when ready.
-//   bun test/bench/mock.ts [--port N]
+// client on the same machine can measure each chunk's transit time. GET /v1/models lists the names
+// given with --models (a provider runtime checks its upstream serves what it advertises). Prints one
+// JSON line when ready.
+//   bun test/bench/mock.ts [--port N] [--models a,b,…]
 
 const encoder = new TextEncoder();
 const CREATED = 1_790_000_000;
@@ -71,11 +73,14 @@ function sseStream(model: string, b: Extract<Behaviour, { kind: "sse" }>): Reada
 
 if (import.meta.main) {
   const i = process.argv.indexOf("--port");
+  const m = process.argv.indexOf("--models");
+  const models = JSON.stringify({ object: "list", data: (m > 0 ? process.argv[m + 1]!.split(",") : []).map((id) => ({ id, object: "model", created: CREATED, owned_by: "bench-mock" })) });
   const server = Bun.serve({
     port: i > 0 ? Number(process.argv[i + 1]) : 0,
     hostname: "127.0.0.1",
     idleTimeout: 0,
     async fetch(request) {
+      if (request.method === "GET" && new URL(request.url).pathname === "/v1/models") return new Response(models, { headers: { "content-type": "application/json" } });
       if (request.method !== "POST") return new Response("not found", { status: 404 });
       const body = (await request.json()) as { model?: string };
       const model = typeof body.model === "string" ? body.model : "";

@@ -4,6 +4,9 @@
 // main thread. On SIGUSR2 it writes the totals since the last signal to
 // `$BENCH_SQL_DIR/sql-PID.txt` (total ms, calls, µs a call, slowest ms, SQL), largest total first,
 // and starts counting again: send one signal when the measured window opens and one when it closes.
+// Each key starts with the connection's synchronous level when the call ran (`[FULL]`, `[NORMAL]`,
+// from the last `PRAGMA synchronous = …` seen) and `auto` when no transaction was open (an autocommit
+// write then pays its own commit, and at FULL its own fsync, inside the call).
 // Bun caches `db.query(sql)` statements and binds per-statement run methods at creation, so each
 // statement's methods are wrapped once, when `query`/`prepare` hands it out.
 import { Database } from "bun:sqlite";
@@ -22,15 +25,21 @@ const count = (sql: string, ms: number) => {
   t.ms += ms;
   if (ms > t.slowest) t.slowest = ms;
 };
-const timed = <A extends unknown[], R>(sql: string, run: (...args: A) => R) =>
+const timed = <A extends unknown[], R>(db: Database, sql: string, run: (...args: A) => R) =>
   function (this: unknown, ...args: A): R {
+    const key = tag(db, sql);
     const start = performance.now();
     try {
       return run.apply(this, args);
     } finally {
-      count(sql, performance.now() - start);
+      count(key, performance.now() - start);
     }
   };
+
+/** Each connection's synchronous level, as last set (the gateway's store opens with FULL). */
+const levels = new WeakMap<Database, string>();
+const SYNC = /PRAGMA\s+synchronous\s*=\s*(\w+)/i;
+const tag = (db: Database, sql: string) => `[${levels.get(db) ?? "?"}${db.inTransaction ? "" : " auto"}] ${sql}`;
 
 const wrapped = new WeakSet<object>();
 for (const method of ["query", "prepare"] as const) {
@@ -42,7 +51,7 @@ for (const method of ["query", "prepare"] as const) {
       const text = sql.replace(/\s+/g, " ").slice(0, 120);
       for (const run of ["run", "get", "all", "values"]) {
         const f = statement[run];
-        if (typeof f === "function") statement[run] = timed(text, f.bind(statement) as (...args: unknown[]) => unknown);
+        if (typeof f === "function") statement[run] = timed(this, text, f.bind(statement) as (...args: unknown[]) => unknown);
       }
     }
     return statement;
@@ -50,11 +59,14 @@ for (const method of ["query", "prepare"] as const) {
 }
 const exec = Database.prototype.exec as unknown as (this: Database, sql: string, ...rest: unknown[]) => unknown;
 (Database.prototype as unknown as Record<string, unknown>).exec = function (this: Database, sql: string, ...rest: unknown[]) {
+  const key = tag(this, `EXEC ${sql.slice(0, 60)}`);
   const start = performance.now();
   try {
     return exec.call(this, sql, ...rest);
   } finally {
-    count(`EXEC ${sql.slice(0, 60)}`, performance.now() - start);
+    count(key, performance.now() - start);
+    const level = SYNC.exec(sql);
+    if (level) levels.set(this, level[1]!.toUpperCase());
   }
 };
 

@@ -7,13 +7,14 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { FLOOR_API_KEY } from "./floor.ts";
+import { LOOP_PRELOAD } from "./loopDelay.ts";
 import { settingSpecs } from "../../src/config/index.ts";
 
 export const MAIN = join(import.meta.dir, "../../src/main.ts");
 const HERE = import.meta.dir;
 
 /** Models the catalog holds; each names its mock behaviour (mock.ts), sent upstream as is. */
-export const BENCH_MODELS = ["bench-json", "bench-json-d20", "bench-sse", "bench-sse-n4-i0", "bench-sse-n256-i0"] as const;
+export const BENCH_MODELS = ["bench-json", "bench-json-d20", "bench-sse", "bench-sse-n4-i0", "bench-sse-n256-i0", "bench-sse-n16-i5"] as const;
 const modelHash = (id: string) => createHash("sha256").update(`bench-weights:${id}`).digest("hex");
 
 /** Raised fetch cap for every Bun process that opens many upstream requests at once. */
@@ -32,6 +33,8 @@ const bunArgs = (): string[] => [
   ...(process.env.BENCH_CENSUS_DIR ? ["--preload", join(HERE, "census-preload.ts")] : []),
   ...(process.env.BENCH_PRELOAD ? ["--preload", process.env.BENCH_PRELOAD] : []),
 ];
+/** BENCH_LOOP_DIR=DIR (set by run.ts): each server under test samples its event-loop delay there (loop-delay-preload.ts). */
+const serverPreload = (): string[] => (process.env.BENCH_LOOP_DIR ? ["--preload", LOOP_PRELOAD] : []);
 const collectorEnv = (): Record<string, string> => (process.env.BENCH_CENSUS_DIR ? { BUN_JSC_disableGC: "1", BUN_GC_TIMER_DISABLE: "1" } : {});
 
 export class Processes {
@@ -73,12 +76,24 @@ export class Processes {
     return r.stdout.toString();
   }
 
+  /** `cli` without blocking, so that independent commands can overlap. */
+  async cliAsync(args: string[]): Promise<string> {
+    const r = Bun.spawn(["bun", MAIN, ...args, "--data-dir", this.dataDir], { stdout: "pipe", stderr: "pipe" });
+    const [out, err, code] = await Promise.all([new Response(r.stdout).text(), new Response(r.stderr).text(), r.exited]);
+    if (code !== 0) throw new Error(`gateway ${args.join(" ")}: ${err}`);
+    return out;
+  }
+
   /** Processes stopped with SIGTERM first, so a profiler can write its output. */
   readonly graceful: Proc[] = [];
 
   async stop(): Promise<void> {
-    for (const p of this.graceful) if (p.exitCode === null) p.kill("SIGTERM");
-    await Promise.race([Promise.all(this.graceful.map((p) => p.exited)), Bun.sleep(10_000)]);
+    if (this.graceful.length > 0) {
+      for (const p of this.graceful) if (p.exitCode === null) p.kill("SIGTERM");
+      let timer: Timer | undefined;
+      await Promise.race([Promise.all(this.graceful.map((p) => p.exited)), new Promise((r) => (timer = setTimeout(r, 10_000)))]);
+      clearTimeout(timer);
+    }
     for (const p of this.all) if (p.exitCode === null) p.kill("SIGKILL");
     await Promise.all(this.all.map((p) => p.exited));
     rmSync(this.dataDir, { recursive: true, force: true });
@@ -87,8 +102,9 @@ export class Processes {
 
 export const rssMb = (pid: number): number => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024;
 
-export async function startMock(p: Processes): Promise<{ url: string; proc: Proc }> {
-  const proc = p.spawn(["bun", join(HERE, "mock.ts")], { log: "mock.log" });
+/** The mock upstream (mock.ts), listing `models` at /v1/models. */
+export async function startMock(p: Processes, models: readonly string[] = BENCH_MODELS): Promise<{ url: string; proc: Proc }> {
+  const proc = p.spawn(["bun", join(HERE, "mock.ts"), "--models", models.join(",")], { log: "mock.log" });
   const line = await p.line("mock.log", (o) => o.event === "mock_listening");
   return { url: line.url as string, proc };
 }
@@ -109,10 +125,18 @@ export async function startGatewayStack(
   p: Processes,
   o: { mockUrl: string; providers: number; logLevel: string; settings?: Record<string, unknown> },
 ): Promise<GatewayStack> {
-  p.cli(["catalog", "init"]);
-  for (const m of BENCH_MODELS) p.cli(["catalog", "add", "--model-id", m, "--model-hash", modelHash(m), "--hash-scope", "gguf-file-v1"]);
-  const { account_id, api_key } = JSON.parse(p.cli(["accounts", "create", "--tier", "paid", "--name", "bench"])) as { account_id: string; api_key: string };
-  p.cli(["credits", "grant", "--account", account_id, "--credits", String(1e15), "--memo", "benchmark"]);
+  // The catalog's models one after another (each add signs the next catalog); the account alongside.
+  await p.cliAsync(["catalog", "init"]);
+  const [{ account_id, api_key }] = await Promise.all([
+    (async () => {
+      const account = JSON.parse(await p.cliAsync(["accounts", "create", "--tier", "paid", "--name", "bench"])) as { account_id: string; api_key: string };
+      await p.cliAsync(["credits", "grant", "--account", account.account_id, "--credits", String(1e15), "--memo", "benchmark"]);
+      return account;
+    })(),
+    (async () => {
+      for (const m of BENCH_MODELS) await p.cliAsync(["catalog", "add", "--model-id", m, "--model-hash", modelHash(m), "--hash-scope", "gguf-file-v1"]);
+    })(),
+  ]);
   // Limits raised by configuration, as an operator would for a heavy paid buyer: per-account
   // concurrency and daily tokens (when this build has those settings), nothing else changed.
   const known = new Set<string>(settingSpecs.map((spec) => spec.key));
@@ -130,7 +154,7 @@ export async function startGatewayStack(
   };
   const configFile = join(p.dataDir, "gateway.json");
   writeFileSync(configFile, JSON.stringify(config));
-  const gateway = p.spawn([...bunArgs(), MAIN, "serve", "--config", configFile], { env: collectorEnv(), log: "gateway.log" });
+  const gateway = p.spawn([...bunArgs(), ...serverPreload(), MAIN, "serve", "--config", configFile], { env: collectorEnv(), log: "gateway.log" });
   if (PROFILE_DIR) p.graceful.push(gateway);
   const listening = await p.line("gateway.log", (l) => l.event === "gateway_listening");
   const url = `http://127.0.0.1:${listening.port}`;
@@ -178,7 +202,7 @@ export async function startFloor(p: Processes, o: { mockUrl: string; clients: nu
 /** `NAME.ts server …` and `clients` × `NAME.ts client WS_URL UPSTREAM`, each awaited until its log says it is up. */
 async function startTwoHop(p: Processes, name: "relay" | "floor", serverArgs: string[], o: { mockUrl: string; clients: number }): Promise<{ url: string; server: Proc }> {
   const script = join(HERE, `${name}.ts`);
-  const server = p.spawn(["bun", script, "server", ...serverArgs], { log: `${name}.log` });
+  const server = p.spawn(["bun", ...serverPreload(), script, "server", ...serverArgs], { log: `${name}.log` });
   const line = await p.line(`${name}.log`, (l) => l.event === `${name}_listening`);
   for (let i = 0; i < o.clients; i++) {
     const log = `${name}-client-${i}.log`;

@@ -130,4 +130,35 @@ describe.skipIf(clusterMissing !== null)("three nodes, one store, one Redis", ()
     expect(status).toBe(401);
     await n2.waitForEvent("cluster_change", (e) => e.kind === "key_revoked", 2000);
   }, 120_000);
+
+  test("a tier changed through the operator is what node 2 answers within 1 s", async () => {
+    const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "free", "--name", "upgrader"]).stdout) as { account_id: string; api_key: string };
+    const n2 = cluster.nodes[1]!;
+    const tierOnN2 = async () => ((await (await fetch(`${n2.baseURL}/usage`, { headers: { authorization: `Bearer ${created.api_key}` } })).json()) as { tier: string }).tier;
+    expect(await tierOnN2()).toBe("free");
+    expect(cluster.cli(["accounts", "set-tier", created.account_id, "--tier", "paid", "--redis-url", cluster.redis.url]).exitCode).toBe(0);
+    const changedAt = performance.now();
+    let tier = "free";
+    while (performance.now() - changedAt < 1000 && (tier = await tierOnN2()) !== "paid") await Bun.sleep(20);
+    expect(tier).toBe("paid");
+    await n2.waitForEvent("cluster_change", (e) => e.kind === "tier_changed", 2000);
+  }, 120_000);
+
+  test("a provider banned through the operator loses its session on node 1 within 1 s", async () => {
+    const [n1, , n3] = cluster.nodes;
+    const before = ((await (await fetch(`${n3!.url}/healthz`)).json()) as { providers_admitted: number }).providers_admitted;
+    const banned = cluster.provider({ id: "prov-banned", gateways: [n1!], maxConcurrency: 1 });
+    await banned.waitForEvent("welcome", () => true, 30_000);
+    await cluster.waitRoutable(n3!, before + 1);
+    expect(cluster.cli(["providers", "ban", "prov-banned", "--redis-url", cluster.redis.url]).exitCode).toBe(0);
+    const bannedAt = performance.now();
+    let admitted = before + 1;
+    while (performance.now() - bannedAt < 1000) {
+      admitted = ((await (await fetch(`${n1!.url}/healthz`)).json()) as { providers_admitted: number }).providers_admitted;
+      if (admitted === before) break;
+      await Bun.sleep(20);
+    }
+    expect(admitted).toBe(before);
+    await n1!.waitForEvent("cluster_change", (e) => e.kind === "provider_banned", 2000);
+  }, 120_000);
 });

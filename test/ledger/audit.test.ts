@@ -54,6 +54,7 @@ function settledGolden(): { store: Store; path: string } {
       terminal_state: d.terminal_state,
       finish_reason: d.finish_reason,
       tool_calls_delivered: true,
+      tool_call_bytes: 8 + 6 + 6,
       reported_input_tokens: 31,
     },
     golden.arrival_unix_ms + 300_000,

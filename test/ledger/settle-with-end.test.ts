@@ -14,6 +14,7 @@ const delivered: DeliveredRecord = {
   terminal_state: "normal_done",
   finish_reason: "stop",
   tool_calls_delivered: false,
+  tool_call_bytes: 0,
   reported_input_tokens: 30,
 };
 const verified = { label: "verified" as const, reason: null, billed: { prompt_tokens: 30, completion_tokens: 4 } };

@@ -14,6 +14,8 @@ const delivered = {
   terminal_state: "normal_done",
   finish_reason: "stop",
   tool_calls_delivered: false,
+  // Kept as written (a pending attempt is bounded by it after a restart); 0 with no tool call.
+  tool_call_bytes: 0,
   reported_input_tokens: 31,
 };
 

@@ -3,7 +3,7 @@
 // whose running count passes that bound ends the attempt as a provider failure — failover before the
 // first byte, the in-band error after it — and is never relayed or billed. A scripted provider claims
 // `tokens = 40` for a single "x"; an honest provider serves the failover.
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import { startTestGateway, waitForReadyProviders, type TestGateway } from "../support/harness.ts";
 import { ScriptedProvider, utf8, type Script } from "../support/scriptedProvider.ts";
 import { expectedCharge, expectLedgerBalanced, ledgerAudit, paidBuyer, settledRow, type Buyer } from "./support.ts";
@@ -37,6 +37,10 @@ beforeAll(async () => {
   await waitForReadyProviders(gw, 2);
   buyer = await paidBuyer(gw, 1_000_000);
 });
+
+// Each test scripts the first provider anew: what routing learned from the last one's failure (a
+// cooldown, docs/routing.md) would send the next request to the honest provider first.
+beforeEach(() => gw.gateway.routing.reset());
 
 afterAll(async () => {
   await inflating.close();

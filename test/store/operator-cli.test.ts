@@ -48,6 +48,26 @@ test("accounts create defaults to the free tier and rejects other tiers", async 
   expect(err.join("\n")).toContain("usage:");
 });
 
+test("accounts set-tier moves an account and its keys, announces the change, and refuses unknown accounts and tiers", async () => {
+  await runAccountsCommand(["create", "--tier", "free"], ctx());
+  const { account_id, api_key } = JSON.parse(out[0]!) as { account_id: string; api_key: string };
+  expect((await store.authenticateApiKey(api_key))?.tier).toBe("free");
+  reset();
+  const changes: unknown[] = [];
+  expect(await runAccountsCommand(["set-tier", account_id, "--tier", "paid"], { ...ctx(), changed: (c: unknown) => void changes.push(c) })).toBe(0);
+  expect(jsonLines()).toEqual([expect.objectContaining({ account_id, tier: "paid" })]);
+  expect(changes).toEqual([{ kind: "tier_changed" }]);
+  // The key follows at once: its next lookup sees the new tier.
+  expect((await store.authenticateApiKey(api_key))?.tier).toBe("paid");
+  reset();
+  expect(await runAccountsCommand(["set-tier", "acct_missing", "--tier", "paid"], ctx())).toBe(1);
+  expect(err.join("\n")).toContain("unknown account acct_missing");
+  reset();
+  expect(await runAccountsCommand(["set-tier", account_id, "--tier", "gold"], ctx())).toBe(64);
+  expect(await runAccountsCommand(["set-tier", account_id], ctx())).toBe(64);
+  expect((await store.getAccount(account_id))?.tier).toBe("paid");
+});
+
 test("accounts list --json prints one object per line", async () => {
   await runAccountsCommand(["create", "--name", "one"], ctx());
   await runAccountsCommand(["create", "--tier", "paid"], ctx());

@@ -89,6 +89,7 @@ export function released(deps: DeliveryDeps, requestId: string, attemptN: number
     terminal_state: prefix.terminal_state,
     finish_reason: prefix.finish_reason,
     tool_calls_delivered: prefix.tool_calls_delivered,
+    tool_call_bytes: prefix.tool_call_bytes,
     reported_input_tokens: att.end ? att.end.usage.input_tokens : null,
   };
   // Written with the outcome when the actor settles right away (one UPDATE instead of two), else below.

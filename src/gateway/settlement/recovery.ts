@@ -91,6 +91,8 @@ function resumedAttempt(row: SettlementRow, snapshot: RouteSnapshot, digest: str
       tokens: delivered.tokens,
       terminal_state: delivered.terminal_state as TerminalState,
       tool_calls_delivered: delivered.tool_calls_delivered,
+      // Kept since the delivered record stores it: the output-token bound holds after a restart too.
+      ...(delivered.tool_call_bytes === null ? {} : { tool_call_bytes: delivered.tool_call_bytes }),
     },
     deadlineAtMs: row.pending_deadline_at_ms ?? nowMs,
     unwrittenEnd: null,

@@ -70,6 +70,12 @@ export const ROUTE_DOCS: Record<string, RouteDoc> = {
   "GET /v1/status": { summary: "Public pool status: up, degraded, idle or down", tag: "Models and pool", credential: "none" },
   "GET /v1/usage": { summary: "Quota, balance, spend, keys and per-model usage of the calling key's account", tag: "Account", credential: "api_key", description: "docs/usage.md" },
   "GET /v1/receipts/{request_id}": { summary: "Settlement labels of one of your own requests", tag: "Account", credential: "api_key", description: "docs/receipts.md" },
+  "DELETE /v1/sticky": {
+    summary: "Forget the calling account's sticky conversations (X-Conversation-ID pins)",
+    tag: "Account",
+    credential: "api_key_or_demo",
+    description: "Answers {object: \"sticky.purged\", deleted: N}; 0 when the operator runs without --sticky-routing. docs/routing.md.",
+  },
   "POST /v1/feedback": { summary: "Rate one of your own requests", tag: "Account", credential: "api_key_or_demo", description: "docs/usage.md" },
   "GET /v1/rate-card": { summary: "Prices per rate-card row and the provider share", tag: "Catalog and rates", credential: "none", description: "docs/ledger.md" },
   "GET /v1/catalog": { summary: "The operator-signed model catalog (exact signed bytes)", tag: "Catalog and rates", credential: "none", description: "docs/catalog.md" },

@@ -212,6 +212,10 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
       const [row] = await sql.unsafe(`SELECT ${ACCOUNT_COLUMNS} FROM accounts WHERE id = $1`, [account_id]);
       return row === undefined ? null : toAccount(row as Row);
     },
+    async setAccountTier(account_id, tier) {
+      const [row] = await sql.unsafe(`UPDATE accounts SET tier = $1 WHERE id = $2 RETURNING ${ACCOUNT_COLUMNS}`, [tier, account_id]);
+      return row === undefined ? null : toAccount(row as Row);
+    },
 
     createApiKey: (input, now_ms = clock()) => insertKey(sql, random, keyPrefix, input.account_id, input.label ?? null, now_ms),
     async authenticateApiKey(api_key, now_ms = clock()) {

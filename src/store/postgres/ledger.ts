@@ -165,7 +165,7 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
       const res = await sql`UPDATE settlements SET delivered_output_hash = ${d.output_hash}, delivered_start_byte = ${d.start_byte},
           delivered_end_byte = ${d.end_byte}, delivered_tokens = ${d.tokens}, delivered_terminal_state = ${d.terminal_state},
           delivered_finish_reason = ${d.finish_reason}, delivered_tool_calls = ${d.tool_calls_delivered},
-          reported_input_tokens = ${d.reported_input_tokens}, ended_at_ms = ${now_ms}, pending_deadline_at_ms = ${pending_deadline_at_ms}
+          delivered_tool_call_bytes = ${d.tool_call_bytes}, reported_input_tokens = ${d.reported_input_tokens}, ended_at_ms = ${now_ms}, pending_deadline_at_ms = ${pending_deadline_at_ms}
         WHERE request_id = ${request_id} AND attempt_n = ${attempt_n} AND label = 'pending' AND ended_at_ms IS NULL`;
       return res.count === 1;
     },
@@ -220,6 +220,7 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
                  delivered_terminal_state = CASE WHEN ${ended !== null} THEN ${d?.terminal_state ?? null}::text ELSE delivered_terminal_state END,
                  delivered_finish_reason = CASE WHEN ${ended !== null} THEN ${d?.finish_reason ?? null}::text ELSE delivered_finish_reason END,
                  delivered_tool_calls = CASE WHEN ${ended !== null} THEN ${d?.tool_calls_delivered ?? null}::boolean ELSE delivered_tool_calls END,
+                 delivered_tool_call_bytes = CASE WHEN ${ended !== null} THEN ${d?.tool_call_bytes ?? null}::bigint ELSE delivered_tool_call_bytes END,
                  reported_input_tokens = CASE WHEN ${ended !== null} THEN ${d?.reported_input_tokens ?? null}::bigint ELSE reported_input_tokens END,
                  ended_at_ms = CASE WHEN ${ended !== null} THEN ${ended?.ended_at_ms ?? null}::bigint ELSE ended_at_ms END,
                  pending_deadline_at_ms = CASE WHEN ${ended !== null} THEN ${ended?.pending_deadline_at_ms ?? null}::bigint ELSE pending_deadline_at_ms END

@@ -320,4 +320,9 @@ export const postgresMigrations: readonly string[] = [
   );
   CREATE INDEX feedback_submissions_ip_key ON feedback_submissions (ip_key, submitted_at_ms);
   `,
+  // As SQLite's: the delivered record keeps its tool-call bytes (the output-token bound counts them).
+  `
+  ALTER TABLE settlements ADD COLUMN delivered_tool_call_bytes BIGINT
+    CHECK (delivered_tool_call_bytes IS NULL OR delivered_tool_call_bytes >= 0);
+  `,
 ];

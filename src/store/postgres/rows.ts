@@ -44,6 +44,7 @@ export function toSettlement(r: Row): SettlementRow {
           terminal_state: (r.delivered_terminal_state as string | null) ?? "",
           finish_reason: (r.delivered_finish_reason as string | null) ?? null,
           tool_calls_delivered: r.delivered_tool_calls === true,
+          tool_call_bytes: numOrNull(r.delivered_tool_call_bytes),
           reported_input_tokens: numOrNull(r.reported_input_tokens),
         };
   return {
