@@ -28,6 +28,7 @@ const MODELS = [STREAM_MODEL, JSON_MODEL];
 const FETCH_ENV = { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
 
 type Proc = ReturnType<typeof Bun.spawn>;
+let mockPid = 0;
 const pct = (xs: number[], p: number) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length === 0 ? NaN : s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
@@ -56,7 +57,7 @@ function postgresPids(dataDir: string): number[] {
 
 /** The mock upstream as a process of its own. */
 async function startMock(): Promise<{ url: string; proc: Proc }> {
-  const proc = Bun.spawn(["bun", join(import.meta.dir, "mock.ts")], { stdout: "pipe", stderr: "inherit" });
+  const proc = Bun.spawn(["bun", join(import.meta.dir, "mock.ts"), "--models", MODELS.join(",")], { stdout: "pipe", stderr: "inherit" });
   const events: Record<string, unknown>[] = [];
   collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
   await waitFor(() => events.some((e) => e.event === "mock_listening"), 15_000, "mock_listening");
@@ -151,7 +152,8 @@ async function hop(cluster: TestCluster, apiKey: string, n1: ClusterNodeProcess,
 }
 
 /** Closed-loop load: CONCURRENCY workers, spread over `urls`, each sending the next request when its last answer is read. */
-async function load(urls: string[], apiKey: string, pids: Record<string, number[]>) {
+async function load(urls: string[], apiKey: string, servers: Record<string, number[]>) {
+  const pids = { ...servers, mock: [mockPid], driver: [process.pid] };
   const body = JSON.stringify({ model: JSON_MODEL, max_tokens: 16, messages: [{ role: "user", content: "Hello" }] });
   const headers = { authorization: `Bearer ${apiKey}`, "content-type": "application/json" };
   const start = performance.now();
@@ -200,7 +202,7 @@ async function embeddedThroughput(mockUrl: string) {
   const { account_id, api_key } = JSON.parse(cli(["accounts", "create", "--tier", "paid", "--name", "bench"])) as { account_id: string; api_key: string };
   cli(["credits", "grant", "--account", account_id, "--credits", String(1e15)]);
   const configFile = join(dataDir, "gateway.json");
-  writeFileSync(configFile, JSON.stringify({ port: 0, dataDir, settlementMode: "enforce", logLevel: "warn", ...raisedLimits() }));
+  writeFileSync(configFile, JSON.stringify({ port: 0, dataDir, settlementMode: "enforce", logLevel: "info", ...raisedLimits() }));
   const gateway = Bun.spawn(["bun", MAIN, "serve", "--config", configFile], { stdout: "pipe", stderr: "inherit" });
   const events: Record<string, unknown>[] = [];
   collectJsonLines(gateway.stdout as ReadableStream<Uint8Array>, events);
@@ -225,7 +227,7 @@ async function embeddedThroughput(mockUrl: string) {
 
 /** A cluster of `nodes` nodes, one provider runtime on each, the load split over the nodes. */
 async function clusterThroughput(mockUrl: string, nodes: number) {
-  const cluster = await startCluster({ nodes, models: MODELS, extraArgs: ["--log-level", "warn", ...raisedLimitFlags()] });
+  const cluster = await startCluster({ nodes, models: MODELS, extraArgs: raisedLimitFlags() });
   const providers: Proc[] = [];
   try {
     const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "paid", "--name", "bench"]).stdout) as { account_id: string; api_key: string };
@@ -257,7 +259,7 @@ function redisPid(cluster: TestCluster): number {
 }
 
 async function hopFigures(mockUrl: string) {
-  const cluster = await startCluster({ nodes: 2, models: MODELS, extraArgs: ["--log-level", "warn", ...raisedLimitFlags()] });
+  const cluster = await startCluster({ nodes: 2, models: MODELS, extraArgs: raisedLimitFlags() });
   const provider = startProvider("bench-hop", cluster.nodes[0]!.wsUrl, mockUrl, cluster.dataDir);
   try {
     const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "paid", "--name", "hop"]).stdout) as { account_id: string; api_key: string };
@@ -276,6 +278,7 @@ async function hopFigures(mockUrl: string) {
 const started = new Date();
 const loadBefore = loadavg();
 const mock = await startMock();
+mockPid = mock.proc.pid;
 try {
   const hopResult = await hopFigures(mock.url);
   const embedded = await embeddedThroughput(mock.url);
@@ -302,8 +305,12 @@ try {
     },
   };
   console.log(JSON.stringify(result, null, 2));
+} catch (error) {
+  console.error(error);
+  process.exitCode = 1;
 } finally {
   mock.proc.kill("SIGKILL");
   await mock.proc.exited;
-  process.exit(0);
+  // The shared PostgreSQL stops at exit (test/support/postgres.ts).
+  process.exit();
 }
