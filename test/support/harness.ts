@@ -298,7 +298,9 @@ export interface GatewayProcess {
 export async function spawnGatewayProcess(dataDir: string, extraArgs: string[] = [], timeoutMs = 10_000): Promise<GatewayProcess> {
   // In cluster mode the process is a cluster node on this data dir's URLs (the same on a restart).
   const backends = await testBackends(dataDir);
-  const proc = Bun.spawn(["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", ...backendArgs(backends), ...extraArgs], { stdout: "pipe", stderr: "pipe" });
+  // A cluster node keeps its name across restarts, as the systemd unit of docs/scale-out.md gives it.
+  const nodeId = backends.redisUrl && !extraArgs.includes("--node-id") ? ["--node-id", `node-${createHash("sha256").update(dataDir).digest("hex").slice(0, 12)}`] : [];
+  const proc = Bun.spawn(["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", ...backendArgs(backends), ...nodeId, ...extraArgs], { stdout: "pipe", stderr: "pipe" });
   const ready = backends.redisUrl ? "cluster_joined" : "gateway_listening";
   const events: Record<string, unknown>[] = [];
   collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
