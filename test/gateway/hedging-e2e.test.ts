@@ -4,7 +4,7 @@
 import { afterAll, afterEach, beforeAll, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { startTestGateway, waitFor, waitForReadyProviders, type TestGateway } from "../support/harness.ts";
-import { ScriptedProvider, type Script } from "../support/scriptedProvider.ts";
+import { ScriptedProvider, type ScriptedAttempt, type Script } from "../support/scriptedProvider.ts";
 
 const messages = [{ role: "user" as const, content: "Hedge me." }];
 let gw: TestGateway;
@@ -78,4 +78,39 @@ test("when the first attempt delivers first, the hedge is cancelled and loses", 
   b.attempt(requestId, 128).end({ terminal_state: "gateway_timeout", receipt: { terminal_state: "gateway_timeout", boundBytes: 0 } });
   expect(await b.waitForSettled(requestId, 128)).toMatchObject({ label: "zero_settled", reason: "hedge_lost" });
   expect(await (await fetch(`${gw.url}/metrics`)).text()).toContain('gateway_hedges_total{result="lost"} 1');
+});
+
+test("a first attempt that fails before its first byte hands the request to its running hedge: no third attempt, one charge", async () => {
+  // Both accept and stay silent; once the hedge reached b-two, a-one fails (provider_error, no byte).
+  let first: ScriptedAttempt | null = null;
+  let hedge: ScriptedAttempt | null = null;
+  scripts.set("a", (x) => {
+    x.accept();
+    first = x;
+  });
+  scripts.set("b", (x) => {
+    x.accept();
+    hedge = x;
+  });
+  const jobsBefore = a.jobs.length + b.jobs.length;
+  const pending = client.chat.completions.create({ model: "m", messages, max_tokens: 8 });
+  await waitFor(() => first !== null && hedge !== null, 5_000, "the first attempt and its hedge");
+  const requestId = first!.job.request_id;
+  expect(hedge!.job).toMatchObject({ request_id: requestId, attempt_n: 128 });
+  first!.end({ terminal_state: "provider_error", receipt: { terminal_state: "provider_error", boundBytes: 0 } });
+  // The failed attempt's settlement is written before the adopted hedge answers.
+  expect(await a.waitForSettled(requestId, 0)).toMatchObject({ label: "zero_settled", provider_credits: 0 });
+  hedge!.chunk("b", 1);
+  hedge!.end();
+  const res = await pending;
+  expect(res.choices[0]!.message.content).toBe("b");
+  expect(a.jobs.length + b.jobs.length - jobsBefore).toBe(2);
+  // The adopted hedge is the request's answer and the only attempt charged (this gateway observes:
+  // its uncatalogued model settles quarantined, still charged and paid).
+  expect((await b.waitForSettled(requestId, 128)).provider_credits).toBeGreaterThan(0);
+  const settlements = await gw.gateway.store.listSettlements({ request_id: requestId });
+  expect(settlements.map((s) => s.attempt_n).sort((x, y) => x - y)).toEqual([0, 128]);
+  expect(settlements.find((s) => s.attempt_n === 0)).toMatchObject({ label: "zero_settled", debit_credits: 0 });
+  expect(settlements.find((s) => s.attempt_n === 128)!.debit_credits).toBeGreaterThan(0);
+  await waitFor(() => gw.gateway.registry.attempts.size === 0, 2_000, "attempts released");
 });
