@@ -3,7 +3,7 @@
 // request that can still fail over keeps it. The gateway runs in this process, its provider in another,
 // so every JS string holding the prompt's marker is the gateway's (or this test's, which holds bytes only).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { spawnProvider, startTestGateway, waitFor, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";
+import { spawnProvider, startTestGateway, TEST_MODE, waitFor, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";
 
 let gw: TestGateway;
 let provider: ProviderProcess;
@@ -64,7 +64,11 @@ describe("a live request's prompt", () => {
     await waitFor(() => gw.gateway.registry.attempts.size === 2, 5000, "both jobs dispatched");
 
     expect(await promptCopies(jsonMarker)).toBeGreaterThan(0);
-    expect(await promptCopies(streamMarker)).toBe(0);
+    // Embedded at once; on PostgreSQL and a cluster node something async still holds it for a while
+    // after the first delta (measured 2026-11-27: < 1 s PostgreSQL, 2–3 s cluster; cause open,
+    // docs/scale-out.md) — never as long as this ~12 s stream.
+    if (TEST_MODE === "embedded") expect(await promptCopies(streamMarker)).toBe(0);
+    else await waitFor(async () => (await promptCopies(streamMarker)) === 0, 6000, "the stream's prompt released");
 
     jsonAbort.abort();
     await pending;
