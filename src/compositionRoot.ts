@@ -2,6 +2,7 @@
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { createActor, type InspectionEvent } from "xstate";
+import type { Serve, Server } from "bun";
 import { gatewayMachine } from "../actors/gateway.ts";
 import type { GatewayConfig } from "./config/index.ts";
 import { admitProvider } from "./gateway/admission.ts";
@@ -17,14 +18,14 @@ import { createBuyerSurface } from "./http/signup/index.ts";
 import { errorResponse, errorTable, gatewayError } from "./http/errors.ts";
 import { createLog, type Log } from "./log.ts";
 import { createPrometheusMetrics, type PrometheusMetrics } from "./metrics.ts";
-import { openStore } from "./store/index.ts";
+import { openStore, type StoreOptions } from "./store/index.ts";
 import { asyncStore, type AsyncStore } from "./store/asyncStore.ts";
 import { openPostgresStore } from "./store/postgres/index.ts";
 import { looseModes } from "./store/dataDir.ts";
 import { pollCatalog, startCatalog, type CatalogLive, type CatalogModel } from "./catalog/index.ts";
 import { buildRateCard, RateRowConfig } from "./ledger/index.ts";
 import { createSettlements, type Settlements } from "./gateway/settlements.ts";
-import { workerJudge } from "./receipts/judge.ts";
+import { workerJudge, type ReceiptJudge } from "./receipts/judge.ts";
 import { hexId, timeOrderedId } from "./gateway/ids.ts";
 import { openReplayFile } from "./store/replays.ts";
 import { REPLAY_WINDOW_MS } from "./http/idempotency.ts";
@@ -49,8 +50,28 @@ export interface GatewayPorts {
   monotonicNow?: () => number;
   /** Models added to (or updated in) the signed catalog at start, e.g. the demo's. */
   catalogModels?: readonly CatalogModel[];
+  /** Every timer of the gateway (actors' delays, end-of-turn commits, polls); default the real ones. */
+  timers?: GatewayTimers;
+  /** Where receipts are judged; default a worker thread (src/receipts/judge.ts). */
+  judge?: ReceiptJudge;
+  /** The listening socket: HTTP and provider WebSockets; default Bun.serve. */
+  serve?: (options: Serve.Options<SocketData>) => Pick<Server<SocketData>, "port" | "stop">;
+  /** How the store schedules and makes its group commits durable (the simulation's, test/sim/). */
+  storeHooks?: Pick<StoreOptions, "endOfTurn" | "lazyCommitTimer" | "syncWal" | "commitFails" | "onCommitFailed">;
   /** A connected Redis (src/cluster/redis.ts): this gateway runs as a cluster node (docs/scale-out.md). */
   redis?: ClusterRedis;
+}
+
+/**
+ * The gateway's timers as one port, so a simulation (test/sim/) drives them all from its own clock.
+ * `setImmediate`: runs at the end of the current event-loop turn.
+ */
+export interface GatewayTimers {
+  setTimeout(run: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+  setInterval(run: () => void, ms: number): unknown;
+  clearInterval(handle: unknown): void;
+  setImmediate(run: () => void): void;
 }
 
 export interface RunningGateway {
@@ -66,6 +87,8 @@ export interface RunningGateway {
   settlements: Settlements;
   /** This gateway's own metrics (its own prom-client Registry). */
   metrics: PrometheusMetrics;
+  /** Buyer requests whose actor is still running. */
+  liveRequests: () => number;
   /** The cluster node, when this gateway is one; `ready` resolves once it joined. */
   cluster: { node: ClusterNode<SharedProviderView>; ready: Promise<void>; announce(change: ChangeMessage): Promise<boolean> } | null;
   /** The HTTP routes mounted (method, path, hidden from the API reference or not). */
@@ -100,12 +123,20 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
   for (const loose of looseModes(config.dataDir)) {
     log.warn("data_dir_mode_loose", { ...loose, hint: `chmod ${loose.expected.slice(1)} ${loose.path}` });
   }
+  // A failed group COMMIT (disk error) stops the process: its writes are lost while memory acted on
+  // them; the restart recovers from what is durable (docs/decisions.md, "Fail-stop on a failed commit").
+  const failStop = () => {
+    log.error("store_commit_failed", { action: "exit" });
+    process.exit(70);
+  };
   // A cluster node's durable state is PostgreSQL; the embedded node's, the SQLite file, with group
   // commit: the request path's ledger writes share one durable commit per event-loop turn.
   const store: AsyncStore =
     config.databaseUrl !== undefined
       ? await openPostgresStore(config.databaseUrl, { keyPrefix: config.keyPrefix, now })
-      : asyncStore(openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, groupCommit: true }));
+      : asyncStore(
+          openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, randomBytes: random, groupCommit: true, onCommitFailed: failStop, ...ports.storeHooks }),
+        );
   const gatewaySecret = await store.getOrCreateSecret("gateway_hmac", 32);
   const catalogStart = await startCatalog({ dataDir: config.dataDir, store, now, random, models: ports.catalogModels });
   if (!catalogStart.ok) {
@@ -121,8 +152,9 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
   }
   const rateCard = builtCard.card;
   const buyerSurface = createBuyerSurface({ config, store, gatewaySecret, now, randomBytes: random, log });
-  const registry = new Registry();
-  const routing = createRoutingState(routingSettingsFrom(config), { now, log });
+  const timers = ports.timers;
+  const registry = new Registry(timers?.setImmediate);
+  const routing = createRoutingState(routingSettingsFrom(config), { now, log, ...(timers ? { timers, defer: timers.setImmediate } : {}) });
   registry.capacityChanged = () => routing.queue.wake();
   const redis = ports.redis;
   // Sticky pins are shared by a cluster's nodes (in Redis); the embedded node keeps them in memory.
@@ -153,7 +185,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
       },
       delays: { drainGrace: config.drainGraceMs },
     }),
-    { inspect: ports.inspect },
+    { inspect: ports.inspect, ...(timers ? { clock: timers } : {}) },
   ).start();
   const accepting = () => supervisor.getSnapshot().matches("running");
   const monotonicNow = ports.monotonicNow ?? (() => performance.now());
@@ -187,7 +219,8 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
       metrics.settlementLabelled(label);
       routing.settled(providerId, label);
     },
-    judge: workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
+    judge: ports.judge ?? workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
+    clock: timers,
     ownership: node
       ? { opened: (key, ttlMs) => node.own(key, false, ttlMs), settled: (key) => node.own(key, true) }
       : undefined,
@@ -247,8 +280,10 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     const resumed = await settlements.resumePending();
     if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
   }
-  const stopCatalogPoll = pollCatalog(catalog, (result) =>
-    log.info("catalog_reloaded", { ok: result.ok, catalog_id: catalog.current()?.catalog_id ?? null }),
+  const stopCatalogPoll = pollCatalog(
+    catalog,
+    (result) => log.info("catalog_reloaded", { ok: result.ok, catalog_id: catalog.current()?.catalog_id ?? null }),
+    { timers },
   );
 
   const runner = createRequestRunner({
@@ -259,6 +294,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     streamIdleTimeoutMs: config.streamIdleTimeoutMs,
     requestDeadlineMs: config.requestDeadlineMs,
     inspect: ports.inspect,
+    actorClock: timers,
     onClosed: () => {
       if (!accepting()) supervisor.send({ type: "request.closed" });
     },
@@ -349,10 +385,12 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     },
     inspect: ports.inspect,
     log,
+    clock: timers,
     cluster: bridge?.endpoint,
   });
 
-  const server = Bun.serve<SocketData>({
+  const serve = ports.serve ?? ((options: Serve.Options<SocketData>) => Bun.serve<SocketData>(options));
+  const server = serve({
     port: config.port,
     hostname: config.host,
     // Routes stop reading at maxBodyBytes and answer with the error envelope; this is only the
@@ -390,6 +428,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     catalog,
     settlements,
     metrics,
+    liveRequests: () => runner.liveRequests(),
     cluster: node ? { node, ready: clusterReady, announce: (change) => node.announce(change) } : null,
     httpRoutes: handleHttp.routes,
     async drain() {

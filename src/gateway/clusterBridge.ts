@@ -10,7 +10,7 @@ import { decodeProviderFrame, encodeFrame } from "../wire/codec.ts";
 import type { ProviderFrame } from "../wire/frames.ts";
 import { attemptFrame, type EndpointCluster } from "./providerEndpoint.ts";
 import { attemptKey, isRemote, type Registry, type RemoteSession } from "./registry.ts";
-import type { RemoteProviders } from "./dispatch.ts";
+import type { RemoteProviders } from "./dispatchDeps.ts";
 import type { ProviderView } from "./routing.ts";
 import type { Settlements } from "./settlements.ts";
 

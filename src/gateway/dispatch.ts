@@ -1,72 +1,18 @@
 // One attempt's dispatch: choose a provider that may serve the model, persist the attempt's route
 // snapshot, and send the job once that write is durable; the request actor hears the result by event.
 import type { DispatchInput, RequestEvent } from "../../actors/request.ts";
-import type { Log } from "../log.ts";
-import type { MetricsPort } from "../metrics.ts";
 import { encodeFrame } from "../wire/codec.ts";
-import type { ChunkFrame } from "../wire/frames.ts";
 import { ChunkMeter } from "./chunkMeter.ts";
-import { attemptKey, isRemote, type Registry, type RemoteSession, type SessionHandle } from "./registry.ts";
+import { attemptKey, isRemote } from "./registry.ts";
 import type { RequestHandle } from "./requestHandle.ts";
-import { chooseProvider, type ProviderView, type RouteChoice } from "./routing.ts";
-import type { RoutingState } from "./routingState.ts";
-import type { Settlements } from "./settlements.ts";
+import { chooseProvider, type RouteChoice } from "./routing.ts";
 import { adoptHedge, armHedge } from "./hedgedAttempt.ts";
-
-export interface DispatchDeps {
-  registry: Registry;
-  settlements: Settlements;
-  now: () => number;
-  requestDeadlineMs: number;
-  log: Log;
-  metrics: MetricsPort;
-  clock: () => number;
-  /** The handler of a live attempt's chunks. */
-  chunkSink: (handle: RequestHandle, meter: ChunkMeter) => (frame: ChunkFrame) => void;
-  /** What routing learned, the admission queue and its counters (docs/routing.md); absent = plain choice, no waiting. */
-  routing?: RoutingState;
-  /** A cluster node's view of the other nodes' providers (src/gateway/clusterBridge.ts). */
-  remote?: RemoteProviders;
-}
-
-/** Other nodes' provider sessions, routed to like local ones (docs/scale-out.md). */
-export interface RemoteProviders {
-  /** Views of remote sessions that may serve `model` (advertising `expectedHash` when not null). */
-  views(model: string, expectedHash: string | null): Iterable<ProviderView>;
-  /** Every remote session's view (status, models list, metrics). */
-  all(): Iterable<ProviderView>;
-  /** The link to a remote session by id, while its node is alive. */
-  session(sessionId: string): RemoteSession | undefined;
-}
+import { publicKeyOf, routableViews, type DispatchDeps } from "./dispatchDeps.ts";
 
 export const unavailableMessages = {
   model_not_available: (model: string) => `The model '${model}' is not available. List available models with GET /v1/models.`,
   coordinator_unavailable: () => "No provider is free to serve this model right now. Retry shortly.",
 } as const;
-
-/**
- * Sessions that may serve `model`: when the catalog knows the model, only those advertising its
- * hash and not caught measuring another one on this session (docs/catalog.md).
- */
-export function routableViews(deps: DispatchDeps, model: string): Iterable<ProviderView> {
-  const { registry } = deps;
-  const views = registry.providerViews();
-  const expected = deps.settlements.expectedHash(model);
-  const local =
-    expected === null
-      ? views
-      : [...views].filter((view) => {
-          const session = registry.sessions.get(view.sessionId);
-          if (!session || session.refusedModels.has(model)) return false;
-          return session.actor.getSnapshot().context.models.some((m) => m.model_id === model && m.model_hash === expected);
-        });
-  // A cluster node's candidates include every other node's sessions: the provider need not be local.
-  return deps.remote ? [...local, ...deps.remote.views(model, expected)] : local;
-}
-
-/** The receipt key of a local or another node's session. */
-export const publicKeyOf = (session: SessionHandle | RemoteSession): Uint8Array =>
-  isRemote(session) ? session.publicKey : session.actor.getSnapshot().context.hello!.receipt_public_key;
 
 /**
  * Chooses a provider and sends it the job once its snapshot committed; answers the actor by event. A

@@ -13,7 +13,7 @@ import { attemptKey, isRemote } from "./registry.ts";
 import type { LiveAttempt, RequestHandle } from "./requestHandle.ts";
 import type { ActorRefFrom } from "xstate";
 import type { RequestLogic } from "../../actors/request.ts";
-import { publicKeyOf, routableViews, type DispatchDeps } from "./dispatch.ts";
+import { publicKeyOf, routableViews, type DispatchDeps } from "./dispatchDeps.ts";
 
 /** Hedge attempts are numbered this much above the attempt they hedge (the actor numbers its own from 0). */
 export const HEDGE_ATTEMPT_OFFSET = 128;
@@ -24,15 +24,15 @@ export function armHedge(deps: DispatchDeps, handle: RequestHandle, live: LiveAt
   if (!routing || live.attemptN >= HEDGE_ATTEMPT_OFFSET) return;
   const delay = routing.hedgeDelayMs(handle.chat.model);
   if (delay === null) return;
-  disarmHedge(handle);
-  handle.hedgeTimer = setTimeout(() => {
+  disarmHedge(deps, handle);
+  handle.hedgeTimer = routing.timers.setTimeout(() => {
     handle.hedgeTimer = null;
     sendHedge(deps, handle, live);
   }, delay);
 }
 
-export function disarmHedge(handle: RequestHandle): void {
-  if (handle.hedgeTimer !== null) clearTimeout(handle.hedgeTimer as ReturnType<typeof setTimeout>);
+export function disarmHedge(deps: DispatchDeps, handle: RequestHandle): void {
+  if (handle.hedgeTimer !== null) deps.routing?.timers.clearTimeout(handle.hedgeTimer);
   handle.hedgeTimer = null;
 }
 
@@ -163,7 +163,7 @@ function hedgeEvent(deps: DispatchDeps, handle: RequestHandle, hedge: LiveAttemp
  * settles zero_settled, reason hedge_lost.
  */
 export function cancelHedge(deps: DispatchDeps, handle: RequestHandle, lost: boolean): void {
-  disarmHedge(handle);
+  disarmHedge(deps, handle);
   const hedge = handle.hedge;
   if (!hedge) return;
   handle.hedge = null;
@@ -177,7 +177,7 @@ export function cancelHedge(deps: DispatchDeps, handle: RequestHandle, lost: boo
  * (no new dispatch). Returns it, or null when there is none to adopt.
  */
 export function adoptHedge(deps: DispatchDeps, handle: RequestHandle): LiveAttempt | null {
-  disarmHedge(handle);
+  disarmHedge(deps, handle);
   const hedge = handle.hedge;
   if (!hedge || !deps.registry.attempts.has(hedge.key)) return null;
   handle.hedge = null;

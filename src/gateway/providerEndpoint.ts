@@ -2,7 +2,7 @@
 // handshake and heartbeats, and hands job frames straight to the request that owns the attempt (chunks
 // to its edge, which passes the actor only what changes its state).
 import type { ServerWebSocket, WebSocketHandler } from "bun";
-import { createActor, fromPromise, type InspectionEvent, type Observer } from "xstate";
+import { createActor, fromPromise, type ActorOptions, type AnyActorLogic, type InspectionEvent, type Observer } from "xstate";
 import { providerSessionMachine, type AdmissionInput, type AdmissionVerdict } from "../../actors/providerSession.ts";
 import { decodeProviderFrame, encodeFrame } from "../wire/codec.ts";
 import { CloseCode, MAX_FRAME_BYTES, type ChunkFrame, type ProviderFrame } from "../wire/frames.ts";
@@ -36,6 +36,8 @@ export interface ProviderEndpointDeps {
   receiptFrames: { perSecond: number; burst: number };
   /** Largest content and tool-call bytes a chunk may carry per token it claims (0 tokens count as 1). */
   maxChunkBytesPerToken: number;
+  /** The clock of the session actors' timers (the simulation's, test/sim/); default the real one. */
+  clock?: ActorOptions<AnyActorLogic>["clock"];
 }
 
 /** What the endpoint asks of the cluster for frames that are not about this node's own attempts. */
@@ -186,7 +188,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         },
         delays: { heartbeatTimeout: ({ context }) => 3 * context.heartbeatIntervalMs },
       }),
-      { input: { sessionId, nonce, heartbeatIntervalMs: deps.heartbeatIntervalMs }, inspect: deps.inspect },
+      { input: { sessionId, nonce, heartbeatIntervalMs: deps.heartbeatIntervalMs }, inspect: deps.inspect, ...(deps.clock ? { clock: deps.clock } : {}) },
     );
     registry.sessions.set(sessionId, session);
     session.actor.start();

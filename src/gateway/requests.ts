@@ -10,7 +10,8 @@ import { cancelAbandonsOutput } from "../ledger/charges.ts";
 import { encodeFrame } from "../wire/codec.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
 import { ChunkMeter } from "./chunkMeter.ts";
-import { dispatchAttempt, unavailableMessages, type DispatchDeps, type RemoteProviders } from "./dispatch.ts";
+import { dispatchAttempt, unavailableMessages } from "./dispatch.ts";
+import type { DispatchDeps, RemoteProviders } from "./dispatchDeps.ts";
 import { attemptKey, type Registry } from "./registry.ts";
 import type { RequestHandle, RequestSpec } from "./requestHandle.ts";
 import { attemptOutcome, newTiming, requestSummary, stopWaiting } from "./requestReport.ts";
@@ -320,7 +321,7 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
       complete: () => {
         // A hedge still in flight (the request failed or was cancelled meanwhile) is let go first.
         handle.hedgeCancel?.();
-        disarmHedge(handle);
+        disarmHedge(deps, handle);
         handles.delete(handle.requestId);
         settlements.requestEnded(handle.requestId);
         report(handle);
@@ -334,7 +335,7 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
         if (live) registry.releaseAttempt(live.key);
         if (live) settlements.released(handle.requestId, live.attemptN);
         handle.hedgeCancel?.();
-        disarmHedge(handle);
+        disarmHedge(deps, handle);
         settlements.requestEnded(handle.requestId);
         handle.responder.fail(INTERNAL_ERROR);
         handles.delete(handle.requestId);

@@ -85,12 +85,8 @@ export function createRoutingState(settings: RoutingSettings, deps: { now: () =>
   };
   const cooldowns = new Cooldowns(settings.cooldown, deps.now, onChange);
   const memory = new RouteMemory(cooldowns);
-  const queue = new SlotQueue({
-    maxWaitMs: settings.queueWaitMs,
-    maxDepth: settings.queueMaxDepth,
-    timers: deps.timers ?? { setTimeout: (run, ms) => setTimeout(run, ms), clearTimeout: (h) => clearTimeout(h as ReturnType<typeof setTimeout>) },
-    defer: deps.defer,
-  });
+  const timers: QueueTimers = deps.timers ?? { setTimeout: (run, ms) => setTimeout(run, ms), clearTimeout: (h) => clearTimeout(h as ReturnType<typeof setTimeout>) };
+  const queue = new SlotQueue({ maxWaitMs: settings.queueWaitMs, maxDepth: settings.queueMaxDepth, timers, defer: deps.defer });
   const window = new TtftWindow();
   const budget = new HedgeBudget(settings.hedgeShare);
 
@@ -100,6 +96,8 @@ export function createRoutingState(settings: RoutingSettings, deps: { now: () =>
     memory,
     queue,
     counters,
+    /** The queue's and the hedges' timers (the simulation's, test/sim/, or the real ones). */
+    timers,
 
     /** The routing decision over these candidates, with what this node learned about them. */
     choose(views: readonly ProviderView[], model: string, excluded: readonly string[], stickyProviderId: string | null): RouteChoice {

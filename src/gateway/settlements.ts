@@ -2,7 +2,7 @@
 // before dispatch, the delivered prefix measured as chunks reach the buyer, receipts judged by the pure
 // verifier, one `settlement` actor per attempt, and each outcome written to the ledger in one
 // transaction. This file composes the parts under src/gateway/settlement/.
-import { createActor, type InspectionEvent } from "xstate";
+import { createActor, type ActorOptions, type AnyActorLogic, type InspectionEvent } from "xstate";
 import { settlementLogic } from "../../actors/settlement.ts";
 import type { CatalogState } from "../catalog/state.ts";
 import type { NormalizedChat } from "../chat/contract.ts";
@@ -39,6 +39,8 @@ export interface SettlementDeps {
   onSettled?: (label: FinalLabel, providerId: string) => void;
   /** Where receipts are judged (default: on this thread, src/receipts/judge.ts). Stopped with the settlements. */
   judge?: ReceiptJudge;
+  /** The clock of the settlement actors' timers (the simulation's, test/sim/); default the real one. */
+  clock?: ActorOptions<AnyActorLogic>["clock"];
   /** A cluster node records which attempts it owns until they settle, so a survivor can resolve them. */
   ownership?: { opened(key: string, ttlMs: number): void; settled(key: string): void };
 }
@@ -86,6 +88,7 @@ export function createSettlements(deps: SettlementDeps) {
         pendingDeadlineMs: resumedPendingMs ?? deps.pendingDeadlineMs,
       },
       inspect: deps.inspect,
+      ...(deps.clock ? { clock: deps.clock } : {}),
     });
     const key = attemptKey(att.requestId, att.attemptN);
     open.set(key, { ...att, actor });

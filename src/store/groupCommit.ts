@@ -23,7 +23,8 @@
 // the acknowledgements of a group that moved money (the `settled` frame) wait until the WAL is synced
 // off the event loop, which is what synchronous=FULL would have bought them.
 // If the COMMIT itself fails (disk error), the group is rolled back and every waiting effect is told
-// `false`: the job is not sent, the settled frame is not sent (the provider re-sends its receipt).
+// `false`: the job is not sent, the settled frame is not sent. The gateway's own hook (onCommitFailed)
+// stops the process first: the group's writes are lost while memory acted on them (docs/decisions.md).
 
 import type { Database } from "bun:sqlite";
 import type { ApiKeyLookup } from "./accountTypes.ts";
@@ -84,6 +85,13 @@ export interface GroupCommitOptions {
    * Without it every group commits with the connection's own setting (FULL) and effects follow it.
    */
   syncWal?: SyncWal;
+  /** Asked before each COMMIT; true fails it as a disk error would (fault injection). */
+  commitFails?: () => boolean;
+  /**
+   * Called when a COMMIT failed, after the rollback and before the waiting effects hear `false`. The
+   * gateway stops there (fail-stop, docs/decisions.md): memory then holds outcomes the disk does not.
+   */
+  onCommitFailed?: () => void;
 }
 
 /** Wraps a store's methods (an object of functions over `db`) with group commit. */
@@ -106,6 +114,7 @@ export function withGroupCommit<S extends object>(store: S, db: Database, option
 
   const commit = (): boolean => {
     try {
+      if (options.commitFails?.()) throw new Error("injected commit failure");
       db.exec("COMMIT");
       return true;
     } catch {
@@ -129,6 +138,7 @@ export function withGroupCommit<S extends object>(store: S, db: Database, option
     waitingDurable = [];
     movedMoney = false;
     const committed = commit();
+    if (!committed) options.onCommitFailed?.();
     for (const effect of forCommit) effect(committed);
     if (committed && (mustSync || syncsInFlight > 0)) whenDurable(forDurable);
     else for (const effect of forDurable) effect(committed);

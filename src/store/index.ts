@@ -115,11 +115,15 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
   // key or change a tier forgets the cached key lookups first.
   const keys = cacheApiKeyLookups(store.authenticateApiKey, db, keyPrefix, clock);
   // Durability tiers: the gateway's groups append to the WAL and money waits for an off-loop fsync.
-  const wal = path === ":memory:" ? null : walSyncer(`${path}-wal`);
+  const wal = path === ":memory:" || options.syncWal !== undefined ? null : walSyncer(`${path}-wal`);
+  const syncWal = options.syncWal === undefined ? wal?.sync : (options.syncWal ?? undefined);
   const grouped = withGroupCommit({ ...store, authenticateApiKey: keys.authenticateApiKey }, db, {
     beforeOtherCall: keys.forget,
     scheduleLazy: options.lazyCommitTimer,
-    ...(wal ? { syncWal: wal.sync } : {}),
+    schedule: options.endOfTurn,
+    commitFails: options.commitFails,
+    onCommitFailed: options.onCommitFailed,
+    ...(syncWal ? { syncWal } : {}),
   });
   return {
     ...grouped,

@@ -2,6 +2,7 @@
 // PostgreSQL implementation can sit behind the same face later. Every method is synchronous because
 // bun:sqlite is, and a transaction must never span an `await`.
 
+import type { SyncWal } from "./walSync.ts";
 import type { FeedErrorCode } from "../catalog/feed.ts";
 
 import type { IdentityStore } from "./identities.ts";
@@ -77,6 +78,14 @@ export interface StoreOptions {
   groupCommit?: boolean;
   /** Runs an open group's lazy commit (default: LAZY_COMMIT_MS later, src/store/groupCommit.ts); tests pass their own clock. */
   lazyCommitTimer?: (run: () => void) => void;
+  /** Runs a group's end-of-turn commit (default setImmediate); the simulation passes its own (test/sim/). */
+  endOfTurn?: (run: () => void) => void;
+  /** Syncs the WAL off the event loop (default: an fdatasync of the file's -wal on the thread pool); null: none. */
+  syncWal?: SyncWal | null;
+  /** Asked before each group COMMIT; true makes that commit fail as a disk error would (fault injection, test/sim/). */
+  commitFails?: () => boolean;
+  /** Called when a group COMMIT failed, before its effects hear `false` (the gateway's fail-stop, docs/decisions.md). */
+  onCommitFailed?: () => void;
 }
 
 /**

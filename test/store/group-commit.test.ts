@@ -166,3 +166,25 @@ test("a key revoked by another process stops authenticating at once (no cache wi
   cli.close();
   expect(store.authenticateApiKey(api_key)).toBeNull();
 });
+
+test("a failed COMMIT rolls the group back and calls onCommitFailed before any waiting effect hears false", async () => {
+  const path = files.path("gateway.db");
+  const heard: string[] = [];
+  let fail = false;
+  const store = openStore(path, {
+    groupCommit: true,
+    lazyCommitTimer: () => {},
+    commitFails: () => fail,
+    onCommitFailed: () => heard.push("failed"),
+  });
+  cleanup.push(() => store.close());
+  const { account_id } = store.createAccount({ tier: "free" });
+  expect(store.reserve(reservation("req_lost", account_id)).ok).toBe(true);
+  store.afterCommit((committed) => heard.push(`effect ${committed}`));
+  fail = true;
+  await new Promise((r) => setImmediate(r));
+  expect(heard).toEqual(["failed", "effect false"]);
+  expect(committedReservations(path)).toEqual([]);
+  fail = false;
+  expect(store.getReservation("req_lost")).toBeNull();
+});
