@@ -3,8 +3,10 @@
 // at the next cache miss (docs/scale-out.md, "Changes").
 import { RedisClient } from "bun";
 import type { ChangeMessage } from "./messages.ts";
+import { clusterChannel } from "./redis.ts";
 
-export const CHANGES_CHANNEL = "gw:changes";
+/** The change channel, named through clusterChannel (scoped to the URL's database). */
+export const CHANGES_CHANNEL = "changes";
 
 /** Publishes the changes; false when Redis could not be reached (the store change itself stands). */
 export async function announceChanges(redisUrl: string, changes: readonly ChangeMessage[]): Promise<boolean> {
@@ -12,7 +14,7 @@ export async function announceChanges(redisUrl: string, changes: readonly Change
   const client = new RedisClient(redisUrl, { enableOfflineQueue: false, connectionTimeout: 2000, autoReconnect: false });
   try {
     await client.connect();
-    for (const change of changes) await client.publish(CHANGES_CHANNEL, JSON.stringify(change));
+    for (const change of changes) await client.publish(clusterChannel(redisUrl, CHANGES_CHANNEL), JSON.stringify(change));
     return true;
   } catch {
     return false;

@@ -27,11 +27,12 @@ export interface ClusterHandlers<V extends SharedSessionView> {
   localViews(): V[];
 }
 
-const inbox = (nodeId: string) => `gw:node:${nodeId}:inbox`;
 const memberKey = (nodeId: string) => `gw:node:${nodeId}`;
 const registryKey = (nodeId: string) => `gw:registry:${nodeId}`;
 const NODES = "gw:nodes";
-const REGISTRY_CHANNEL = "gw:registry";
+// Channels are named through ClusterRedis.channel: pub/sub is shared by every database of a server.
+const inbox = (nodeId: string) => `node:${nodeId}:inbox`;
+const REGISTRY_CHANNEL = "registry";
 
 // Returns the members of gw:nodes whose membership key is gone.
 const DEAD_NODES = `
@@ -69,12 +70,12 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   async start(handlers: ClusterHandlers<V>): Promise<void> {
     this.handlers = handlers;
     const r = this.redis;
-    await r.subscribe(inbox(this.nodeId), (text) => {
+    await r.subscribe(r.channel(inbox(this.nodeId)), (text) => {
       const decoded = decodeMessage(text);
       if (decoded) this.safely("cluster_message_failed", () => handlers.message(decoded.header, decoded.frame));
     });
-    await r.subscribe(REGISTRY_CHANNEL, (text) => this.safely("registry_message_failed", () => this.applyRegistry(JSON.parse(text) as RegistryMessage<V>)));
-    await r.subscribe(CHANGES_CHANNEL, (text) => this.safely("change_message_failed", () => handlers.changed(JSON.parse(text) as ChangeMessage)));
+    await r.subscribe(r.channel(REGISTRY_CHANNEL), (text) => this.safely("registry_message_failed", () => this.applyRegistry(JSON.parse(text) as RegistryMessage<V>)));
+    await r.subscribe(r.channel(CHANGES_CHANNEL), (text) => this.safely("change_message_failed", () => handlers.changed(JSON.parse(text) as ChangeMessage)));
     this.refreshLease();
     await this.loadRegistries();
     // Membership lives for 70 % of a lease and is checked every tenth: a dead node is noticed within
@@ -91,12 +92,12 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
 
   /** Sends a message (with a provider frame) to another node's inbox; false when Redis is unreachable. */
   send(nodeId: string, header: NodeMessage, frame?: Uint8Array): void {
-    this.redis.fire("PUBLISH", [inbox(nodeId), encodeMessage(header, frame)]);
+    this.redis.fire("PUBLISH", [this.redis.channel(inbox(nodeId)), encodeMessage(header, frame)]);
   }
 
   /** Announces a change to every node (this one included: it hears its own publish). */
   async announce(change: ChangeMessage): Promise<boolean> {
-    return (await this.redis.call("PUBLISH", [CHANGES_CHANNEL, JSON.stringify(change)])).ok;
+    return (await this.redis.call("PUBLISH", [this.redis.channel(CHANGES_CHANNEL), JSON.stringify(change)])).ok;
   }
 
   /** The other nodes' provider sessions (live nodes only). */
@@ -151,7 +152,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     for (const t of this.timers) clearInterval(t);
     // A clean stop gives its leases back at once instead of letting them expire.
     await this.redis.call("DEL", [memberKey(this.nodeId), registryKey(this.nodeId)]);
-    await this.redis.call("PUBLISH", [REGISTRY_CHANNEL, JSON.stringify({ node: this.nodeId, full: true, views: [], gone: [] } satisfies RegistryMessage)]);
+    await this.redis.call("PUBLISH", [this.redis.channel(REGISTRY_CHANNEL), JSON.stringify({ node: this.nodeId, full: true, views: [], gone: [] } satisfies RegistryMessage)]);
   }
 
   private every(ms: number, run: () => void): void {
@@ -178,7 +179,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     r.fire("SET", [memberKey(this.nodeId), String(this.now()), "PX", Math.max(1, Math.floor(this.leaseMs * 0.7))]);
     r.fire("SADD", [NODES, this.nodeId]);
     r.fire("SET", [registryKey(this.nodeId), text, "PX", this.leaseMs]);
-    r.fire("PUBLISH", [REGISTRY_CHANNEL, text]);
+    r.fire("PUBLISH", [r.channel(REGISTRY_CHANNEL), text]);
   }
 
   private publishChanges(): void {
@@ -189,7 +190,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     const message: RegistryMessage<V> = { node: this.nodeId, full: false, views, gone: [...this.goneSessions] };
     this.changedSessions = new Set();
     this.goneSessions = new Set();
-    this.redis.fire("PUBLISH", [REGISTRY_CHANNEL, JSON.stringify(message)]);
+    this.redis.fire("PUBLISH", [this.redis.channel(REGISTRY_CHANNEL), JSON.stringify(message)]);
   }
 
   private applyRegistry(message: RegistryMessage<V>): void {

@@ -8,6 +8,8 @@ import type { Log } from "../log.ts";
 export type RedisResult<T> = { ok: true; value: T } | { ok: false; error: string };
 
 export interface ClusterRedis {
+  /** A pub/sub channel's full name: scoped to the URL's database (clusterChannel). */
+  channel(name: string): string;
   /** Whether the last command or probe reached Redis. */
   readonly up: boolean;
   /** One command; never throws, never waits longer than the command timeout. */
@@ -124,6 +126,7 @@ export async function connectRedis(options: RedisOptions): Promise<ClusterRedis>
   }
 
   return {
+    channel: (name) => clusterChannel(options.url, name),
     get up() {
       return up;
     },
@@ -146,6 +149,26 @@ export async function connectRedis(options: RedisOptions): Promise<ClusterRedis>
       } catch {}
     },
   };
+}
+
+/**
+ * A channel name of the cluster whose keys live in `url`'s database. Keys are scoped by the database
+ * number (`redis://HOST:PORT/N`) but pub/sub is not: without the number in the name, two clusters
+ * sharing one Redis server on different databases would hear each other's jobs, registry and changes.
+ */
+export function clusterChannel(url: string, name: string): string {
+  const db = databaseOf(url);
+  return db === 0 ? `gw:${name}` : `gw:db${db}:${name}`;
+}
+
+/** The database number a Redis URL selects (its path, `/N`), 0 when it names none. */
+function databaseOf(url: string): number {
+  try {
+    const db = Number(new URL(url).pathname.slice(1) || "0");
+    return Number.isInteger(db) && db >= 0 ? db : 0;
+  } catch {
+    return 0;
+  }
 }
 
 /** The URL without its password, for logs. */

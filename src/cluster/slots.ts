@@ -29,6 +29,12 @@ for i, key in ipairs(KEYS) do
 end
 return #KEYS`;
 
+// The members whose lease has not expired (a dead node's slots stop counting, as in ACQUIRE).
+const IN_USE = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')`;
+
 export interface SharedSlots {
   acquire(account_id: string, request_id: string, limit: number): Promise<SharedSlotResult>;
   release(request_id: string): void;
@@ -72,7 +78,7 @@ export function sharedSlots(redis: ClusterRedis, leaseMs: number): SharedSlots {
     },
     held: () => accountOf.size,
     async inUse(account_id) {
-      const result = await redis.call<number>("ZCOUNT", [slotKey(account_id), "-inf", "+inf"]);
+      const result = await redis.call<number>("EVAL", [IN_USE, 1, slotKey(account_id)]);
       return result.ok ? result.value : 0;
     },
     stop: () => clearInterval(refresh),

@@ -57,6 +57,8 @@ export interface PipelineDeps {
 export interface SharedSlotPort {
   acquire(account_id: string, request_id: string, limit: number): Promise<{ ok: true } | { ok: false; code: "concurrency_exhausted" | "engine_unavailable" }>;
   release(request_id: string): void;
+  /** Slots the account holds on every node now (GET /v1/usage). */
+  inUse(account_id: string): Promise<number>;
 }
 
 /** The refusal when the shared slots cannot be reached: nothing was taken or written. */

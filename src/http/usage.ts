@@ -15,6 +15,8 @@ export interface UsageContext {
   requestTokenCap: number;
   coveredEntrypoints: readonly string[];
   excludedEntrypoints: readonly string[];
+  /** A cluster's concurrency slots (held in Redis, not in the store): the in-use count comes from there. */
+  sharedSlots?: { inUse(account_id: string): Promise<number> };
 }
 
 const seconds = (ms: number) => Math.floor(ms / 1000);
@@ -56,6 +58,7 @@ export async function usageBody(c: UsageContext, principal: ApiKeyPrincipal) {
   const paid = tier === "paid";
   const balance = paid ? await c.store.ledgerBalance(buyerAccount(principal.account_id)) : null;
   const ratings = await c.store.feedbackSummary(principal.account_id);
+  const slotsInUse = c.sharedSlots ? await c.sharedSlots.inUse(principal.account_id) : c.store.requestSlotsInUse(principal.account_id);
   return {
     object: "usage",
     account_id: principal.account_id,
@@ -69,7 +72,7 @@ export async function usageBody(c: UsageContext, principal: ApiKeyPrincipal) {
       daily_tokens_remaining: dailyLimit === null ? null : Math.max(0, dailyLimit - usage.daily_tokens_used - usage.daily_tokens_reserved),
       request_token_cap: limits?.requestTokenCap ?? c.requestTokenCap,
       concurrent_requests_limit: limits?.concurrentRequests ?? null,
-      concurrent_requests_in_use: c.store.requestSlotsInUse(principal.account_id),
+      concurrent_requests_in_use: slotsInUse,
     },
     // Paid accounts only: free-tier usage is paid by the operator's promotion account (docs/ledger.md).
     balance:

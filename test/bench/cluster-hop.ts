@@ -1,61 +1,316 @@
-// The cluster's node hop measured (docs/scale-out.md, "Measured"): two `gateway serve` nodes on one
-// store and one Redis, one provider machine on node 1. The same streams are asked of node 1 (the
-// provider is local) and of node 2 (job, frames and settled cross Redis pub/sub), one at a time, and
-// TTFT and the per-chunk gap are compared. Run: bun test/bench/cluster-hop.ts [requests]
-import { startCluster } from "../support/cluster.ts";
+// The cluster's own figures (docs/scale-out.md, "Measured"), beside the embedded mode, on loopback:
+//   hop         two nodes on one PostgreSQL and one Redis, one provider runtime (openai engine → the
+//               bench mock, test/bench/mock.ts) on node 1; the same streams asked of node 1 (provider
+//               local) and of node 2 (job, frames and `settled` cross Redis pub/sub), interleaved one
+//               at a time. TTFT and each delta's transit (arrival − the mock's write stamp) compared.
+//   throughput  closed-loop short requests (non-streaming, the mock answers at once) for a fixed time
+//               against: the embedded gateway (SQLite), one cluster node, and two cluster nodes (the
+//               load split between them, one provider runtime on each); req/s and the CPU seconds of
+//               every process (gateway nodes, providers, mock, Redis, PostgreSQL, this driver).
+// Prints one JSON object. Runs alone (`bun run bench:cluster`); run it under the heavy lock on a quiet
+// machine. Environment: BENCH_HOP_STREAMS (default 300 per path), BENCH_LOAD_MS (default 10000),
+// BENCH_CONCURRENCY (default 64).
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { loadavg } from "node:os";
+import { modelHash, MAIN, collectJsonLines, waitFor } from "../support/harness.ts";
+import { startCluster, type ClusterNodeProcess, type TestCluster } from "../support/cluster.ts";
+import { sharedPostgres } from "../support/postgres.ts";
+import { settingSpecs } from "../../src/config/settings.ts";
 
-const N = Number(process.argv[2] ?? 200);
-const MODEL = "hop-model";
+const HOP_STREAMS = Number(process.env.BENCH_HOP_STREAMS ?? 300);
+const LOAD_MS = Number(process.env.BENCH_LOAD_MS ?? 10_000);
+const WARMUP_MS = Math.min(3000, LOAD_MS / 3);
+const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
+const STREAM_MODEL = "bench-sse-n32-i2";
+const JSON_MODEL = "bench-json";
+const MODELS = [STREAM_MODEL, JSON_MODEL];
+const FETCH_ENV = { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
+
+type Proc = ReturnType<typeof Bun.spawn>;
+let mockPid = 0;
 const pct = (xs: number[], p: number) => {
   const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
+  return s.length === 0 ? NaN : s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
 };
+const round = (x: number, digits = 3) => Math.round(x * 10 ** digits) / 10 ** digits;
 
-const cluster = await startCluster({ nodes: 2, models: [MODEL], extraArgs: ["--log-level", "warn"] });
+/** CPU seconds (user + system) a process has used, from /proc (0 once it is gone). */
+function cpuSeconds(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (100 Hz)
+  } catch {
+    return 0;
+  }
+}
+
+/** The shared PostgreSQL's processes: the postmaster and its children (backends, writers). */
+function postgresPids(dataDir: string): number[] {
+  const postmaster = Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]);
+  const children: number[] = [];
+  for (const entry of Bun.spawnSync(["ps", "-o", "pid=", "--ppid", String(postmaster)]).stdout.toString().split("\n")) {
+    if (entry.trim()) children.push(Number(entry.trim()));
+  }
+  return [postmaster, ...children];
+}
+
+/** The mock upstream as a process of its own. */
+async function startMock(): Promise<{ url: string; proc: Proc }> {
+  const proc = Bun.spawn(["bun", join(import.meta.dir, "mock.ts"), "--models", MODELS.join(",")], { stdout: "pipe", stderr: "inherit" });
+  const events: Record<string, unknown>[] = [];
+  collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
+  await waitFor(() => events.some((e) => e.event === "mock_listening"), 15_000, "mock_listening");
+  return { url: events.find((e) => e.event === "mock_listening")!.url as string, proc };
+}
+
+/** A provider runtime with the openai engine on the mock, connected to `gatewayWs`. */
+function startProvider(id: string, gatewayWs: string, mockUrl: string, keyDir: string): Proc {
+  const args = ["bun", MAIN, "provider", "--gateway", gatewayWs, "--id", id, "--key-file", join(keyDir, `${id}.key`), "--engine", "openai"];
+  args.push("--upstream", mockUrl, "--max-concurrency", "1024", ...MODELS.flatMap((m) => ["--model", `${m}=${modelHash(m)}`]));
+  return Bun.spawn(args, { stdout: "ignore", stderr: "inherit", env: { ...process.env, ...FETCH_ENV } });
+}
+
+/** Settings an operator raises for one heavy paid buyer (those this build knows). */
+function raisedLimits(): Record<string, unknown> {
+  const known = new Set<string>(settingSpecs.map((s) => s.key));
+  const limits = { paidConcurrentRequests: 100_000, freeConcurrentRequests: 100_000, paidDailyTokens: 0, provisionalAdmissionsPerHour: 1000 };
+  return Object.fromEntries(Object.entries(limits).filter(([k]) => known.has(k)));
+}
+
+/** The same settings as `gateway serve` flags, for cluster nodes. */
+const raisedLimitFlags = (): string[] =>
+  Object.entries(raisedLimits()).flatMap(([key, value]) => [settingSpecs.find((s) => s.key === key)!.flag, String(value)]);
+
+async function routable(url: string, apiKey: string, providers: number): Promise<void> {
+  await waitFor(
+    async () => {
+      const health = (await (await fetch(`${url}/healthz`)).json()) as { providers_admitted: number };
+      const models = (await (await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${apiKey}` } })).json()) as { data?: { id: string }[] };
+      const ids = new Set((models.data ?? []).map((m) => m.id));
+      return health.providers_admitted >= providers && MODELS.every((m) => ids.has(m));
+    },
+    30_000,
+    `${url}: ${providers} providers and the bench models routable`,
+  );
+}
+
+/** One stream: TTFT (first content delta) and each delta's transit from the mock's stamp. */
+async function stream(url: string, apiKey: string, i: number): Promise<{ ttft: number; transits: number[] }> {
+  const t0 = performance.now();
+  const res = await fetch(`${url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: STREAM_MODEL, stream: true, max_tokens: 64, messages: [{ role: "user", content: `hop ${i}` }] }),
+  });
+  if (res.status !== 200) throw new Error(`${url}: ${res.status} ${await res.text()}`);
+  const decoder = new TextDecoder();
+  let ttft = -1;
+  let buffered = "";
+  const transits: number[] = [];
+  for await (const bytes of res.body!) {
+    const arrivedUs = (performance.timeOrigin + performance.now()) * 1000;
+    if (ttft < 0) ttft = performance.now() - t0;
+    buffered += decoder.decode(bytes, { stream: true });
+    // Each delta's content is the mock's 16-digit write time in µs (several may share one read).
+    for (const m of buffered.matchAll(/"content":"(\d{16})"/g)) transits.push((arrivedUs - Number(m[1])) / 1000);
+    buffered = buffered.slice(buffered.lastIndexOf("\n") + 1);
+  }
+  return { ttft, transits };
+}
+
+async function hop(cluster: TestCluster, apiKey: string, n1: ClusterNodeProcess, n2: ClusterNodeProcess) {
+  const paths = { same_node: n1, cross_node: n2 };
+  const samples = { same_node: { ttft: [] as number[], transit: [] as number[] }, cross_node: { ttft: [] as number[], transit: [] as number[] } };
+  for (let i = 0; i < 40; i++) for (const node of [n1, n2]) await stream(node.url, apiKey, i); // warm-up
+  for (let i = 0; i < HOP_STREAMS; i++) {
+    for (const [name, node] of Object.entries(paths) as [keyof typeof paths, ClusterNodeProcess][]) {
+      const r = await stream(node.url, apiKey, i);
+      samples[name].ttft.push(r.ttft);
+      samples[name].transit.push(...r.transits);
+    }
+  }
+  const summary = (s: { ttft: number[]; transit: number[] }) => ({
+    ttft_p50_ms: round(pct(s.ttft, 50)),
+    ttft_p99_ms: round(pct(s.ttft, 99)),
+    transit_p50_ms: round(pct(s.transit, 50)),
+    transit_p99_ms: round(pct(s.transit, 99)),
+    deltas: s.transit.length,
+  });
+  const same = summary(samples.same_node);
+  const cross = summary(samples.cross_node);
+  void cluster;
+  return {
+    streams_per_path: HOP_STREAMS,
+    same_node: same,
+    cross_node: cross,
+    added_ttft_p50_ms: round(cross.ttft_p50_ms - same.ttft_p50_ms),
+    added_ttft_p99_ms: round(cross.ttft_p99_ms - same.ttft_p99_ms),
+    added_transit_p50_ms: round(cross.transit_p50_ms - same.transit_p50_ms),
+    added_transit_p99_ms: round(cross.transit_p99_ms - same.transit_p99_ms),
+  };
+}
+
+/** Closed-loop load: CONCURRENCY workers, spread over `urls`, each sending the next request when its last answer is read. */
+async function load(urls: string[], apiKey: string, servers: Record<string, number[]>) {
+  const pids = { ...servers, mock: [mockPid], driver: [process.pid] };
+  const body = JSON.stringify({ model: JSON_MODEL, max_tokens: 16, messages: [{ role: "user", content: "Hello" }] });
+  const headers = { authorization: `Bearer ${apiKey}`, "content-type": "application/json" };
+  const start = performance.now();
+  const windowStart = start + WARMUP_MS;
+  const end = windowStart + LOAD_MS;
+  let ok = 0;
+  let failed = 0;
+  let cpuAtWindow: Record<string, number> = {};
+  const cpuOf = () => Object.fromEntries(Object.entries(pids).map(([name, list]) => [name, list.reduce((sum, pid) => sum + cpuSeconds(pid), 0)]));
+  const windowTimer = setTimeout(() => (cpuAtWindow = cpuOf()), WARMUP_MS);
+  const latencies: number[] = [];
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async (_, w) => {
+      const url = `${urls[w % urls.length]}/v1/chat/completions`;
+      for (;;) {
+        const t0 = performance.now();
+        if (t0 >= end) return;
+        const res = await fetch(url, { method: "POST", headers, body });
+        await res.arrayBuffer();
+        const t1 = performance.now();
+        if (t0 < windowStart || t1 > end) continue;
+        if (res.status === 200) {
+          ok++;
+          latencies.push(t1 - t0);
+        } else failed++;
+      }
+    }),
+  );
+  clearTimeout(windowTimer);
+  const cpuAtEnd = cpuOf();
+  const seconds = LOAD_MS / 1000;
+  const cpu = Object.fromEntries(Object.keys(pids).map((name) => [name, round((cpuAtEnd[name]! - (cpuAtWindow[name] ?? 0)) / seconds, 2)]));
+  return { req_per_s: Math.round(ok / seconds), failed, latency_p50_ms: round(pct(latencies, 50)), latency_p99_ms: round(pct(latencies, 99)), cpu_cores: cpu };
+}
+
+/** The embedded gateway (SQLite in a data dir) with one provider, as `gateway serve` runs it. */
+async function embeddedThroughput(mockUrl: string) {
+  const dataDir = (await import("node:fs")).mkdtempSync(join((await import("node:os")).tmpdir(), "gw-bench-embedded-"));
+  const cli = (args: string[]) => {
+    const r = Bun.spawnSync(["bun", MAIN, ...args, "--data-dir", dataDir], { stdout: "pipe", stderr: "pipe" });
+    if (r.exitCode !== 0) throw new Error(`gateway ${args.join(" ")}: ${r.stderr.toString()}`);
+    return r.stdout.toString();
+  };
+  cli(["catalog", "init"]);
+  for (const m of MODELS) cli(["catalog", "add", "--model-id", m, "--model-hash", modelHash(m)]);
+  const { account_id, api_key } = JSON.parse(cli(["accounts", "create", "--tier", "paid", "--name", "bench"])) as { account_id: string; api_key: string };
+  cli(["credits", "grant", "--account", account_id, "--credits", String(1e15)]);
+  const configFile = join(dataDir, "gateway.json");
+  writeFileSync(configFile, JSON.stringify({ port: 0, dataDir, settlementMode: "enforce", logLevel: "info", ...raisedLimits() }));
+  const gateway = Bun.spawn(["bun", MAIN, "serve", "--config", configFile], { stdout: "pipe", stderr: "inherit" });
+  const events: Record<string, unknown>[] = [];
+  collectJsonLines(gateway.stdout as ReadableStream<Uint8Array>, events);
+  try {
+    await waitFor(() => events.some((e) => e.event === "gateway_listening"), 15_000, "gateway_listening");
+    const port = events.find((e) => e.event === "gateway_listening")!.port as number;
+    const provider = startProvider("bench-embedded", `ws://127.0.0.1:${port}/v1/provider/connect`, mockUrl, dataDir);
+    try {
+      const url = `http://127.0.0.1:${port}`;
+      await routable(url, api_key, 1);
+      return await load([url], api_key, { gateway: [gateway.pid], providers: [provider.pid] });
+    } finally {
+      provider.kill("SIGKILL");
+      await provider.exited;
+    }
+  } finally {
+    gateway.kill("SIGKILL");
+    await gateway.exited;
+    (await import("node:fs")).rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+/** A cluster of `nodes` nodes, one provider runtime on each, the load split over the nodes. */
+async function clusterThroughput(mockUrl: string, nodes: number) {
+  const cluster = await startCluster({ nodes, models: MODELS, extraArgs: raisedLimitFlags() });
+  const providers: Proc[] = [];
+  try {
+    const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "paid", "--name", "bench"]).stdout) as { account_id: string; api_key: string };
+    cluster.cli(["credits", "grant", "--account", created.account_id, "--credits", String(1e15)]);
+    cluster.nodes.forEach((node, i) => providers.push(startProvider(`bench-node-${i + 1}`, node.wsUrl, mockUrl, cluster.dataDir)));
+    for (const node of cluster.nodes) await routable(node.url, created.api_key, nodes);
+    const pg = await sharedPostgres();
+    const pids: Record<string, number[]> = {};
+    cluster.nodes.forEach((node) => (pids[`gateway_${node.name}`] = [node.proc.pid]));
+    pids.providers = providers.map((p) => p.pid);
+    pids.redis = [redisPid(cluster)];
+    pids.postgres = postgresPids(pg.dataDir);
+    return await load(
+      cluster.nodes.map((n) => n.url),
+      created.api_key,
+      pids,
+    );
+  } finally {
+    for (const p of providers) p.kill("SIGKILL");
+    await Promise.all(providers.map((p) => p.exited));
+    await cluster.close();
+  }
+}
+
+/** The cluster's private Redis server's pid (the one listening on its port). */
+function redisPid(cluster: TestCluster): number {
+  const out = Bun.spawnSync(["pgrep", "-f", `redis-server 127.0.0.1:${cluster.redis.port}`]).stdout.toString().trim();
+  return Number(out.split("\n")[0] ?? 0);
+}
+
+async function hopFigures(mockUrl: string) {
+  const cluster = await startCluster({ nodes: 2, models: MODELS, extraArgs: raisedLimitFlags() });
+  const provider = startProvider("bench-hop", cluster.nodes[0]!.wsUrl, mockUrl, cluster.dataDir);
+  try {
+    const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "paid", "--name", "hop"]).stdout) as { account_id: string; api_key: string };
+    cluster.cli(["credits", "grant", "--account", created.account_id, "--credits", String(1e15)]);
+    const [n1, n2] = cluster.nodes as [ClusterNodeProcess, ClusterNodeProcess];
+    await routable(n1.url, created.api_key, 1);
+    await routable(n2.url, created.api_key, 1);
+    return await hop(cluster, created.api_key, n1, n2);
+  } finally {
+    provider.kill("SIGKILL");
+    await provider.exited;
+    await cluster.close();
+  }
+}
+
+const started = new Date();
+const loadBefore = loadavg();
+const mock = await startMock();
+mockPid = mock.proc.pid;
 try {
-  const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "paid", "--name", "hop"]).stdout) as { account_id: string; api_key: string };
-  cluster.cli(["credits", "grant", "--account", created.account_id, "--credits", "100000000"]);
-  const [n1, n2] = cluster.nodes as [(typeof cluster.nodes)[0], (typeof cluster.nodes)[0]];
-  const provider = cluster.provider({ id: "hop-prov", gateways: [n1], maxConcurrency: 4, tokensPerSecond: 100_000 });
-  await provider.waitForEvent("welcome", () => true, 60_000);
-  await cluster.waitRoutable(n2, 1);
-  const body = (i: number) => JSON.stringify({ model: MODEL, stream: true, max_tokens: 32, messages: [{ role: "user", content: `hop ${i}` }] });
-  async function run(base: string, i: number): Promise<{ ttft: number; gaps: number[] }> {
-    const t0 = performance.now();
-    const res = await fetch(`${base}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${created.api_key}`, "content-type": "application/json" }, body: body(i) });
-    const reader = res.body!.getReader();
-    let ttft = -1;
-    let last = 0;
-    const gaps: number[] = [];
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      const now = performance.now();
-      if (new TextDecoder().decode(value).includes('"content"')) {
-        if (ttft < 0) ttft = now - t0;
-        else gaps.push(now - last);
-        last = now;
-      }
-    }
-    return { ttft, gaps };
-  }
-  const result: Record<string, { ttft_p50_ms: number; ttft_p99_ms: number; gap_p50_ms: number; gap_p99_ms: number }> = {};
-  for (let round = 0; round < 2; round++) {
-    for (const [name, node] of [["same_node", n1], ["cross_node", n2]] as const) {
-      const ttfts: number[] = [];
-      const gaps: number[] = [];
-      for (let i = 0; i < N; i++) {
-        const r = await run(node.url, i);
-        ttfts.push(r.ttft);
-        gaps.push(...r.gaps);
-      }
-      // The first round warms both paths up; the second is reported.
-      if (round === 1) result[name] = { ttft_p50_ms: pct(ttfts, 50), ttft_p99_ms: pct(ttfts, 99), gap_p50_ms: pct(gaps, 50), gap_p99_ms: pct(gaps, 99) };
-    }
-  }
-  const s = result.same_node!;
-  const c = result.cross_node!;
-  console.log(JSON.stringify({ requests: N, ...result, added_ttft_p99_ms: c.ttft_p99_ms - s.ttft_p99_ms, added_chunk_gap_p99_ms: c.gap_p99_ms - s.gap_p99_ms }, null, 2));
+  const hopResult = await hopFigures(mock.url);
+  const embedded = await embeddedThroughput(mock.url);
+  const oneNode = await clusterThroughput(mock.url, 1);
+  const twoNodes = await clusterThroughput(mock.url, 2);
+  const result = {
+    date: started.toISOString(),
+    load_average_before: loadBefore.map((l) => round(l, 2)),
+    load_average_after: loadavg().map((l) => round(l, 2)),
+    hop: hopResult,
+    throughput: {
+      concurrency: CONCURRENCY,
+      window_ms: LOAD_MS,
+      embedded,
+      cluster_one_node: oneNode,
+      cluster_two_nodes: twoNodes,
+      one_node_vs_embedded: round(oneNode.req_per_s / embedded.req_per_s, 3),
+      two_nodes_vs_one: round(twoNodes.req_per_s / oneNode.req_per_s, 3),
+    },
+    targets: {
+      added_ttft_p99_le_1ms: hopResult.added_ttft_p99_ms <= 1,
+      added_transit_p99_le_0_3ms: hopResult.added_transit_p99_ms <= 0.3,
+      one_node_ge_70pct_of_embedded: oneNode.req_per_s >= 0.7 * embedded.req_per_s,
+    },
+  };
+  console.log(JSON.stringify(result, null, 2));
+} catch (error) {
+  console.error(error);
+  process.exitCode = 1;
 } finally {
-  await cluster.close();
+  mock.proc.kill("SIGKILL");
+  await mock.proc.exited;
+  // The shared PostgreSQL stops at exit (test/support/postgres.ts).
+  process.exit();
 }

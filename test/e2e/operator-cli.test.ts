@@ -19,7 +19,7 @@ afterAll(async () => {
 // Async, not spawnSync: the gateway runs in this process, and blocking its event loop would keep its
 // group-commit transaction (committed at the end of the loop turn) holding SQLite's write lock.
 const cli = async (...args: string[]) => {
-  const proc = Bun.spawn(["bun", MAIN, ...args, "--data-dir", gw.dataDir], { stdout: "pipe", stderr: "pipe" });
+  const proc = Bun.spawn(["bun", MAIN, ...args, ...gw.cliArgs], { stdout: "pipe", stderr: "pipe" });
   const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
   return { code, out: out.trim(), err };
 };

@@ -18,7 +18,7 @@ afterEach(async () => {
 /** A real gateway whose log lines (debug and up) are captured, plus one real provider process. */
 async function loggedGateway() {
   const lines: string[] = [];
-  const gw = await startTestGateway({}, { log: createLog("debug", (l) => lines.push(l)) });
+  const gw = await startTestGateway({ logLevel: "debug" }, { log: createLog("debug", (l) => lines.push(l)) });
   cleanup.push(() => gw.close());
   const provider: ProviderProcess = spawnProvider(gw, { id: "log-prov", ttftMs: 10 });
   cleanup.push(() => provider.kill());

@@ -28,6 +28,12 @@ afterAll(async () => {
 
 const messages = [{ role: "user" as const, content: "Count to three." }];
 
+/** The account's slots in use as GET /v1/usage reports them (the store's, or a cluster's in Redis). */
+async function slotsInUse(apiKey: string): Promise<number> {
+  const usage = (await (await fetch(`${gw.baseURL}/usage`, { headers: { authorization: `Bearer ${apiKey}` } })).json()) as { quota: { concurrent_requests_in_use: number } };
+  return usage.quota.concurrent_requests_in_use;
+}
+
 describe("2 concurrent requests per account", () => {
   test("20 simultaneous requests from one account: exactly 2 run, 18 get quota_exhausted (429, retryable, X-RateLimit-*)", async () => {
     gate.close();
@@ -54,7 +60,7 @@ describe("2 concurrent requests per account", () => {
     outcomes.forEach((p) => p.then((o) => settledEarly.push(o)));
     await waitFor(() => settledEarly.length === 18, 5000, "18 refusals");
     expect(provider.jobs.length - jobsBefore).toBe(2);
-    expect(gw.gateway.store.requestSlotsInUse(account.accountId)).toBe(2);
+    expect(await slotsInUse(account.apiKey)).toBe(2);
 
     gate.open();
     const results = await Promise.all(outcomes);
@@ -78,7 +84,7 @@ describe("2 concurrent requests per account", () => {
     const reservations = (await gw.gateway.store.ledgerAuditData()).reservations.filter((r) => r.account_id === account.accountId);
     expect(reservations.length).toBe(2);
     // Both slots came back when the responses ended.
-    await waitFor(() => gw.gateway.store.requestSlotsInUse(account.accountId) === 0, 2000, "slots released");
+    await waitFor(async () => (await slotsInUse(account.apiKey)) === 0, 2000, "slots released");
     const after = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 16 });
     expect(after.choices[0]?.message.content).toBe(ANSWER.join(""));
   });
@@ -127,14 +133,14 @@ describe("2 concurrent requests per account", () => {
     }).catch(() => null);
     const streaming = sdk(gw, account.apiKey).chat.completions.create({ model: MODEL, messages, max_tokens: 8, stream: true });
     await waitFor(() => gate.held === 2, 5000, "2 held attempts");
-    expect(gw.gateway.store.requestSlotsInUse(account.accountId)).toBe(2);
+    expect(await slotsInUse(account.apiKey)).toBe(2);
     hangUp.abort();
     await abandoned;
-    await waitFor(() => gw.gateway.store.requestSlotsInUse(account.accountId) === 1, 2000, "the abandoned request's slot");
+    await waitFor(async () => (await slotsInUse(account.apiKey)) === 1, 2000, "the abandoned request's slot");
     gate.open();
     let text = "";
     for await (const chunk of await streaming) text += chunk.choices[0]?.delta.content ?? "";
     expect(text).toBe(ANSWER.join(""));
-    await waitFor(() => gw.gateway.store.requestSlotsInUse(account.accountId) === 0, 2000, "the stream's slot");
+    await waitFor(async () => (await slotsInUse(account.apiKey)) === 0, 2000, "the stream's slot");
   });
 });

@@ -5,7 +5,7 @@
 // was ever settled. No provider is connected after the restart: a retry that ran again would fail.
 import { afterAll, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
-import { MAIN, spawnGatewayProcess, spawnProvider, tempDir, type GatewayProcess, type TestGateway } from "../support/harness.ts";
+import { MAIN, spawnGatewayProcess, testBackends, withBackendArgs, spawnProvider, tempDir, type GatewayProcess, type TestGateway } from "../support/harness.ts";
 
 const dataDir = tempDir("gw-restart-replay-");
 const cleanup: (() => Promise<void> | void)[] = [() => rmSync(dataDir, { recursive: true, force: true })];
@@ -14,7 +14,7 @@ afterAll(async () => {
 });
 
 const cli = (args: string[]) => {
-  const r = Bun.spawnSync(["bun", MAIN, ...args, "--data-dir", dataDir], { stdout: "pipe", stderr: "pipe" });
+  const r = Bun.spawnSync(["bun", MAIN, ...withBackendArgs([...args, "--data-dir", dataDir])], { stdout: "pipe", stderr: "pipe" });
   return { exitCode: r.exitCode ?? -1, stdout: r.stdout.toString() };
 };
 
@@ -25,6 +25,7 @@ async function serve(): Promise<GatewayProcess> {
 }
 
 test("an Idempotency-Key retry and an SDK retry after kill -9 and a restart are replayed, billed once", async () => {
+  await testBackends(dataDir);
   const created = JSON.parse(cli(["accounts", "create", "--tier", "paid", "--name", "replay-buyer"]).stdout) as { account_id: string; api_key: string };
   expect(cli(["credits", "grant", "--account", created.account_id, "--credits", "100000"]).exitCode).toBe(0);
   const first = await serve();

@@ -4,7 +4,7 @@
 // the provider is paid. The kill comes the moment the buyer has the last byte.
 import { afterAll, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
-import { modelHash, spawnGatewayProcess, tempDir, waitForRoutable, type GatewayProcess } from "../support/harness.ts";
+import { modelHash, spawnGatewayProcess, tempDir, testBackends, waitForRoutable, type GatewayProcess } from "../support/harness.ts";
 import { ScriptedProvider, type Script } from "../support/scriptedProvider.ts";
 import { cli, expectedCharge, ledgerAudit, receiptsList } from "./support.ts";
 
@@ -12,6 +12,8 @@ const MODEL = "crash-model";
 const SEED = new Uint8Array(32).fill(0x44);
 const INPUT_TOKENS = 5;
 const dataDir = tempDir("gw-delivered-crash-");
+// In cluster mode: this dir\'s PostgreSQL and Redis URLs, for the operator commands and every restart.
+await testBackends(dataDir);
 const cleanup: (() => Promise<void> | void)[] = [() => rmSync(dataDir, { recursive: true, force: true })];
 afterAll(async () => {
   for (const c of cleanup.reverse()) await c();

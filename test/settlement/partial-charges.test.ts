@@ -139,6 +139,9 @@ describe("buyer cancel mid-stream", () => {
     expect(await provider.attempt(job.request_id).cancelled()).toMatchObject({ reason: "buyer_cancel", delivered_output_bytes: 0 });
     expect(await settledRow(gw, job.request_id)).toMatchObject({ label: "zero_settled", reason: "nothing_delivered", debit_credits: 0 });
     expect(await buyerBalance()).toBe(before);
+    // The reservation resolves when the request has ended too: on an async store that write may land
+    // just after the settlement's (measured ~0.1 s on PostgreSQL).
+    await waitFor(async () => (await gw.gateway.store.getReservation(job.request_id))?.state !== "held", 2000, "the reservation resolved");
     expect(await gw.gateway.store.getReservation(job.request_id)).toMatchObject({ state: "released", used_credits: 0 });
   });
 });

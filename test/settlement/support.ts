@@ -2,7 +2,7 @@
 // the money rules of docs/ledger.md written out again here (so a shared bug in src/ledger cannot hide).
 import { expect } from "bun:test";
 import OpenAI from "openai";
-import { flushTestGateways, MAIN, type TestGateway } from "../support/harness.ts";
+import { flushTestGateways, MAIN, withBackendArgs, type TestGateway } from "../support/harness.ts";
 import { utf8 } from "../support/scriptedProvider.ts";
 import type { SettlementRow } from "../../src/store/index.ts";
 
@@ -38,10 +38,10 @@ export function expectedCharge(promptTokens: number, completionTokens: number, p
   return { debit: Number(debit), provider: Number(provider), platform: Number(debit - provider) };
 }
 
-/** Runs `gateway ARGS…` as a child process. */
+/** Runs `gateway ARGS…` as a child process (with the store and Redis URLs of the `--data-dir` it names). */
 export function cli(args: string[]): { exitCode: number; stdout: string; stderr: string } {
   flushTestGateways();
-  const r = Bun.spawnSync(["bun", MAIN, ...args], { stdout: "pipe", stderr: "pipe" });
+  const r = Bun.spawnSync(["bun", MAIN, ...withBackendArgs(args)], { stdout: "pipe", stderr: "pipe" });
   return { exitCode: r.exitCode ?? -1, stdout: r.stdout.toString(), stderr: r.stderr.toString() };
 }
 

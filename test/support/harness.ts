@@ -8,9 +8,84 @@ import { loadConfig, type GatewayConfig } from "../../src/config/index.ts";
 import { silentLog, type Log } from "../../src/log.ts";
 import type { CatalogModel } from "../../src/catalog/index.ts";
 import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "../../src/compositionRoot.ts";
-import { sharedPostgres } from "./postgres.ts";
+import { postgresMissing, sharedPostgres } from "./postgres.ts";
+import { redisMissing, sharedRedisDatabase } from "./redis.ts";
+import { connectRedis } from "../../src/cluster/redis.ts";
 
 export const MAIN = join(import.meta.dir, "../../src/main.ts");
+
+/**
+ * How end-to-end tests run their gateways (docs/scale-out.md, "The acceptance suite in cluster mode"):
+ * - `embedded` (default): SQLite in the data dir;
+ * - `postgres` (GATEWAY_TEST_STORE=postgres): the same, on a fresh PostgreSQL database;
+ * - `cluster` (GATEWAY_TEST_MODE=cluster): one cluster node — a fresh PostgreSQL database and a Redis
+ *   database of its own on the process's shared test servers, both given as URLs as an operator does.
+ */
+export const TEST_MODE: "embedded" | "postgres" | "cluster" =
+  process.env.GATEWAY_TEST_MODE === "cluster" ? "cluster" : process.env.GATEWAY_TEST_STORE === "postgres" ? "postgres" : "embedded";
+if (TEST_MODE === "cluster" && (postgresMissing ?? redisMissing)) throw new Error(`GATEWAY_TEST_MODE=cluster needs PostgreSQL and Redis: ${postgresMissing ?? redisMissing}`);
+// The shared servers start while test files load, not inside the first test's time limit.
+if (TEST_MODE !== "embedded") await sharedPostgres().then((pg) => pg.freshDatabase());
+if (TEST_MODE === "cluster") await sharedRedisDatabase();
+
+/**
+ * Whether a test cannot run in this mode because it is about the embedded store (it reads the SQLite
+ * file, checks data-dir files): `test.skipIf(embeddedOnly("reads gateway.db"))`. The reason is printed;
+ * bun counts the skip.
+ */
+export function embeddedOnly(reason: string): boolean {
+  if (TEST_MODE === "embedded") return false;
+  console.warn(`[skipped in ${TEST_MODE} mode] embedded-only: ${reason}`);
+  return true;
+}
+
+export interface TestBackends {
+  databaseUrl?: string;
+  redisUrl?: string;
+}
+
+const backendsOfDataDir = new Map<string, Promise<TestBackends>>();
+const resolvedBackends = new Map<string, TestBackends>();
+
+/**
+ * The backend URLs of the gateway whose data dir is `dataDir` in this mode (none when embedded): new
+ * ones the first time, the same ones again for that dir, so a gateway restarted on its data dir finds
+ * its state as an operator's node restarted with the same configuration does.
+ */
+export function testBackends(dataDir: string): Promise<TestBackends> {
+  let backends = backendsOfDataDir.get(dataDir);
+  if (!backends) {
+    backends = (async () => {
+      if (TEST_MODE === "embedded") return {};
+      const databaseUrl = await (await sharedPostgres()).freshDatabase();
+      if (TEST_MODE === "postgres") return { databaseUrl };
+      return { databaseUrl, redisUrl: await sharedRedisDatabase() };
+    })().then((b) => {
+      resolvedBackends.set(dataDir, b);
+      return b;
+    });
+    backendsOfDataDir.set(dataDir, backends);
+  }
+  return backends;
+}
+
+/**
+ * An operator command's argv with the URLs of the gateway whose `--data-dir` it names appended (as
+ * an operator runs `gateway ledger audit --database-url … --redis-url …` against a cluster). Call
+ * `await testBackends(dataDir)` first when no test gateway was started on that dir yet.
+ */
+export function withBackendArgs(argv: readonly string[]): string[] {
+  const at = argv.findIndex((a) => a === "--data-dir");
+  const dataDir = at >= 0 ? argv[at + 1] : undefined;
+  const backends = dataDir === undefined ? undefined : resolvedBackends.get(dataDir);
+  if (TEST_MODE !== "embedded" && dataDir !== undefined && !backends) throw new Error(`no backends known for ${dataDir}: await testBackends(dir) first`);
+  return [...argv, ...backendArgs(backends ?? {})];
+}
+
+/** `--database-url U --redis-url R` for a spawned `gateway serve` or operator command (none when embedded). */
+export function backendArgs(backends: TestBackends): string[] {
+  return [...(backends.databaseUrl ? ["--database-url", backends.databaseUrl] : []), ...(backends.redisUrl ? ["--redis-url", backends.redisUrl] : [])];
+}
 
 export const modelHash = (modelId: string) => createHash("sha256").update(`test-weights:${modelId}`).digest("hex");
 
@@ -26,8 +101,14 @@ export interface TestGateway {
   apiKey: string;
   accountId: string;
   dataDir: string;
+  /** The store and Redis URLs this gateway was given (none when embedded). */
+  backends: TestBackends;
+  /** Arguments an operator command needs to reach this gateway's state: the data dir and both URLs. */
+  cliArgs: string[];
   close(): Promise<void>;
 }
+
+let nodes = 0;
 
 const liveGateways = new Set<RunningGateway>();
 
@@ -66,12 +147,15 @@ export async function startTestGateway(overrides: Partial<GatewayConfig> = {}, o
   const dataDir = tempDir();
   const loaded = loadConfig([], {});
   if (!loaded.ok) throw new Error(loaded.message);
-  // GATEWAY_TEST_STORE=postgres runs the same tests on a cluster node's store: a fresh database of a
-  // private PostgreSQL (test/support/postgres.ts) per gateway.
-  const databaseUrl = process.env.GATEWAY_TEST_STORE === "postgres" ? await (await sharedPostgres()).freshDatabase() : undefined;
-  const config: GatewayConfig = { ...loaded.config, port: 0, dataDir, databaseUrl, logLevel: "error", settlementMode: "observe", ...overrides };
+  const backends = await testBackends(dataDir);
+  const nodeId = backends.redisUrl ? { nodeId: `test-node-${process.pid}-${++nodes}` } : {};
+  const config: GatewayConfig = { ...loaded.config, port: 0, dataDir, ...backends, ...nodeId, logLevel: "error", settlementMode: "observe", ...overrides };
   const catalogModels = options.catalog?.map((m) => (typeof m === "string" ? catalogModel(m) : m));
-  const gateway = await startGateway(config, { log: options.log ?? silentLog, catalogModels });
+  // As `gateway serve` does (src/serveCommand.ts): a Redis URL makes this gateway a cluster node.
+  const log = options.log ?? silentLog;
+  const redis = config.redisUrl ? await connectRedis({ url: config.redisUrl, log }) : undefined;
+  const gateway = await startGateway(config, { log, catalogModels, redis });
+  await gateway.cluster?.ready;
   liveGateways.add(gateway);
   const { account_id } = await gateway.store.createAccount({ name: "test", tier: "free" });
   const { api_key } = await gateway.store.createApiKey({ account_id });
@@ -83,6 +167,8 @@ export async function startTestGateway(overrides: Partial<GatewayConfig> = {}, o
     apiKey: api_key,
     accountId: account_id,
     dataDir,
+    backends,
+    cliArgs: ["--data-dir", dataDir, ...backendArgs(backends)],
     async close() {
       liveGateways.delete(gateway);
       await gateway.stop();
@@ -241,6 +327,10 @@ export async function listeningAddress(p: LoggingProcess, readyEvent: string, ti
  * real process: signals, restarts on the same data dir. Resolves once it logged `gateway_listening`.
  */
 export async function spawnGatewayProcess(dataDir: string, extraArgs: string[] = [], timeoutMs = 10_000): Promise<GatewayProcess> {
-  const child = spawnLogging(["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", ...extraArgs]);
-  return { ...child, ...(await listeningAddress(child, "gateway_listening", timeoutMs)) };
+  // In cluster mode the process is a cluster node on this data dir's URLs (the same on a restart).
+  const backends = await testBackends(dataDir);
+  // A cluster node keeps its name across restarts, as the systemd unit of docs/scale-out.md gives it.
+  const nodeId = backends.redisUrl && !extraArgs.includes("--node-id") ? ["--node-id", `node-${createHash("sha256").update(dataDir).digest("hex").slice(0, 12)}`] : [];
+  const child = spawnLogging(["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", ...backendArgs(backends), ...nodeId, ...extraArgs]);
+  return { ...child, ...(await listeningAddress(child, backends.redisUrl ? "cluster_joined" : "gateway_listening", timeoutMs)) };
 }

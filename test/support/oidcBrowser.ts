@@ -1,12 +1,10 @@
 // Sign-up test support: a fetch-driven "browser" (manual redirects, a cookie jar keyed like a real
 // browser's — host-only cookies are shared across ports of one host), the local oidc-provider child
 // process, and the scripted login at its development interaction pages.
-import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { loadConfig, type GatewayConfig } from "../../src/config/index.ts";
+import { type GatewayConfig } from "../../src/config/index.ts";
 import { createLog } from "../../src/log.ts";
-import { PROVIDER_CONNECT_PATH, startGateway } from "../../src/compositionRoot.ts";
-import { tempDir, type TestGateway } from "./harness.ts";
+import { startTestGateway, type TestGateway } from "./harness.ts";
 
 interface StoredCookie {
   value: string;
@@ -167,26 +165,9 @@ export function shownApiKey(html: string): string | null {
 
 /** Like startTestGateway, but keeps the gateway's log lines, so tests can check why it refused. */
 export async function startLoggingGateway(overrides: Partial<GatewayConfig>): Promise<TestGateway & { logs: Record<string, unknown>[] }> {
-  const dataDir = tempDir();
-  const loaded = loadConfig([], {});
-  if (!loaded.ok) throw new Error(loaded.message);
   const logs: Record<string, unknown>[] = [];
   const log = createLog("info", (line) => logs.push(JSON.parse(line) as Record<string, unknown>));
-  const gateway = await startGateway({ ...loaded.config, port: 0, dataDir, settlementMode: "observe", ...overrides }, { log });
-  return {
-    gateway,
-    logs,
-    url: gateway.url,
-    baseURL: `${gateway.url}/v1`,
-    wsUrl: `ws://127.0.0.1:${gateway.port}${PROVIDER_CONNECT_PATH}`,
-    apiKey: "",
-    accountId: "",
-    dataDir,
-    async close() {
-      await gateway.stop();
-      rmSync(dataDir, { recursive: true, force: true });
-    },
-  };
+  return { ...(await startTestGateway({ logLevel: "info", ...overrides }, { log })), logs };
 }
 
 /** The reason of the last `signin_refused` log line. */

@@ -34,13 +34,19 @@ async function ping(port: number): Promise<boolean> {
   }
 }
 
-export async function startRedis(): Promise<TestRedis> {
+export interface RedisOptions {
+  /** How many databases the server keeps (`--databases`): test gateways sharing one server each use one. */
+  databases?: number;
+}
+
+export async function startRedis(options: RedisOptions = {}): Promise<TestRedis> {
   if (!REDIS_SERVER) throw new Error(redisMissing!);
   const dir = mkdtempSync(join(tmpdir(), "gw-redis-"));
   let proc: ReturnType<typeof Bun.spawn> | null = null;
   let port = 0;
   const launch = async (): Promise<boolean> => {
-    proc = Bun.spawn([REDIS_SERVER!, "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir], {
+    const databases = options.databases ? ["--databases", String(options.databases)] : [];
+    proc = Bun.spawn([REDIS_SERVER!, "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, ...databases], {
       stdout: "ignore",
       stderr: "ignore",
     });
@@ -81,4 +87,25 @@ export async function startRedis(): Promise<TestRedis> {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** Databases of the shared server: one per cluster-mode test gateway of a `bun test` process. */
+const SHARED_DATABASES = 10_000;
+let shared: Promise<TestRedis> | null = null;
+let nextDatabase = 0;
+
+/**
+ * A database of its own (`redis://127.0.0.1:PORT/N`) on a Redis server shared by every test file of
+ * this process: started on first use, killed at exit. Keys are scoped by the database, and the
+ * gateway scopes its pub/sub channels by it too (src/cluster/redis.ts, clusterChannel).
+ */
+export async function sharedRedisDatabase(): Promise<string> {
+  shared ??= startRedis({ databases: SHARED_DATABASES }).then((redis) => {
+    process.once("exit", () => void redis.kill());
+    return redis;
+  });
+  const redis = await shared;
+  nextDatabase += 1;
+  if (nextDatabase >= SHARED_DATABASES) throw new Error("shared test Redis: out of databases");
+  return `${redis.url}/${nextDatabase}`;
 }
