@@ -93,7 +93,7 @@ describe("a live request's prompt", () => {
     await pending;
     await reader.cancel();
     await waitFor(allReleased, 5000, "both requests ended");
-  }, 20_000);
+  }, 60_000);
 
   test("a buyer's hang-up after a collection still cancels the job, streaming and not", async () => {
     const { reader, jsonAbort, pending } = await twoLiveRequests(newMarker(), newMarker());
@@ -113,5 +113,5 @@ describe("a live request's prompt", () => {
     await waitFor(() => cancels().length === before + 2, 5000, "the stream's cancel");
     expect(cancels().slice(before).map((e) => e.reason)).toEqual(["buyer_cancel", "buyer_cancel"]);
     await waitFor(allReleased, 5000, "slots released");
-  }, 20_000);
+  }, 60_000);
 });

@@ -91,4 +91,4 @@ test("after `catalog remove`: 404 model_not_available; the earlier receipt still
   const audit = ledgerAudit(gw.dataDir);
   expect(audit.report.findings).toEqual([]);
   expect(audit.exitCode).toBe(0);
-});
+}, 60_000); // four CLI processes and a gateway round trip: seconds each on a loaded CI machine

@@ -144,5 +144,5 @@ describe("POST /v1/feedback", () => {
     for (const row of rows) expect(table.stdout).toContain(row.request_id);
     expect(cli(["feedback", "list", "--limit", "0", "--data-dir", gw.dataDir]).exitCode).toBe(64);
     expect(cli(["feedback", "nope", "--data-dir", gw.dataDir]).exitCode).toBe(64);
-  });
+  }, 60_000); // four CLI processes: seconds each on a loaded CI machine
 });
