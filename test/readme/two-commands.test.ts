@@ -11,8 +11,8 @@ const blocks = [...readme.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!.tr
 
 test("the README opens with the demo command and the test command", () => {
   expect(blocks[0]).toBe("npm install -g bun && bun install && bun src/main.ts serve --demo");
-  expect(blocks[1]).toBe("npm install -g bun && bun install && bun test");
-  expect(readFileSync(join(root, ".ci/run"), "utf8")).toContain("\nbun test 2>&1");
+  expect(blocks[1]).toBe("npm install -g bun && bun install && bun test --timeout 30000");
+  expect(readFileSync(join(root, ".ci/run"), "utf8")).toContain("\nbun test --timeout 30000 2>&1");
 });
 
 test("the demo command serves a chat completion to the openai SDK at once", async () => {
