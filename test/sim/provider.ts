@@ -9,6 +9,7 @@ import type { WebSocketHandler } from "bun";
 import { decodeGatewayFrame, encodeFrame } from "../../src/wire/codec.ts";
 import { signHandshake } from "../../src/wire/handshake.ts";
 import type { CancelFrame, DeclineCode, GatewayFrame, JobFrame, ProviderFrame, TerminalState } from "../../src/wire/frames.ts";
+import { receiptRouteFields } from "../support/scriptedProvider.ts";
 import type { SocketData } from "../../src/gateway/providerEndpoint.ts";
 import { fieldsOf, keyFromSeed, outputHashOf, promptBoundOf, rawPublic, signFields } from "../receipts/independent-signer.ts";
 import type { Rng } from "../support/seededRandom.ts";
@@ -428,16 +429,9 @@ export class SimProvider {
       attempt_n: job.attempt_n,
       provider_id: this.id,
       key: this.key,
-      account_scope: r.account_scope,
+      ...receiptRouteFields(r),
       model_id: job.model_id,
       model_hash: plan.wrongHash ? "f".repeat(64) : this.o.model.model_hash,
-      expected_catalog_model_hash: r.expected_catalog_model_hash,
-      catalog_id: r.catalog_id,
-      catalog_body_digest: r.catalog_body_digest,
-      route_snapshot_digest: r.route_snapshot_digest,
-      route_snapshot_mode: r.route_snapshot_mode,
-      route_snapshot_policy_version: r.route_snapshot_policy_version,
-      prompt_hash: r.prompt_hash,
       output_hash: outputHashOf({ content, finish_reason: finish, start: 0, end: utf8(content), terminal_state: terminal, tool_calls: null }),
       start: 0,
       end: utf8(content),

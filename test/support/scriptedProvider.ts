@@ -64,6 +64,18 @@ export interface EndOptions {
   receipt?: string | ReceiptOptions | null;
 }
 
+/** The receipt fields a provider copies from the job's route, as every honest signer does. */
+export const receiptRouteFields = (r: JobFrame["route"]) => ({
+  account_scope: r.account_scope,
+  expected_catalog_model_hash: r.expected_catalog_model_hash,
+  catalog_id: r.catalog_id,
+  catalog_body_digest: r.catalog_body_digest,
+  route_snapshot_digest: r.route_snapshot_digest,
+  route_snapshot_mode: r.route_snapshot_mode,
+  route_snapshot_policy_version: r.route_snapshot_policy_version,
+  prompt_hash: r.prompt_hash,
+});
+
 /** UTF-8 byte length. */
 export const utf8 = (text: string) => Buffer.byteLength(text, "utf8");
 
@@ -167,16 +179,9 @@ export class ScriptedAttempt {
       attempt_n: this.job.attempt_n,
       provider_id: this.provider.id,
       key: this.provider.key,
-      account_scope: r.account_scope,
+      ...receiptRouteFields(r),
       model_id: this.job.model_id,
       model_hash: this.acceptedHash ?? this.provider.advertisedHash(this.job.model_id),
-      expected_catalog_model_hash: r.expected_catalog_model_hash,
-      catalog_id: r.catalog_id,
-      catalog_body_digest: r.catalog_body_digest,
-      route_snapshot_digest: r.route_snapshot_digest,
-      route_snapshot_mode: r.route_snapshot_mode,
-      route_snapshot_policy_version: r.route_snapshot_policy_version,
-      prompt_hash: r.prompt_hash,
       output_hash: outputHashOf({ content, finish_reason, start: 0, end: bytes, terminal_state, tool_calls: assembleToolCalls(bound) }),
       start: 0,
       end: bytes,
