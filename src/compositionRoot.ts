@@ -221,6 +221,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
       metrics.settlementLabelled(label);
       routing.settled(providerId, label);
     },
+    onIgnoredReceipt: (why) => registry.ignoredReceipts[why]++,
     judge: ports.judge ?? workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
     clock: timers,
     ownership: node

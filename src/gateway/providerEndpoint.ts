@@ -265,9 +265,6 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         if (deps.cluster?.receipt(providerId, frame, raw)) return;
         const arrival = deps.settlements.receiptArrived(providerId, frame.request_id, frame.attempt_n, frame.receipt);
         if (arrival === "stored") return;
-        // A store that answers later (PostgreSQL) counts the closed attempt's receipt when it knows.
-        if (typeof arrival === "string") registry.ignoredReceipts[arrival]++;
-        else void arrival.then((known) => registry.ignoredReceipts[known]++);
         // Receipts that settle nothing cost a lookup each: a session sending more than its budget of
         // them is flooding (an honest runtime paces its re-sent outbox below the default rate).
         if (!receiptBudget(session).take(deps.now())) {

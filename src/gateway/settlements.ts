@@ -17,7 +17,7 @@ import type { JobRoute } from "../wire/frames.ts";
 import { attemptKey } from "./registry.ts";
 import type { OpenAttempt, OpenAttempts } from "./settlement/attempt.ts";
 import { accepted, cancelSent, discarded, endReceived, relayerFor, released, type DeliveryDeps } from "./settlement/delivery.ts";
-import { receiptArrived } from "./settlement/judging.ts";
+import { receiptArrived, type ReceiptArrival } from "./settlement/judging.ts";
 import { writeOutcome, type OutcomeDeps } from "./settlement/outcome.ts";
 import { admitModel, expectedHash, pricing, type PricingSources } from "./settlement/pricing.ts";
 import { recoverOne, recoverPending } from "./settlement/recovery.ts";
@@ -41,6 +41,8 @@ export interface SettlementDeps {
   judge?: ReceiptJudge;
   /** The clock of the settlement actors' timers (the simulation's, test/sim/); default the real one. */
   clock?: ActorOptions<AnyActorLogic>["clock"];
+  /** Called for each receipt frame counted and not stored, with why (metrics), whichever node path it took. */
+  onIgnoredReceipt?: (why: Exclude<ReceiptArrival, "stored">) => void;
   /** A cluster node records which attempts it owns until they settle, so a survivor can resolve them. */
   ownership?: { opened(key: string, ttlMs: number): void; settled(key: string): void };
 }
@@ -180,8 +182,13 @@ export function createSettlements(deps: SettlementDeps) {
     },
     endReceived: (providerId: string, frame: Parameters<typeof endReceived>[2]) => endReceived(parts, providerId, frame),
     released: (requestId: string, attemptN: number) => released(parts, requestId, attemptN),
-    receiptArrived: (providerId: string, requestId: string, attemptN: number, envelope: string) =>
-      receiptArrived(parts, providerId, requestId, attemptN, envelope),
+    receiptArrived: (providerId: string, requestId: string, attemptN: number, envelope: string) => {
+      const arrival = receiptArrived(parts, providerId, requestId, attemptN, envelope);
+      // A store that answers later (PostgreSQL) counts the closed attempt's receipt when it knows.
+      if (typeof arrival !== "string") void arrival.then((why) => deps.onIgnoredReceipt?.(why));
+      else if (arrival !== "stored") deps.onIgnoredReceipt?.(arrival);
+      return arrival;
+    },
     /** The request starts no more attempts: its reservation resolves once none is pending. */
     requestEnded: (requestId: string) => {
       const now = deps.now();

@@ -3,9 +3,9 @@
 // signer) are tampered with one field at a time. Each attack settles `quarantined` with its reason:
 // no debit, no credit, the reservation released — and the buyer still got the output.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { Database } from "bun:sqlite";
 import { startTestGateway, waitForReadyProviders, type TestGateway } from "../support/harness.ts";
 import { keyFromSeed, outputHashOf, type Fields } from "../receipts/independent-signer.ts";
+import { receiptLog } from "../support/receiptLog.ts";
 import { ScriptedProvider, utf8, type ReceiptOptions, type Script, type ScriptedAttempt } from "../support/scriptedProvider.ts";
 import { expectLedgerBalanced, ledgerAudit, paidBuyer, promptBound, receiptsList, settledRow, type Buyer } from "./support.ts";
 
@@ -178,7 +178,7 @@ describe("time and finality", () => {
     expect(await gw.gateway.store.getSettlement(requestId, 0)).toMatchObject({ label: "quarantined", reason: "no_receipt", debit_credits: 0, receipt: null });
     expect(await gw.gateway.store.ledgerBalance("provider:attack-prov")).toBe(providerBefore);
     expect(provider.settled.filter((s) => s.request_id === requestId).at(-1)).toEqual(settled);
-    expect(storedReceipts(requestId)).toBe(0);
+    expect(await storedReceipts(requestId)).toBe(0);
   });
 
   test("a `receipt` frame from another provider for a pending attempt is ignored; the owner's late receipt settles it", async () => {
@@ -192,7 +192,7 @@ describe("time and finality", () => {
       // Counted, never stored (issue 26, defect 2): not an attempt of that provider.
       const unknownBefore = gw.gateway.registry.ignoredReceipts.unknown_attempt;
       await waitForCount(() => gw.gateway.registry.ignoredReceipts.unknown_attempt - unknownBefore, 2);
-      expect(storedReceipts(requestId)).toBe(0);
+      expect(await storedReceipts(requestId)).toBe(0);
       expect((await gw.gateway.store.getSettlement(requestId, 0))?.label).toBe("pending");
       provider.attempt(requestId).sendReceipt(provider.attempt(requestId).receipt());
       expect((await settledRow(gw, requestId)).label).toBe("verified");
@@ -217,7 +217,7 @@ describe("time and finality", () => {
     expect(await gw.gateway.store.ledgerBalances()).toEqual(balances);
     const answers = provider.settled.filter((s) => s.request_id === requestId);
     expect(new Set(answers.map((a) => JSON.stringify(a))).size).toBe(1);
-    expect(storedReceipts(requestId)).toBe(1);
+    expect(await storedReceipts(requestId)).toBe(1);
   });
 
   test("an honest receipt after a quarantine cannot revive the attempt", async () => {
@@ -228,7 +228,7 @@ describe("time and finality", () => {
     await waitForAnswers(requestId, 2);
     await expectQuarantined(requestId, "bad_signature");
     expect(provider.settled.filter((s) => s.request_id === requestId).map((s) => s.label)).toEqual(["quarantined", "quarantined"]);
-    expect(storedReceipts(requestId)).toBe(1);
+    expect(await storedReceipts(requestId)).toBe(1);
   });
 });
 
@@ -258,11 +258,6 @@ async function waitForAnswers(requestId: string, n: number): Promise<void> {
 }
 
 /** Receipts the gateway stored for the request (only the one it judged, if any). */
-function storedReceipts(requestId: string): number {
-  const db = new Database(`${gw.dataDir}/gateway.db`, { readonly: true });
-  try {
-    return (db.query("SELECT COUNT(*) AS n FROM receipts_received WHERE request_id = ?").get(requestId) as { n: number }).n;
-  } finally {
-    db.close();
-  }
+async function storedReceipts(requestId: string): Promise<number> {
+  return (await receiptLog(gw.dataDir, requestId)).length;
 }

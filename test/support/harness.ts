@@ -82,6 +82,11 @@ export function withBackendArgs(argv: readonly string[]): string[] {
   return [...argv, ...backendArgs(backends ?? {})];
 }
 
+/** The backends `testBackends(dataDir)` resolved for that dir ({} when embedded or not yet resolved). */
+export function knownBackends(dataDir: string): TestBackends {
+  return resolvedBackends.get(dataDir) ?? {};
+}
+
 /** `--database-url U --redis-url R` for a spawned `gateway serve` or operator command (none when embedded). */
 export function backendArgs(backends: TestBackends): string[] {
   return [...(backends.databaseUrl ? ["--database-url", backends.databaseUrl] : []), ...(backends.redisUrl ? ["--redis-url", backends.redisUrl] : [])];
