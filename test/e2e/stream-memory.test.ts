@@ -45,6 +45,7 @@ function holdEventLoop(ms: number): void {
 }
 
 const cancels = () => provider.events.filter((e) => e.event === "cancel_received");
+const jobs = () => provider.events.filter((e) => e.event === "job_received");
 const allReleased = () => gw.gateway.registry.attempts.size === 0;
 
 const post = (marker: string, stream: boolean, signal?: AbortSignal) =>
@@ -67,9 +68,12 @@ async function twoLiveRequests(streamMarker: string, jsonMarker: string) {
     if (done) throw new Error(`the stream ended before its first delta: ${seen}`);
     seen += decoder.decode(value);
   }
+  const jobsBefore = jobs().length;
   const jsonAbort = new AbortController();
   const pending = post(jsonMarker, false, jsonAbort.signal).catch((e: unknown) => e);
-  await waitFor(() => gw.gateway.registry.attempts.size === 2, 5000, "both jobs dispatched");
+  // At the provider, not only registered: on PostgreSQL the job leaves after its commit, and a hang-up
+  // before then needs no cancel (the job never left).
+  await waitFor(() => gw.gateway.registry.attempts.size === 2 && jobs().length === jobsBefore + 1, 5000, "both jobs at the provider");
   return { reader, jsonAbort, pending };
 }
 
