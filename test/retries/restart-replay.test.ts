@@ -5,7 +5,8 @@
 // was ever settled. No provider is connected after the restart: a retry that ran again would fail.
 import { afterAll, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
-import { MAIN, spawnGatewayProcess, testBackends, withBackendArgs, spawnProvider, tempDir, type GatewayProcess, type TestGateway } from "../support/harness.ts";
+import { RedisClient } from "bun";
+import { MAIN, spawnGatewayProcess, testBackends, waitFor, withBackendArgs, spawnProvider, tempDir, type GatewayProcess, type TestGateway } from "../support/harness.ts";
 
 const dataDir = tempDir("gw-restart-replay-");
 const cleanup: (() => Promise<void> | void)[] = [() => rmSync(dataDir, { recursive: true, force: true })];
@@ -25,7 +26,7 @@ async function serve(): Promise<GatewayProcess> {
 }
 
 test("an Idempotency-Key retry and an SDK retry after kill -9 and a restart are replayed, billed once", async () => {
-  await testBackends(dataDir);
+  const backends = await testBackends(dataDir);
   const created = JSON.parse(cli(["accounts", "create", "--tier", "paid", "--name", "replay-buyer"]).stdout) as { account_id: string; api_key: string };
   expect(cli(["credits", "grant", "--account", created.account_id, "--credits", "100000"]).exitCode).toBe(0);
   const first = await serve();
@@ -43,6 +44,9 @@ test("an Idempotency-Key retry and an SDK retry after kill -9 and a restart are 
   expect(b.status).toBe(200);
   const bBody = await b.text();
 
+  // A cluster node writes the results to Redis just after each response ended (fire and forget,
+  // docs/scale-out.md): a kill -9 inside that window loses them, as a real crash there would. Wait.
+  if (backends.redisUrl) await waitFor(() => resultsStored(backends.redisUrl!, 2), 5000, "both results in Redis");
   await first.kill();
   await provider.kill();
   const second = await serve();
@@ -61,3 +65,15 @@ test("an Idempotency-Key retry and an SDK retry after kill -9 and a restart are 
   const receipts = cli(["receipts", "list", "--json"]).stdout.trim().split("\n").filter(Boolean);
   expect(receipts.length).toBe(2);
 }, 120_000);
+
+/** Whether the node's Redis holds `n` finished retry results (bodies), none still marked in flight. */
+async function resultsStored(redisUrl: string, n: number): Promise<boolean> {
+  const redis = new RedisClient(redisUrl);
+  try {
+    const keys = (await redis.send("KEYS", ["gw:replay:b:*"])) as string[];
+    const values = await Promise.all(keys.map((k) => redis.get(k)));
+    return values.filter((v) => v !== null && (JSON.parse(v) as { s: string }).s === "succeeded").length >= n;
+  } finally {
+    redis.close();
+  }
+}
