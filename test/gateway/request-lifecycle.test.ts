@@ -1,9 +1,10 @@
 // A buyer request's life through the gateway's real request edge (test/support/requestEdge.ts): routing,
 // failover before the first byte, commit rules, limits and timeouts, on a SimulatedClock. Provider
-// frames go through the real endpoint, chunks after an attempt's first through the edge's ChunkMeter;
-// what is checked is what the edge did: jobs and cancels the providers got, calls to settlements and to
-// the buyer's responder, and the request actor's snapshot. Both the step logic the gateway runs and the
-// statechart it is compiled from are run through the same edge.
+// frames go through the real endpoint, an attempt's later chunks through the edge's ChunkMeter (the
+// actor hears only the first one, a bad seq, the cap, and progress once per idle-check window). What
+// is checked is what the edge did — jobs and cancels the providers got, calls to settlements and to the
+// buyer's responder — and the request actor's snapshot. The step logic the gateway runs and the
+// statechart it is compiled from both run through the same edge.
 import { describe, expect, test } from "bun:test";
 import { createActor } from "xstate";
 import { providedRequestMachine, requestLogic, streamIdleCheckMs, type RequestActions, type RequestDelays, type RequestEvent } from "../../actors/request.ts";
@@ -470,7 +471,8 @@ describe.each(VARIANTS)("%s", (_, logic) => {
         expect(waited).toBeGreaterThan(T);
         expect(waited).toBeLessThanOrEqual(1.5 * T);
         expect(h.snapshot().value).toBe("failedMidStream");
-        expect(h.cancels()).toEqual([[0, "gateway_timeout"]]);
+        expect(h.of("cancel")).toEqual([{ kind: "cancel", attemptN: 0, providerId: "p1", reason: "gateway_timeout", deliveredOutputBytes: 2 }]);
+        expect(h.of("failMidStream").map((f) => f.failure.code)).toEqual(["provider_disconnected"]);
       },
     );
 
@@ -563,7 +565,7 @@ describe.each(VARIANTS)("%s", (_, logic) => {
         [0, 1],
       ]);
       expect(h.cancels()).toEqual([[0, "gateway_timeout"]]);
-      expect(h.of("failMidStream")).toHaveLength(1);
+      expect(h.of("failMidStream").map((f) => f.failure.code)).toEqual(["provider_disconnected"]);
       expect(h.jobs()).toHaveLength(1);
     });
 
