@@ -242,7 +242,7 @@ export async function startRequestEdge(o: EdgeOptions) {
     chunk: (seq: number, tokens: number, content?: string) =>
       step(() => send(currentProvider(), { type: "chunk", request_id: REQUEST_ID, attempt_n: currentAttempt(), seq, tokens, ...(content === undefined ? {} : { content }) })),
     end: (terminal_state: TerminalState = "normal_done", finish_reason: string | null = "stop") =>
-      step(() => send(currentProvider(), { type: "end", request_id: REQUEST_ID, attempt_n: currentAttempt(), terminal_state, finish_reason, usage: { input_tokens: 10, output_tokens: 3 } })),
+      step(() => send(currentProvider(), { type: "end", request_id: REQUEST_ID, attempt_n: currentAttempt(), terminal_state, finish_reason, usage: { input_tokens: 3, output_tokens: 3 } })),
     decline: (code: DeclineCode) => step(() => send(currentProvider(), { type: "declined", request_id: REQUEST_ID, attempt_n: currentAttempt(), code })),
     /** The current provider's socket drops. */
     lose: () => step(() => sockets.get(currentProvider())!.ws.close(1006)),
