@@ -48,6 +48,11 @@ export interface RequestRunnerDeps {
   sticky?: StickyMap;
   /** A cluster node's view of the other nodes' providers (src/gateway/clusterBridge.ts). */
   remote?: RemoteProviders;
+  /**
+   * Builds the request actor's logic; default the step logic. Tests pass the statechart it is compiled
+   * from, to run both through this edge (docs/decisions.md, Statecharts you can see).
+   */
+  requestLogic?: typeof requestLogic;
 }
 
 const noPrefix = (_frame: ChunkFrame): void => {};
@@ -271,7 +276,7 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
   const { registry, log, settlements } = deps;
   const handles = new Map<string, RequestHandle>();
 
-  const logic: RequestLogic = requestLogic(requestActions(deps, handles), {
+  const logic: RequestLogic = (deps.requestLogic ?? requestLogic)(requestActions(deps, handles), {
     firstByteTimeout: deps.firstByteTimeoutMs,
     streamIdleCheck: streamIdleCheckMs(deps.streamIdleTimeoutMs),
     requestDeadline: deps.requestDeadlineMs,
