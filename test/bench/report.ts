@@ -64,6 +64,64 @@ export interface BenchResult {
   meta: Record<string, unknown>;
   paths: Results;
   derived: Derived;
+  /** Issue 22's cluster figures (test/bench/cluster-hop.ts), or why they were not taken. */
+  cluster?: ClusterFigures;
+}
+
+interface ThroughputFigures {
+  req_per_s: number;
+  failed: number;
+  latency_p50_ms: number;
+  latency_p99_ms: number;
+  cpu_cores: Record<string, number>;
+}
+
+/** What test/bench/cluster-hop.ts prints (the fields the report reads). */
+export type ClusterFigures =
+  | { skipped: string }
+  | {
+      load_average_before: number[];
+      load_average_after: number[];
+      hop: {
+        streams_per_path: number;
+        same_node: { ttft_p99_ms: number; transit_p99_ms: number };
+        cross_node: { ttft_p99_ms: number; transit_p99_ms: number };
+        added_ttft_p50_ms: number;
+        added_ttft_p99_ms: number;
+        added_transit_p50_ms: number;
+        added_transit_p99_ms: number;
+      };
+      throughput: {
+        concurrency: number;
+        window_ms: number;
+        embedded: ThroughputFigures;
+        cluster_one_node: ThroughputFigures;
+        cluster_two_nodes: ThroughputFigures;
+        one_node_vs_embedded: number;
+        two_nodes_vs_one: number;
+      };
+    };
+
+/** The cluster section of the report: issue 22's three figures against their targets, CPU per process. */
+function renderCluster(c: ClusterFigures): string[] {
+  if ("skipped" in c) return ["", `**Cluster mode (issue 22):** not measured — ${c.skipped}.`];
+  const row = (cells: (string | number)[]) => `| ${cells.join(" | ")} |`;
+  const yes = (ok: boolean) => (ok ? "yes" : "**no**");
+  const t = c.throughput;
+  const cpu = (f: ThroughputFigures) => Object.entries(f.cpu_cores).map(([k, v]) => `${k} ${v}`).join(", ");
+  return [
+    "",
+    `**Cluster mode (issue 22)** — test/bench/cluster-hop.ts after the paths above; load average before ${c.load_average_before.join(" / ")}, after ${c.load_average_after.join(" / ")}. Two nodes on one PostgreSQL and one Redis; ${c.hop.streams_per_path} streams a path asked of the provider's own node and of the other node, interleaved; then closed-loop non-streaming requests at c=${t.concurrency} for ${t.window_ms} ms (mock answering at once).`,
+    "",
+    row(["figure", "measured", "target", "met"]),
+    row(["---", "---", "---", "---"]),
+    row(["added TTFT p99, cross-node − same-node", `${c.hop.added_ttft_p99_ms} ms (p50 ${c.hop.added_ttft_p50_ms})`, "≤ 1 ms", yes(c.hop.added_ttft_p99_ms <= 1)]),
+    row(["added per-chunk transit p99, cross-node − same-node", `${c.hop.added_transit_p99_ms} ms (p50 ${c.hop.added_transit_p50_ms})`, "≤ 0.3 ms", yes(c.hop.added_transit_p99_ms <= 0.3)]),
+    row(["one cluster node ÷ embedded, req/s", `${t.cluster_one_node.req_per_s} ÷ ${t.embedded.req_per_s} = ${Math.round(t.one_node_vs_embedded * 100)} %`, "≥ 70 %", yes(t.one_node_vs_embedded >= 0.7)]),
+    row(["two nodes ÷ one node, req/s", `${t.cluster_two_nodes.req_per_s} ÷ ${t.cluster_one_node.req_per_s} = ${t.two_nodes_vs_one}`, "reported", "–"]),
+    "",
+    `CPU cores used per process (CPU seconds ÷ window): embedded — ${cpu(t.embedded)}; one node — ${cpu(t.cluster_one_node)}; two nodes — ${cpu(t.cluster_two_nodes)}. Latency p50 / p99: embedded ${t.embedded.latency_p50_ms} / ${t.embedded.latency_p99_ms} ms, one node ${t.cluster_one_node.latency_p50_ms} / ${t.cluster_one_node.latency_p99_ms} ms, two nodes ${t.cluster_two_nodes.latency_p50_ms} / ${t.cluster_two_nodes.latency_p99_ms} ms.`,
+  ];
 }
 
 const r3 = (x: number) => Math.round(x * 1000) / 1000;
@@ -267,6 +325,7 @@ export function renderMarkdown(r: BenchResult): string {
           .join("; "),
     );
   }
+  if (r.cluster) lines.push(...renderCluster(r.cluster));
   return lines.join("\n");
 }
 

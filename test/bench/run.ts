@@ -22,6 +22,8 @@
 //   BENCH_WARMUP_MS=N        discarded warm-up of every path before the first phase (default 4000; 0: none)
 //   BENCH_JSON=FILE          where the JSON goes (default docs/benchmarks.json)
 //   BENCH_MD=FILE            Markdown file to update (default docs/benchmarks.md); BENCH_WRITE=0: print only
+//   BENCH_CLUSTER=0          skip the cluster figures (issue 22: test/bench/cluster-hop.ts as a child, run
+//                            after the embedded paths when PostgreSQL and Redis are installed; not in --quick)
 import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import { writeFileSync } from "node:fs";
@@ -29,7 +31,9 @@ import type { LoadResult, LoadSpec, StreamResult, StreamSpec } from "./driver.ts
 import { loopDelay } from "./loopDelay.ts";
 import { diffBuckets, histogramQuantile, observations, scrapeOverhead } from "./metrics.ts";
 import { FETCH_ENV, Processes, rssMb, startFloor, startGatewayStack, startMock, startRelay } from "./stack.ts";
-import { derive, renderMarkdown, writeMarkdown, type BenchResult, type PathName, type PathResult } from "./report.ts";
+import { derive, renderMarkdown, writeMarkdown, type BenchResult, type ClusterFigures, type PathName, type PathResult } from "./report.ts";
+import { postgresMissing } from "../support/postgres.ts";
+import { redisMissing } from "../support/redis.ts";
 
 const env = process.env;
 const QUICK = env.BENCH_QUICK === "1" || process.argv.includes("--quick");
@@ -265,7 +269,24 @@ async function main(): Promise<BenchResult> {
   }
 }
 
+/**
+ * The cluster's figures beside the embedded ones (issue 22): test/bench/cluster-hop.ts in its own
+ * process once the embedded paths are done, so their servers are gone; its one JSON object, as printed.
+ */
+async function clusterFigures(): Promise<ClusterFigures> {
+  const missing = postgresMissing ?? redisMissing;
+  if (missing) return { skipped: missing };
+  const child = Bun.spawn(["bun", join(import.meta.dir, "cluster-hop.ts")], { stdout: "pipe", stderr: "inherit" });
+  const out = await new Response(child.stdout).text();
+  if ((await child.exited) !== 0) return { skipped: `cluster-hop.ts exited with code ${child.exitCode}` };
+  return JSON.parse(out.slice(out.indexOf("{"))) as ClusterFigures;
+}
+
 const result = await main();
+if (!QUICK && env.BENCH_CLUSTER !== "0") {
+  console.error("[bench] cluster figures (test/bench/cluster-hop.ts) …");
+  result.cluster = await clusterFigures();
+}
 const json = JSON.stringify(result, null, 2);
 if (env.BENCH_JSON) writeFileSync(env.BENCH_JSON, `${json}\n`);
 if (env.BENCH_WRITE !== "0" && !QUICK) {
