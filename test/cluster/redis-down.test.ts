@@ -7,7 +7,7 @@ import { loadConfig } from "../../src/config/index.ts";
 import { connectRedis } from "../../src/cluster/redis.ts";
 import { silentLog } from "../../src/log.ts";
 import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "../../src/compositionRoot.ts";
-import { spawnProvider, tempDir, type TestGateway } from "../support/harness.ts";
+import { spawnProvider, tempDir, waitFor, type TestGateway } from "../support/harness.ts";
 import { startRedis, type TestRedis } from "../support/redis.ts";
 import { clusterMissing } from "../support/cluster.ts";
 import { sharedPostgres } from "../support/postgres.ts";
@@ -47,6 +47,8 @@ describe.skipIf(clusterMissing !== null)("Redis down under a cluster node", () =
         body: JSON.stringify({ model: "test-model", max_tokens: 4, messages: [{ role: "user", content: "hi" }] }),
       });
     expect((await ask()).status).toBe(200);
+    // Its receipt is judged after the response: the baseline is taken once it has settled and posted.
+    await waitFor(async () => (await gateway.store.listSettlements({})).every((s) => s.label !== "pending"), 10_000, "the first request settled");
     gateway.store.flushCommits();
     const settledBefore = (await gateway.store.listSettlements({})).length;
     const balanceBefore = (await gateway.store.ledgerBalances()).map((b) => `${b.account_id}:${b.balance}`).join();
