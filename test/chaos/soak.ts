@@ -22,7 +22,10 @@ const probe = Bun.serve({ port: 0, fetch: () => new Response() });
 const port = probe.port!;
 probe.stop(true);
 const gateway = Bun.spawn(
-  ["bun", MAIN, "serve", "--data-dir", dataDir, "--port", String(port), "--settlement-mode", "observe", "--request-body-timeout-ms", "2000", "--stream-stall-ms", "2000", "--log-level", "warn"],
+  ["bun", MAIN, "serve", "--data-dir", dataDir, "--port", String(port), "--settlement-mode", "observe", "--request-body-timeout-ms", "2000", "--stream-stall-ms", "2000", "--log-level", "warn",
+   // Room for the 8 buyers and the hostile never-reading one: at the default 2 a paid account gets
+   // mostly 429s, and the soak would measure refusals instead of served load.
+   "--paid-concurrent-requests", "16"],
   { stdout: "pipe", stderr: "ignore" },
 );
 const events: Record<string, unknown>[] = [];
@@ -41,6 +44,8 @@ await Bun.sleep(2000);
 let running = true;
 let completed = 0;
 let failed = 0;
+/** Buyers' answers other than 200, by status (0: no answer). */
+const refusals: Record<string, number> = {};
 const body = (stream: boolean, extra = "") => JSON.stringify({ model: MODEL, messages: [{ role: "user", content: `soak${extra}` }], max_tokens: 16, stream });
 const buyers = Array.from({ length: 8 }, async (_, i) => {
   while (running) {
@@ -53,9 +58,13 @@ const buyers = Array.from({ length: 8 }, async (_, i) => {
       });
       await r.text();
       if (r.status === 200) completed++;
-      else failed++;
+      else {
+        failed++;
+        refusals[r.status] = (refusals[r.status] ?? 0) + 1;
+      }
     } catch {
       failed++;
+      refusals[0] = (refusals[0] ?? 0) + 1;
     }
   }
 });
@@ -142,6 +151,6 @@ const growth = {
 };
 const audit = Bun.spawnSync(["bun", MAIN, "ledger", "audit", "--data-dir", dataDir]).exitCode;
 const ok = growth.rss <= 0.1 && growth.fds <= 0.1 && audit === 0;
-console.log(JSON.stringify({ minutes, samples: samples.length, completed, failed, rss_growth: Math.round(growth.rss * 1000) / 10, fds_growth: Math.round(growth.fds * 1000) / 10, audit_exit: audit, ok }));
+console.log(JSON.stringify({ minutes, samples: samples.length, completed, failed, refusals, rss_growth: Math.round(growth.rss * 1000) / 10, fds_growth: Math.round(growth.fds * 1000) / 10, audit_exit: audit, ok }));
 rmSync(dataDir, { recursive: true, force: true });
 process.exit(ok ? 0 : 1);
