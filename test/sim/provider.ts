@@ -9,7 +9,7 @@ import type { WebSocketHandler } from "bun";
 import { decodeGatewayFrame, encodeFrame } from "../../src/wire/codec.ts";
 import { signHandshake } from "../../src/wire/handshake.ts";
 import type { CancelFrame, DeclineCode, GatewayFrame, JobFrame, ProviderFrame, TerminalState } from "../../src/wire/frames.ts";
-import { receiptRouteFields } from "../support/scriptedProvider.ts";
+import { helloFrame, receiptRouteFields } from "../support/scriptedProvider.ts";
 import type { SocketData } from "../../src/gateway/providerEndpoint.ts";
 import { fieldsOf, keyFromSeed, outputHashOf, promptBoundOf, rawPublic, signFields } from "../receipts/independent-signer.ts";
 import type { Rng } from "../support/seededRandom.ts";
@@ -133,16 +133,8 @@ export class SimProvider {
     this.socket.connect();
     this.trace.add(`${this.id} dials`);
     // The provider speaks first (docs/protocol.md): hello, then auth once the challenge came.
-    this.send({
-      type: "hello",
-      protocol: 1,
-      provider_id: this.id,
-      receipt_public_key: this.publicKey,
-      runtime: { name: "sim", version: "1" },
-      hardware: { ram_gb: 64 },
-      max_concurrency: this.o.maxConcurrency,
-      models: [{ model_id: this.o.model.model_id, model_hash: this.o.model.model_hash, max_context_tokens: 8192 }],
-    } as ProviderFrame);
+    const models = [{ model_id: this.o.model.model_id, model_hash: this.o.model.model_hash, max_context_tokens: 8192 }];
+    this.send(helloFrame({ id: this.id, publicKey: this.publicKey, runtime: "sim", ramGb: 64, maxConcurrency: this.o.maxConcurrency, models }));
   }
 
   private reconnectLater(): void {

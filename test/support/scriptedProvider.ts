@@ -11,6 +11,7 @@ import type {
   DeclineCode,
   EndFrame,
   GatewayFrame,
+  HelloFrame,
   JobFrame,
   ModelEntry,
   ProviderFrame,
@@ -63,6 +64,18 @@ export interface EndOptions {
   /** An envelope, options for building one, or null to send `end` without a receipt. */
   receipt?: string | ReceiptOptions | null;
 }
+
+/** A test provider's `hello` (docs/protocol.md): who it is, its receipt key, capacity and models. */
+export const helloFrame = (o: { id: string; publicKey: Uint8Array; runtime: string; ramGb: number; maxConcurrency: number; models: HelloFrame["models"] }): HelloFrame => ({
+  type: "hello",
+  protocol: 1,
+  provider_id: o.id,
+  receipt_public_key: o.publicKey,
+  runtime: { name: o.runtime, version: "0.0.0" },
+  hardware: { ram_gb: o.ramGb },
+  max_concurrency: o.maxConcurrency,
+  models: o.models,
+});
 
 /** The receipt fields a provider copies from the job's route, as every honest signer does. */
 export const receiptRouteFields = (r: JobFrame["route"]) => ({
@@ -312,16 +325,7 @@ export class ScriptedProvider {
     this.ws.binaryType = "arraybuffer";
     return new Promise((resolve, reject) => {
       this.ws.addEventListener("open", () => {
-        this.send({
-          type: "hello",
-          protocol: 1,
-          provider_id: this.id,
-          receipt_public_key: this.publicKeyRaw,
-          runtime: { name: "scripted-test-provider", version: "0.0.0" },
-          hardware: { ram_gb: 16 },
-          max_concurrency: this.o.maxConcurrency ?? 4,
-          models: this.models,
-        });
+        this.send(helloFrame({ id: this.id, publicKey: this.publicKeyRaw, runtime: "scripted-test-provider", ramGb: 16, maxConcurrency: this.o.maxConcurrency ?? 4, models: this.models }));
       });
       this.ws.addEventListener("error", () => reject(new Error(`${this.id}: websocket error`)));
       this.ws.addEventListener("close", (e) => {
