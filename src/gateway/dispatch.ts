@@ -159,5 +159,5 @@ function dispatchTo(deps: DispatchDeps, handle: RequestHandle, input: DispatchIn
     });
     if (lost) sendBack({ type: "provider.lost" });
   };
-  settlements.afterCommit(send);
+  settlements.afterCommit(send, input.requestId);
 }

@@ -115,7 +115,7 @@ function sendHedge(deps: DispatchDeps, handle: RequestHandle, primary: LiveAttem
     }
     routing.counters.hedges.sent++;
     deps.log.info("hedge_sent", { request_id: handle.requestId, attempt_n: attemptN, provider_id: hedge.providerId, hedged_attempt_n: primary.attemptN });
-  });
+  }, handle.requestId);
 }
 
 /** A chunk of the hedge: its first one, before the first attempt's, wins the race. */

@@ -194,7 +194,7 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       settlements.afterCommit((committed) => {
         if (!committed) log.error("delivered_record_not_committed", { request_id: context.requestId });
         handle.responder.succeed(outcome);
-      });
+      }, context.requestId);
       // Sticky routing: the conversation goes on with the provider that answered it.
       if (handle.sticky && handle.servedBy && deps.sticky) {
         deps.sticky.set(handle.sticky.key, handle.accountId ?? "", handle.servedBy, deps.now()).catch((error: unknown) => {

@@ -212,7 +212,7 @@ export function createSettlements(deps: SettlementDeps) {
     /** Whether this node has the attempt open (not settled yet). */
     isOpen: (requestId: string, attemptN: number) => open.has(attemptKey(requestId, attemptN)),
     /** Runs `effect` once the writes made so far are durable (group commit; see src/store/groupCommit.ts). */
-    afterCommit: (effect: (committed: boolean) => void) => deps.store.afterCommit(effect),
+    afterCommit: (effect: (committed: boolean) => void, requestId?: string) => deps.store.afterCommit(effect, requestId),
     /** Attempts not settled yet (metrics, tests). */
     openCount: () => open.size,
     /** The live settlement actors by attempt key (the operator console counts and follows them). */

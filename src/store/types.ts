@@ -144,14 +144,16 @@ export interface Store extends IdentityStore, DemoSessionStore, LedgerStore, Fee
 export interface GroupCommitPort {
   /**
    * Runs `effect(true)` once every write made so far is durable — synchronously when none is waiting
-   * for a commit — or `effect(false)` when their commit failed.
+   * for a commit — or `effect(false)` when their commit failed. With `request_id`, the writes it waits
+   * for may be narrowed to that request's own (the PostgreSQL store does: one request's dispatch never
+   * waits for another's settlement); the embedded group commit covers every write of the turn anyway.
    */
-  afterCommit(effect: (committed: boolean) => void): void;
+  afterCommit(effect: (committed: boolean) => void, request_id?: string): void;
   /**
    * `afterCommit` for an effect nobody waits on (the `settled` frame): it asks for no commit of its own
    * and rides the group's next one — the next urgent effect's, or the lazy one within LAZY_COMMIT_MS.
    */
-  afterLazyCommit(effect: (committed: boolean) => void): void;
+  afterLazyCommit(effect: (committed: boolean) => void, request_id?: string): void;
   /** Commits the open group now (tests, shutdown); runs the waiting effects. */
   flushCommits(): void;
 }

@@ -9,7 +9,8 @@
 //               every process (gateway nodes, providers, mock, Redis, PostgreSQL, this driver).
 // Prints one JSON object. Runs alone (`bun run bench:cluster`); run it under the heavy lock on a quiet
 // machine. Environment: BENCH_HOP_STREAMS (default 300 per path), BENCH_LOAD_MS (default 10000),
-// BENCH_CONCURRENCY (default 64).
+// BENCH_CONCURRENCY (default 64), BENCH_PARTS (default "hop,throughput"; "throughput" alone for A/B loops, or any of
+// "embedded", "one", "two" for those throughput runs only).
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadavg } from "node:os";
@@ -25,6 +26,8 @@ const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
 const STREAM_MODEL = "bench-sse-n32-i2";
 const JSON_MODEL = "bench-json";
 const MODELS = [STREAM_MODEL, JSON_MODEL];
+const PARTS = new Set((process.env.BENCH_PARTS ?? "hop,throughput").split(","));
+const runs = (part: "embedded" | "one" | "two") => PARTS.has("throughput") || PARTS.has(part);
 const FETCH_ENV = { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
 
 type Proc = ReturnType<typeof Bun.spawn>;
@@ -152,7 +155,7 @@ async function hop(cluster: TestCluster, apiKey: string, n1: ClusterNodeProcess,
 }
 
 /** Closed-loop load: CONCURRENCY workers, spread over `urls`, each sending the next request when its last answer is read. */
-async function load(urls: string[], apiKey: string, servers: Record<string, number[]>) {
+async function load(urls: string[], apiKey: string, servers: Record<string, number[]>, counter?: () => Promise<number>) {
   const pids = { ...servers, mock: [mockPid], driver: [process.pid] };
   const body = JSON.stringify({ model: JSON_MODEL, max_tokens: 16, messages: [{ role: "user", content: "Hello" }] });
   const headers = { authorization: `Bearer ${apiKey}`, "content-type": "application/json" };
@@ -163,7 +166,11 @@ async function load(urls: string[], apiKey: string, servers: Record<string, numb
   let failed = 0;
   let cpuAtWindow: Record<string, number> = {};
   const cpuOf = () => Object.fromEntries(Object.entries(pids).map(([name, list]) => [name, list.reduce((sum, pid) => sum + cpuSeconds(pid), 0)]));
-  const windowTimer = setTimeout(() => (cpuAtWindow = cpuOf()), WARMUP_MS);
+  let countAtWindow: Promise<number> = Promise.resolve(0);
+  const windowTimer = setTimeout(() => {
+    cpuAtWindow = cpuOf();
+    if (counter) countAtWindow = counter();
+  }, WARMUP_MS);
   const latencies: number[] = [];
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async (_, w) => {
@@ -184,9 +191,11 @@ async function load(urls: string[], apiKey: string, servers: Record<string, numb
   );
   clearTimeout(windowTimer);
   const cpuAtEnd = cpuOf();
+  const counted = counter ? (await counter()) - (await countAtWindow) : null;
   const seconds = LOAD_MS / 1000;
   const cpu = Object.fromEntries(Object.keys(pids).map((name) => [name, round((cpuAtEnd[name]! - (cpuAtWindow[name] ?? 0)) / seconds, 2)]));
-  return { req_per_s: Math.round(ok / seconds), failed, latency_p50_ms: round(pct(latencies, 50)), latency_p99_ms: round(pct(latencies, 99)), cpu_cores: cpu };
+  const perRequest = counted === null ? {} : { pg_transactions_per_request: round(counted / Math.max(1, ok), 1) };
+  return { req_per_s: Math.round(ok / seconds), failed, latency_p50_ms: round(pct(latencies, 50)), latency_p99_ms: round(pct(latencies, 99)), cpu_cores: cpu, ...perRequest };
 }
 
 /** The embedded gateway (SQLite in a data dir) with one provider, as `gateway serve` runs it. */
@@ -240,11 +249,22 @@ async function clusterThroughput(mockUrl: string, nodes: number) {
     pids.providers = providers.map((p) => p.pid);
     pids.redis = [redisPid(cluster)];
     pids.postgres = postgresPids(pg.dataDir);
-    return await load(
-      cluster.nodes.map((n) => n.url),
-      created.api_key,
-      pids,
-    );
+    // PostgreSQL's own count of transactions (each autocommit statement is one) in the window.
+    const stats = new Bun.SQL(cluster.databaseUrl, { max: 1 });
+    const transactions = async () => {
+      const [row] = await stats`SELECT pg_stat_clear_snapshot(), xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = current_database()`;
+      return Number((row as { n: string | number }).n);
+    };
+    try {
+      return await load(
+        cluster.nodes.map((n) => n.url),
+        created.api_key,
+        pids,
+        transactions,
+      );
+    } finally {
+      await stats.close();
+    }
   } finally {
     for (const p of providers) p.kill("SIGKILL");
     await Promise.all(providers.map((p) => p.exited));
@@ -280,10 +300,11 @@ const loadBefore = loadavg();
 const mock = await startMock();
 mockPid = mock.proc.pid;
 try {
-  const hopResult = await hopFigures(mock.url);
-  const embedded = await embeddedThroughput(mock.url);
-  const oneNode = await clusterThroughput(mock.url, 1);
-  const twoNodes = await clusterThroughput(mock.url, 2);
+  const hopResult = PARTS.has("hop") ? await hopFigures(mock.url) : null;
+  const embedded = runs("embedded") ? await embeddedThroughput(mock.url) : null;
+  const oneNode = runs("one") ? await clusterThroughput(mock.url, 1) : null;
+  const twoNodes = runs("two") ? await clusterThroughput(mock.url, 2) : null;
+  const ratio = (a: { req_per_s: number } | null, b: { req_per_s: number } | null) => (a && b ? round(a.req_per_s / b.req_per_s, 3) : null);
   const result = {
     date: started.toISOString(),
     load_average_before: loadBefore.map((l) => round(l, 2)),
@@ -295,13 +316,13 @@ try {
       embedded,
       cluster_one_node: oneNode,
       cluster_two_nodes: twoNodes,
-      one_node_vs_embedded: round(oneNode.req_per_s / embedded.req_per_s, 3),
-      two_nodes_vs_one: round(twoNodes.req_per_s / oneNode.req_per_s, 3),
+      one_node_vs_embedded: ratio(oneNode, embedded),
+      two_nodes_vs_one: ratio(twoNodes, oneNode),
     },
     targets: {
-      added_ttft_p99_le_1ms: hopResult.added_ttft_p99_ms <= 1,
-      added_transit_p99_le_0_3ms: hopResult.added_transit_p99_ms <= 0.3,
-      one_node_ge_70pct_of_embedded: oneNode.req_per_s >= 0.7 * embedded.req_per_s,
+      added_ttft_p99_le_1ms: hopResult === null ? null : hopResult.added_ttft_p99_ms <= 1,
+      added_transit_p99_le_0_3ms: hopResult === null ? null : hopResult.added_transit_p99_ms <= 0.3,
+      one_node_ge_70pct_of_embedded: oneNode && embedded ? oneNode.req_per_s >= 0.7 * embedded.req_per_s : null,
     },
   };
   console.log(JSON.stringify(result, null, 2));

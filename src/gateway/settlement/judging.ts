@@ -78,7 +78,7 @@ function answerClosedAttempt(deps: JudgingDeps, providerId: string, known: Settl
   // Announced only once durable, like the first `settled` frame (the row may be this turn's).
   deps.store.afterLazyCommit((committed) => {
     if (committed) sendSettled(deps, providerId, known.request_id, known.attempt_n, known.label as FinalLabel, known.reason, known.provider_credits);
-  });
+  }, known.request_id);
   return "after_final";
 }
 

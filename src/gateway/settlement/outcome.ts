@@ -89,7 +89,7 @@ function outcomeWritten(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, 
       return;
     }
     announceSettled(deps, att, label, reason, result.settlement);
-  });
+  }, att.requestId);
 }
 
 function announceSettled(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null, settlement: SettlementRow): void {

@@ -144,11 +144,26 @@ const PER_REQUEST = new Set(["reserve", "recordRouteSnapshot", "recordAcceptedMe
 const PROBE_MS = 500;
 
 function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random: RandomBytes): AsyncStore {
-  // Writes in flight: afterCommit runs an effect once all of them are settled (committed or failed).
+  // Writes in flight, all of them and by request: afterCommit runs an effect once those it follows are
+  // settled (committed or failed). An effect of one request (its job leaving, its last byte) follows
+  // only that request's writes: waiting for all of them made every dispatch wait for other requests'
+  // settlements, a convoy that grew with the load (docs/scale-out.md, "Measured").
   const inflight = new Set<Promise<unknown>>();
-  const track = <T>(promise: Promise<T>): Promise<T> => {
+  const inflightByRequest = new Map<string, Set<Promise<unknown>>>();
+  const track = <T>(promise: Promise<T>, request_id?: string): Promise<T> => {
     inflight.add(promise);
-    const done = () => inflight.delete(promise);
+    let mine: Set<Promise<unknown>> | undefined;
+    if (request_id !== undefined) {
+      mine = inflightByRequest.get(request_id);
+      if (mine === undefined) inflightByRequest.set(request_id, (mine = new Set()));
+      mine.add(promise);
+    }
+    const done = () => {
+      inflight.delete(promise);
+      if (mine === undefined) return;
+      mine.delete(promise);
+      if (mine.size === 0 && inflightByRequest.get(request_id!) === mine) inflightByRequest.delete(request_id!);
+    };
     promise.then(done, done);
     return promise;
   };
@@ -194,9 +209,10 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
     );
     return promise;
   };
-  const afterCommit = (effect: (committed: boolean) => void) => {
-    if (inflight.size === 0) return effect(true);
-    void Promise.allSettled([...inflight]).then((results) => effect(results.every((r) => r.status === "fulfilled")));
+  const afterCommit = (effect: (committed: boolean) => void, request_id?: string) => {
+    const writes = request_id === undefined ? inflight : inflightByRequest.get(request_id);
+    if (writes === undefined || writes.size === 0) return effect(true);
+    void Promise.allSettled([...writes]).then((results) => effect(results.every((r) => r.status === "fulfilled")));
   };
 
   const ledger = pgLedgerStore(sql, clock);
@@ -589,7 +605,7 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
       ? (...args: unknown[]) => {
           const first = args[0];
           const request_id = typeof first === "string" ? first : ((first as { request_id?: string }).request_id ?? "");
-          return track(observe(inOrder(request_id, () => method(...args))));
+          return track(observe(inOrder(request_id, () => method(...args))), request_id);
         }
       : (...args: unknown[]) => track(observe(method(...args)));
   }

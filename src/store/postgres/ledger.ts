@@ -9,6 +9,9 @@
 //   each other.
 // A posting is written by ledger_post() in one round trip; the deferred trigger checks at COMMIT that
 // it was sealed (entries summing to zero), and UNIQUE (request_id, attempt_n) allows one per attempt.
+// The request path's transactions (reserve, an attempt's opening, its settlement, the request's end)
+// are each one call of a database function (postgres/migrations.ts, version 3): the locks above are
+// then held for the server's own work only, never across round trips to the gateway.
 import type { SQL } from "bun";
 import { createHash } from "node:crypto";
 import { priceUsage, type Charge } from "../../ledger/money.ts";
@@ -64,17 +67,9 @@ function accountKind(id: string): LedgerAccountKind {
 
 const lock = (tx: Tx, key: string) => tx`SELECT pg_advisory_xact_lock(hashtextextended(${key}, 0))`;
 const lockAccount = (tx: Tx, account_id: string) => lock(tx, `a:${account_id}`);
-const lockRequest = (tx: Tx, request_id: string) => lock(tx, `r:${request_id}`);
 
-/** Writes one sealed posting inside `tx`; zero amounts are left out, the rest must sum to zero. */
-async function post(
-  tx: Tx,
-  kind: "settlement" | "grant",
-  key: { request_id: string; attempt_n: number } | null,
-  amounts: readonly (readonly [string, number])[],
-  memo: string | null,
-  now_ms: number,
-): Promise<number> {
+/** A posting's entries as ledger_post()'s arrays; zero amounts are left out, the rest must sum to zero. */
+function postingArrays(amounts: readonly (readonly [string, number])[]): { accounts: string[]; kinds: LedgerAccountKind[]; amounts: number[] } {
   const merged = new Map<string, number>();
   for (const [account, amount] of amounts) {
     if (!Number.isSafeInteger(amount)) throw new Error(`ledger amount ${amount} is not a safe integer`);
@@ -84,25 +79,15 @@ async function post(
   const sum = entries.reduce((s, [, amount]) => s + amount, 0);
   if (sum !== 0 || entries.length < 2) throw new Error(`unbalanced posting (sum ${sum}, ${entries.length} entries)`);
   const accounts = entries.map(([account]) => account);
-  const [row] = await tx`SELECT ledger_post(${kind}, ${key?.request_id ?? null}, ${key?.attempt_n ?? null}, ${memo}, ${now_ms},
-    ${tx.array(accounts, "TEXT")}, ${tx.array(accounts.map(accountKind), "TEXT")}, ${tx.array(entries.map(([, a]) => a), "INT8")}) AS id`;
-  return num((row as Row).id);
+  return { accounts, kinds: accounts.map(accountKind), amounts: entries.map(([, a]) => a) };
 }
 
-/** Resolves a request's held, ended reservation unless one of its attempts is pending. */
-async function resolveReservationIfDone(tx: Tx, request_id: string, now_ms: number): Promise<void> {
-  const [used] = await tx`
-    SELECT COUNT(*) FILTER (WHERE label = 'pending') AS pending,
-           COALESCE(SUM(billed_prompt_tokens + billed_completion_tokens), 0) AS tokens,
-           COALESCE(SUM(debit_credits), 0) AS credits
-      FROM settlements WHERE request_id = ${request_id}`;
-  const u = used as Row;
-  if (num(u.pending) > 0) return;
-  const tokens = num(u.tokens);
-  const credits = num(u.credits);
-  await tx`UPDATE reservations SET state = ${tokens > 0 || credits > 0 ? "finalised" : "released"},
-             used_tokens = ${tokens}, used_credits = ${credits}, resolved_at_ms = ${now_ms}
-            WHERE request_id = ${request_id} AND state = 'held' AND request_ended`;
+/** Writes one sealed grant posting inside `tx`. */
+async function postGrant(tx: Tx, amounts: readonly (readonly [string, number])[], memo: string | null, now_ms: number): Promise<number> {
+  const p = postingArrays(amounts);
+  const [row] = await tx`SELECT ledger_post('grant', NULL, NULL, ${memo}, ${now_ms},
+    ${tx.array(p.accounts, "TEXT")}, ${tx.array(p.kinds, "TEXT")}, ${tx.array(p.amounts, "INT8")}) AS id`;
+  return num((row as Row).id);
 }
 
 const tokensCountedOn = async (sql: Tx, account_id: string, day: string): Promise<number> => {
@@ -135,19 +120,10 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
       if (createHash("sha256").update(input.snapshot_json).digest("hex") !== input.digest) {
         return { ok: false as const, code: "digest_mismatch" as const };
       }
-      return sql.begin(async (tx) => {
-        const inserted = await tx`
-          INSERT INTO route_snapshots (request_id, attempt_n, digest, snapshot, created_at_ms)
-          VALUES (${input.request_id}, ${input.attempt_n}, ${input.digest}, ${input.snapshot_json}, ${now_ms})
-          ON CONFLICT (request_id, attempt_n) DO NOTHING`;
-        if (inserted.count === 0) return { ok: false as const, code: "duplicate_attempt" as const };
-        await tx`
-          INSERT INTO settlements (request_id, attempt_n, provider_id, account_id, payer, mode,
-            prompt_credits_per_million, completion_credits_per_million, provider_share_bps, created_at_ms)
-          VALUES (${input.request_id}, ${input.attempt_n}, ${input.provider_id}, ${input.account_id}, ${input.payer}, ${input.mode},
-            ${input.rates.prompt_credits_per_million}, ${input.rates.completion_credits_per_million}, ${input.rates.provider_share_bps}, ${now_ms})`;
-        return { ok: true as const };
-      });
+      const [row] = await sql`SELECT gateway_open_attempt(${input.request_id}, ${input.attempt_n}, ${input.digest}, ${input.snapshot_json},
+        ${input.provider_id}, ${input.account_id}, ${input.payer}, ${input.mode}, ${input.rates.prompt_credits_per_million},
+        ${input.rates.completion_credits_per_million}, ${input.rates.provider_share_bps}, ${now_ms}) AS opened`;
+      return (row as Row).opened === true ? { ok: true as const } : { ok: false as const, code: "duplicate_attempt" as const };
     },
 
     async getRouteSnapshot(request_id, attempt_n) {
@@ -177,75 +153,59 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
     },
 
     async settleAttempt(input: SettleInput, now_ms = clock()): Promise<SettleResult> {
-      // The payer is read before the locks (it never changes) so the account lock comes first.
-      const [head] = await sql`SELECT payer, account_id FROM settlements WHERE request_id = ${input.request_id} AND attempt_n = ${input.attempt_n}`;
+      // What the charge depends on (payer, rates, mode) never changes once the attempt is open: it is
+      // read and priced first, so the transaction itself is one call that holds its locks briefly.
+      const [head] = await sql`SELECT label, payer, account_id, provider_id, mode, prompt_credits_per_million,
+        completion_credits_per_million, provider_share_bps FROM settlements WHERE request_id = ${input.request_id} AND attempt_n = ${input.attempt_n}`;
       if (head === undefined) return { ok: false, code: "unknown_attempt" };
-      return sql.begin(async (tx): Promise<SettleResult> => {
-        const h = head as Row;
-        if (h.payer === "buyer") await lockAccount(tx, h.account_id as string);
-        await lockRequest(tx, input.request_id);
-        const [locked] = await tx`SELECT * FROM settlements WHERE request_id = ${input.request_id} AND attempt_n = ${input.attempt_n} FOR UPDATE`;
-        const row = locked as Row;
-        if (row.label !== "pending") {
-          return { ok: false, code: "already_settled", settlement: (await selectSettlementIn(tx, input.request_id, input.attempt_n))! };
-        }
-        let charge: Charge | null = null;
-        const billed = input.billed ?? null;
-        if (billed !== null && (billed.prompt_tokens !== 0 || billed.completion_tokens !== 0)) {
-          // The settlement's own rule (src/ledger/charges.ts), checked again where the charge is written.
-          if (!chargeAllowed(input.label, row.mode as SettlementMode)) return { ok: false, code: "charge_not_allowed" };
-          const priced = priceUsage(billed.prompt_tokens, billed.completion_tokens, {
-            prompt_credits_per_million: num(row.prompt_credits_per_million),
-            completion_credits_per_million: num(row.completion_credits_per_million),
-            provider_share_bps: num(row.provider_share_bps),
-          });
-          if (!priced.ok) return { ok: false, code: "invalid_amount" };
-          charge = priced.charge;
-        }
-        const byArrival = input.receipt?.arrival_id !== undefined;
-        const ended = input.ended !== undefined && row.ended_at_ms === null ? input.ended : null;
-        const d = ended?.delivered;
-        const [written] = await tx`
-          UPDATE settlements SET label = ${input.label}, reason = ${input.reason},
-                 receipt = COALESCE(${byArrival ? null : (input.receipt?.envelope ?? null)}::text, receipt),
-                 receipt_id = COALESCE(${input.receipt?.arrival_id ?? null}::bigint, receipt_id),
-                 receipt_received_at_ms = COALESCE(${input.receipt?.received_at_ms ?? null}::bigint, receipt_received_at_ms),
-                 billed_prompt_tokens = ${charge?.prompt_tokens ?? 0}, billed_completion_tokens = ${charge?.completion_tokens ?? 0},
-                 debit_credits = ${charge?.debit_credits ?? 0}, provider_credits = ${charge?.provider_credits ?? 0},
-                 platform_credits = ${charge?.platform_credits ?? 0}, settled_at_ms = ${now_ms},
-                 delivered_output_hash = CASE WHEN ${ended !== null} THEN ${d?.output_hash ?? null}::text ELSE delivered_output_hash END,
-                 delivered_start_byte = CASE WHEN ${ended !== null} THEN ${d?.start_byte ?? null}::bigint ELSE delivered_start_byte END,
-                 delivered_end_byte = CASE WHEN ${ended !== null} THEN ${d?.end_byte ?? null}::bigint ELSE delivered_end_byte END,
-                 delivered_tokens = CASE WHEN ${ended !== null} THEN ${d?.tokens ?? null}::bigint ELSE delivered_tokens END,
-                 delivered_terminal_state = CASE WHEN ${ended !== null} THEN ${d?.terminal_state ?? null}::text ELSE delivered_terminal_state END,
-                 delivered_finish_reason = CASE WHEN ${ended !== null} THEN ${d?.finish_reason ?? null}::text ELSE delivered_finish_reason END,
-                 delivered_tool_calls = CASE WHEN ${ended !== null} THEN ${d?.tool_calls_delivered ?? null}::boolean ELSE delivered_tool_calls END,
-                 delivered_tool_call_bytes = CASE WHEN ${ended !== null} THEN ${d?.tool_call_bytes ?? null}::bigint ELSE delivered_tool_call_bytes END,
-                 reported_input_tokens = CASE WHEN ${ended !== null} THEN ${d?.reported_input_tokens ?? null}::bigint ELSE reported_input_tokens END,
-                 ended_at_ms = CASE WHEN ${ended !== null} THEN ${ended?.ended_at_ms ?? null}::bigint ELSE ended_at_ms END,
-                 pending_deadline_at_ms = CASE WHEN ${ended !== null} THEN ${ended?.pending_deadline_at_ms ?? null}::bigint ELSE pending_deadline_at_ms END
-           WHERE request_id = ${input.request_id} AND attempt_n = ${input.attempt_n} AND label = 'pending'
-          RETURNING *`;
-        let posting_id: number | null = null;
-        if (charge !== null && charge.debit_credits > 0) {
-          const payer = payingAccount(row.payer as Payer, row.account_id as string);
-          posting_id = await post(
-            tx,
-            "settlement",
-            { request_id: input.request_id, attempt_n: input.attempt_n },
-            [
-              [payer, -charge.debit_credits],
-              [providerAccount(row.provider_id as string), charge.provider_credits],
-              [PLATFORM_ACCOUNT, charge.platform_credits],
-            ],
-            null,
-            now_ms,
-          );
-        }
-        await resolveReservationIfDone(tx, input.request_id, now_ms);
-        const settled = toSettlement({ ...(written as Row), receipt_envelope: byArrival ? input.receipt!.envelope : null });
-        return { ok: true, settlement: settled, posting_id };
+      const h = head as Row;
+      const alreadySettled = async (): Promise<SettleResult> => ({
+        ok: false,
+        code: "already_settled",
+        settlement: (await selectSettlement(input.request_id, input.attempt_n))!,
       });
+      if (h.label !== "pending") return alreadySettled();
+      let charge: Charge | null = null;
+      const billed = input.billed ?? null;
+      if (billed !== null && (billed.prompt_tokens !== 0 || billed.completion_tokens !== 0)) {
+        // The settlement's own rule (src/ledger/charges.ts), checked again where the charge is written.
+        if (!chargeAllowed(input.label, h.mode as SettlementMode)) return { ok: false, code: "charge_not_allowed" };
+        const priced = priceUsage(billed.prompt_tokens, billed.completion_tokens, {
+          prompt_credits_per_million: num(h.prompt_credits_per_million),
+          completion_credits_per_million: num(h.completion_credits_per_million),
+          provider_share_bps: num(h.provider_share_bps),
+        });
+        if (!priced.ok) return { ok: false, code: "invalid_amount" };
+        charge = priced.charge;
+      }
+      const posting =
+        charge !== null && charge.debit_credits > 0
+          ? postingArrays([
+              [payingAccount(h.payer as Payer, h.account_id as string), -charge.debit_credits],
+              [providerAccount(h.provider_id as string), charge.provider_credits],
+              [PLATFORM_ACCOUNT, charge.platform_credits],
+            ])
+          : null;
+      const byArrival = input.receipt?.arrival_id !== undefined;
+      const ended = input.ended ?? null;
+      const d = ended?.delivered;
+      const [result] = await sql`SELECT * FROM gateway_settle(${input.request_id}, ${input.attempt_n},
+        ${h.payer === "buyer" ? (h.account_id as string) : null}::text, ${input.label}, ${input.reason},
+        ${byArrival ? null : (input.receipt?.envelope ?? null)}::text, ${input.receipt?.arrival_id ?? null}::bigint,
+        ${input.receipt?.received_at_ms ?? null}::bigint,
+        ${charge?.prompt_tokens ?? 0}, ${charge?.completion_tokens ?? 0}, ${charge?.debit_credits ?? 0},
+        ${charge?.provider_credits ?? 0}, ${charge?.platform_credits ?? 0}, ${ended !== null},
+        ${d?.output_hash ?? null}::text, ${d?.start_byte ?? null}::bigint, ${d?.end_byte ?? null}::bigint, ${d?.tokens ?? null}::bigint,
+        ${d?.terminal_state ?? null}::text, ${d?.finish_reason ?? null}::text, ${d?.tool_calls_delivered ?? null}::boolean,
+        ${d?.tool_call_bytes ?? null}::bigint, ${d?.reported_input_tokens ?? null}::bigint,
+        ${ended?.ended_at_ms ?? null}::bigint, ${ended?.pending_deadline_at_ms ?? null}::bigint,
+        ${posting ? sql.array(posting.accounts, "TEXT") : null}::text[], ${posting ? sql.array(posting.kinds, "TEXT") : null}::text[],
+        ${posting ? sql.array(posting.amounts, "INT8") : null}::int8[], ${now_ms})`;
+      const r = result as Row;
+      if (r.outcome === "already_settled") return alreadySettled();
+      const written = (typeof r.settlement === "string" ? JSON.parse(r.settlement) : r.settlement) as Row;
+      const settled = toSettlement({ ...written, receipt_envelope: byArrival ? input.receipt!.envelope : null });
+      return { ok: true, settlement: settled, posting_id: r.posting_id === null ? null : num(r.posting_id) };
     },
 
     getSettlement: selectSettlement,
@@ -270,31 +230,25 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
 
     async reserve(input: ReserveInput, now_ms = clock()): Promise<ReserveResult> {
       if (!isCount(input.tokens) || !isCount(input.credits)) return { ok: false, code: "invalid_amount" };
-      return sql.begin(async (tx): Promise<ReserveResult> => {
-        // Quota and balance are per account: one admission of an account at a time, on any node.
-        await lockAccount(tx, input.account_id);
-        const [taken] = await tx`SELECT 1 FROM reservations WHERE request_id = ${input.request_id}`;
-        if (taken !== undefined) return { ok: false, code: "duplicate_request" };
-        if (input.daily_token_limit !== undefined) {
-          const used = await tokensCountedOn(tx, input.account_id, input.day);
-          if (used + input.tokens > input.daily_token_limit) return { ok: false, code: "quota_exhausted", used_tokens: used };
-        }
-        if (input.payer === "buyer") {
-          const available = (await balanceOf(tx, buyerAccount(input.account_id))) - (await heldCredits(tx, input.account_id));
-          if (available < input.credits) return { ok: false, code: "insufficient_balance", available_credits: available };
-        }
-        await tx`INSERT INTO reservations (request_id, account_id, payer, day, tokens, credits, created_at_ms)
-          VALUES (${input.request_id}, ${input.account_id}, ${input.payer}, ${input.day}, ${input.tokens}, ${input.credits}, ${now_ms})`;
-        return { ok: true, reservation: heldReservation(input, now_ms) };
-      });
+      const [row] = await sql`SELECT * FROM gateway_reserve(${input.request_id}, ${input.account_id}, ${input.payer}, ${input.day},
+        ${input.tokens}, ${input.credits}, ${input.daily_token_limit ?? null}::bigint, ${buyerAccount(input.account_id)}, ${now_ms})`;
+      const r = row as Row;
+      switch (r.code as string) {
+        case "ok":
+          return { ok: true, reservation: heldReservation(input, now_ms) };
+        case "duplicate_request":
+          return { ok: false, code: "duplicate_request" };
+        case "quota_exhausted":
+          return { ok: false, code: "quota_exhausted", used_tokens: num(r.figure) };
+        case "insufficient_balance":
+          return { ok: false, code: "insufficient_balance", available_credits: num(r.figure) };
+        default:
+          throw new Error(`gateway_reserve answered ${String(r.code)}`);
+      }
     },
 
     async markRequestEnded(request_id, now_ms = clock()) {
-      await sql.begin(async (tx) => {
-        await lockRequest(tx, request_id);
-        const res = await tx`UPDATE reservations SET request_ended = true WHERE request_id = ${request_id} AND state = 'held'`;
-        if (res.count === 1) await resolveReservationIfDone(tx, request_id, now_ms);
-      });
+      await sql`SELECT gateway_end_request(${request_id}, ${now_ms})`;
     },
 
     async unendedHeldReservations() {
@@ -313,10 +267,8 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
       if (!isCount(credits) || credits === 0) return { ok: false, code: "invalid_amount" };
       const posting_id = await sql.begin(async (tx) => {
         await lockAccount(tx, account_id);
-        return post(
+        return postGrant(
           tx,
-          "grant",
-          null,
           [
             [FUNDING_ACCOUNT, -credits],
             [buyerAccount(account_id), credits],
@@ -383,9 +335,4 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
       });
     },
   };
-
-  async function selectSettlementIn(tx: Tx, request_id: string, attempt_n: number) {
-    const rows = await tx.unsafe(`${SELECT_SETTLEMENTS} WHERE s.request_id = $1 AND s.attempt_n = $2`, [request_id, attempt_n]);
-    return rows.length === 0 ? null : toSettlement(rows[0] as Row);
-  }
 }

@@ -325,4 +325,131 @@ export const postgresMigrations: readonly string[] = [
   ALTER TABLE settlements ADD COLUMN delivered_tool_call_bytes BIGINT
     CHECK (delivered_tool_call_bytes IS NULL OR delivered_tool_call_bytes >= 0);
   `,
+  // The request path's transactions as single calls (docs/postgres-store.md, "One round trip a
+  // transaction"): a lock taken inside one of these is held for the server's own work only, never
+  // across round trips to a busy gateway — with one hot account, those round trips serialised every
+  // node's admissions and settlements. Each function is the whole transaction of its autocommit call.
+  // Durability tiers (docs/decisions.md): the pre-dispatch writes commit without waiting for the WAL
+  // flush (synchronous_commit off for that transaction); settlement postings keep the server's setting.
+  `
+  -- Resolves a request's held, ended reservation unless one of its attempts is pending.
+  CREATE FUNCTION gateway_resolve_reservation(p_request_id TEXT, p_now BIGINT) RETURNS void
+    LANGUAGE plpgsql AS $$
+    DECLARE v_pending BIGINT; v_tokens BIGINT; v_credits BIGINT;
+    BEGIN
+      SELECT COUNT(*) FILTER (WHERE label = 'pending'),
+             COALESCE(SUM(billed_prompt_tokens + billed_completion_tokens), 0),
+             COALESCE(SUM(debit_credits), 0)
+        INTO v_pending, v_tokens, v_credits
+        FROM settlements WHERE request_id = p_request_id;
+      IF v_pending > 0 THEN RETURN; END IF;
+      UPDATE reservations SET state = CASE WHEN v_tokens > 0 OR v_credits > 0 THEN 'finalised' ELSE 'released' END,
+             used_tokens = v_tokens, used_credits = v_credits, resolved_at_ms = p_now
+       WHERE request_id = p_request_id AND state = 'held' AND request_ended;
+    END $$;
+
+  -- One admission: the account's lock, the duplicate, quota and balance checks, the hold. Returns
+  -- ('ok', NULL) or the refusal's code with its figure (tokens used, credits available).
+  CREATE FUNCTION gateway_reserve(p_request_id TEXT, p_account_id TEXT, p_payer TEXT, p_day TEXT, p_tokens BIGINT,
+                                  p_credits BIGINT, p_daily_token_limit BIGINT, p_ledger_account TEXT, p_now BIGINT)
+    RETURNS TABLE (code TEXT, figure BIGINT) LANGUAGE plpgsql AS $$
+    DECLARE v_used BIGINT; v_available BIGINT;
+    BEGIN
+      -- Pre-dispatch write: acknowledged once in the server's WAL buffers (docs/decisions.md).
+      PERFORM set_config('synchronous_commit', 'off', true);
+      -- Quota and balance are per account: one admission of an account at a time, on any node.
+      PERFORM pg_advisory_xact_lock(hashtextextended('a:' || p_account_id, 0));
+      IF EXISTS (SELECT 1 FROM reservations WHERE request_id = p_request_id) THEN
+        RETURN QUERY SELECT 'duplicate_request'::TEXT, NULL::BIGINT; RETURN;
+      END IF;
+      IF p_daily_token_limit IS NOT NULL THEN
+        SELECT COALESCE(SUM(CASE state WHEN 'held' THEN tokens WHEN 'finalised' THEN reservations.used_tokens ELSE 0 END), 0)
+          INTO v_used FROM reservations WHERE account_id = p_account_id AND day = p_day;
+        IF v_used + p_tokens > p_daily_token_limit THEN RETURN QUERY SELECT 'quota_exhausted'::TEXT, v_used; RETURN; END IF;
+      END IF;
+      IF p_payer = 'buyer' THEN
+        v_available := COALESCE((SELECT balance FROM ledger_account_totals WHERE account_id = p_ledger_account), 0)
+                   - COALESCE((SELECT held_credits FROM reservation_holds WHERE account_id = p_account_id), 0);
+        IF v_available < p_credits THEN RETURN QUERY SELECT 'insufficient_balance'::TEXT, v_available; RETURN; END IF;
+      END IF;
+      INSERT INTO reservations (request_id, account_id, payer, day, tokens, credits, created_at_ms)
+        VALUES (p_request_id, p_account_id, p_payer, p_day, p_tokens, p_credits, p_now);
+      RETURN QUERY SELECT 'ok'::TEXT, NULL::BIGINT;
+    END $$;
+
+  -- One attempt's route snapshot and its pending settlement; false when the attempt already has one.
+  CREATE FUNCTION gateway_open_attempt(p_request_id TEXT, p_attempt_n INTEGER, p_digest TEXT, p_snapshot TEXT,
+                                       p_provider_id TEXT, p_account_id TEXT, p_payer TEXT, p_mode TEXT,
+                                       p_prompt_rate BIGINT, p_completion_rate BIGINT, p_share_bps INTEGER, p_now BIGINT)
+    RETURNS BOOLEAN LANGUAGE plpgsql AS $$
+    BEGIN
+      -- Pre-dispatch write: acknowledged once in the server's WAL buffers (docs/decisions.md).
+      PERFORM set_config('synchronous_commit', 'off', true);
+      INSERT INTO route_snapshots (request_id, attempt_n, digest, snapshot, created_at_ms)
+        VALUES (p_request_id, p_attempt_n, p_digest, p_snapshot, p_now)
+        ON CONFLICT (request_id, attempt_n) DO NOTHING;
+      IF NOT FOUND THEN RETURN false; END IF;
+      INSERT INTO settlements (request_id, attempt_n, provider_id, account_id, payer, mode,
+          prompt_credits_per_million, completion_credits_per_million, provider_share_bps, created_at_ms)
+        VALUES (p_request_id, p_attempt_n, p_provider_id, p_account_id, p_payer, p_mode,
+          p_prompt_rate, p_completion_rate, p_share_bps, p_now);
+      RETURN true;
+    END $$;
+
+  -- One attempt's outcome: the locks (the paying buyer's account when given, then the request), the
+  -- final label with its charge and delivered record, the posting, the reservation's resolution.
+  -- Returns 'already_settled' when the attempt was no longer pending, else 'ok' with the posting id and
+  -- the settled row (as JSON).
+  CREATE FUNCTION gateway_settle(p_request_id TEXT, p_attempt_n INTEGER, p_lock_account TEXT, p_label TEXT, p_reason TEXT,
+                                 p_receipt TEXT, p_receipt_id BIGINT, p_receipt_received_at_ms BIGINT,
+                                 p_billed_prompt BIGINT, p_billed_completion BIGINT, p_debit BIGINT, p_provider_credits BIGINT,
+                                 p_platform_credits BIGINT, p_ended BOOLEAN, p_output_hash TEXT, p_start_byte BIGINT,
+                                 p_end_byte BIGINT, p_tokens BIGINT, p_terminal_state TEXT, p_finish_reason TEXT,
+                                 p_tool_calls BOOLEAN, p_tool_call_bytes BIGINT, p_reported_input_tokens BIGINT,
+                                 p_ended_at_ms BIGINT, p_pending_deadline_at_ms BIGINT,
+                                 p_accounts TEXT[], p_kinds TEXT[], p_amounts BIGINT[], p_now BIGINT)
+    RETURNS TABLE (outcome TEXT, posting_id BIGINT, settlement JSON) LANGUAGE plpgsql AS $$
+    DECLARE v_label TEXT; v_ended_at BIGINT; v_posting BIGINT; v_row JSON;
+    BEGIN
+      IF p_lock_account IS NOT NULL THEN PERFORM pg_advisory_xact_lock(hashtextextended('a:' || p_lock_account, 0)); END IF;
+      PERFORM pg_advisory_xact_lock(hashtextextended('r:' || p_request_id, 0));
+      SELECT label, ended_at_ms INTO v_label, v_ended_at FROM settlements
+        WHERE request_id = p_request_id AND attempt_n = p_attempt_n FOR UPDATE;
+      IF v_label IS DISTINCT FROM 'pending' THEN RETURN QUERY SELECT 'already_settled'::TEXT, NULL::BIGINT, NULL::JSON; RETURN; END IF;
+      -- The delivered record given with the outcome applies only where none was written before.
+      p_ended := p_ended AND v_ended_at IS NULL;
+      UPDATE settlements SET label = p_label, reason = p_reason,
+             receipt = COALESCE(p_receipt, receipt), receipt_id = COALESCE(p_receipt_id, receipt_id),
+             receipt_received_at_ms = COALESCE(p_receipt_received_at_ms, receipt_received_at_ms),
+             billed_prompt_tokens = p_billed_prompt, billed_completion_tokens = p_billed_completion,
+             debit_credits = p_debit, provider_credits = p_provider_credits, platform_credits = p_platform_credits,
+             settled_at_ms = p_now,
+             delivered_output_hash = CASE WHEN p_ended THEN p_output_hash ELSE delivered_output_hash END,
+             delivered_start_byte = CASE WHEN p_ended THEN p_start_byte ELSE delivered_start_byte END,
+             delivered_end_byte = CASE WHEN p_ended THEN p_end_byte ELSE delivered_end_byte END,
+             delivered_tokens = CASE WHEN p_ended THEN p_tokens ELSE delivered_tokens END,
+             delivered_terminal_state = CASE WHEN p_ended THEN p_terminal_state ELSE delivered_terminal_state END,
+             delivered_finish_reason = CASE WHEN p_ended THEN p_finish_reason ELSE delivered_finish_reason END,
+             delivered_tool_calls = CASE WHEN p_ended THEN p_tool_calls ELSE delivered_tool_calls END,
+             delivered_tool_call_bytes = CASE WHEN p_ended THEN p_tool_call_bytes ELSE delivered_tool_call_bytes END,
+             reported_input_tokens = CASE WHEN p_ended THEN p_reported_input_tokens ELSE reported_input_tokens END,
+             ended_at_ms = CASE WHEN p_ended THEN p_ended_at_ms ELSE ended_at_ms END,
+             pending_deadline_at_ms = CASE WHEN p_ended THEN p_pending_deadline_at_ms ELSE pending_deadline_at_ms END
+       WHERE request_id = p_request_id AND attempt_n = p_attempt_n
+      RETURNING to_json(settlements) INTO v_row;
+      IF p_accounts IS NOT NULL THEN
+        v_posting := ledger_post('settlement', p_request_id, p_attempt_n, NULL, p_now, p_accounts, p_kinds, p_amounts);
+      END IF;
+      PERFORM gateway_resolve_reservation(p_request_id, p_now);
+      RETURN QUERY SELECT 'ok'::TEXT, v_posting, v_row;
+    END $$;
+
+  -- The request starts no more attempts: its reservation resolves once none is pending.
+  CREATE FUNCTION gateway_end_request(p_request_id TEXT, p_now BIGINT) RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+      PERFORM pg_advisory_xact_lock(hashtextextended('r:' || p_request_id, 0));
+      UPDATE reservations SET request_ended = true WHERE request_id = p_request_id AND state = 'held';
+      IF FOUND THEN PERFORM gateway_resolve_reservation(p_request_id, p_now); END IF;
+    END $$;
+  `,
 ];

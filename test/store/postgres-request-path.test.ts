@@ -1,0 +1,92 @@
+// The PostgreSQL store's request path (docs/decisions.md, "PostgreSQL on the request path"): which
+// transactions skip the WAL flush, that a lock held elsewhere delays only the writes that need it, and
+// that an effect of one request waits for that request's writes only.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { SQL } from "bun";
+import type { AsyncStore } from "../../src/store/asyncStore.ts";
+import { openPostgresStore } from "../../src/store/postgres/index.ts";
+import { attempt } from "../ledger/attempt-fixture.ts";
+import { postgresMissing, sharedPostgres } from "../support/postgres.ts";
+
+describe.skipIf(postgresMissing !== null)("PostgreSQL request path", () => {
+  let url: string;
+  let store: AsyncStore;
+  let side: SQL;
+  beforeAll(async () => {
+    url = await (await sharedPostgres()).freshDatabase();
+    store = await openPostgresStore(url, { maxConnections: 4, now: () => 1_000 });
+    side = new SQL(url, { max: 1 });
+    await store.grantCredits("acct_1", 1_000_000);
+  });
+  afterAll(async () => {
+    await side.close();
+    await store.close();
+  });
+
+  /** The synchronous_commit level a function call leaves for the rest of its transaction. */
+  const levelAfter = async (call: string) =>
+    side.begin(async (tx) => {
+      await tx.unsafe("SET LOCAL synchronous_commit TO on");
+      await tx.unsafe(call);
+      const [row] = await tx.unsafe("SHOW synchronous_commit");
+      return (row as { synchronous_commit: string }).synchronous_commit;
+    });
+
+  test("the reservation and the attempt's opening commit without waiting for the WAL flush; the settlement waits", async () => {
+    expect(await levelAfter("SELECT * FROM gateway_reserve('lvl-1', 'acct_1', 'buyer', '2026-11-27', 10, 10, NULL, 'buyer:acct_1', 1000)")).toBe("off");
+    const a = attempt("lvl-2");
+    expect(
+      await levelAfter(
+        `SELECT gateway_open_attempt('lvl-2', 0, '${a.digest}', '${a.snapshot_json.replace(/'/g, "''")}', '${a.provider_id}', 'acct_1', 'buyer', 'enforce', 1, 1, 9000, 1000)`,
+      ),
+    ).toBe("off");
+    await store.recordRouteSnapshot(attempt("lvl-3"));
+    expect(
+      await levelAfter(
+        "SELECT * FROM gateway_settle('lvl-3', 0, 'acct_1', 'zero_settled', 'nothing_delivered', NULL, NULL, NULL, 0, 0, 0, 0, 0, false, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1000)",
+      ),
+    ).toBe("on");
+    expect(await levelAfter("SELECT gateway_end_request('lvl-3', 1000)")).toBe("on");
+  });
+
+  test("an effect of one request waits for that request's writes only; without a request it waits for all", async () => {
+    // Another session holds the account's lock: request A's reservation waits for it.
+    const held = Promise.withResolvers<void>();
+    const release = Promise.withResolvers<void>();
+    const holder = side.begin(async (tx) => {
+      await tx`SELECT pg_advisory_xact_lock(hashtextextended('a:acct_1', 0))`;
+      held.resolve();
+      await release.promise;
+    });
+    await held.promise;
+    const reserveA = store.reserve({ request_id: "conv-a", account_id: "acct_1", payer: "buyer", day: "2026-11-27", tokens: 10, credits: 10 });
+    const order: string[] = [];
+    try {
+      store.afterCommit(() => order.push("all"));
+      const snapshotB = store.recordRouteSnapshot(attempt("conv-b"));
+      store.afterCommit((committed) => order.push(`b:${committed}`), "conv-b");
+      store.afterCommit((committed) => order.push(`a:${committed}`), "conv-a");
+      await snapshotB;
+      await Bun.sleep(0);
+      // B's effect ran; A's and the node-wide one still wait for A's reservation behind the lock.
+      expect(order).toEqual(["b:true"]);
+    } finally {
+      release.resolve();
+      await holder;
+    }
+    expect((await reserveA).ok).toBe(true);
+    await Bun.sleep(0);
+    expect(order.sort()).toEqual(["a:true", "all", "b:true"]);
+  });
+
+  test("the settlement prices the charge, posts it and resolves the reservation in one call", async () => {
+    expect((await store.reserve({ request_id: "one-call", account_id: "acct_1", payer: "buyer", day: "2026-11-27", tokens: 100, credits: 1_000 })).ok).toBe(true);
+    await store.recordRouteSnapshot(attempt("one-call"));
+    await store.markRequestEnded("one-call");
+    const settled = await store.settleAttempt({ request_id: "one-call", attempt_n: 0, label: "verified", reason: null, billed: { prompt_tokens: 1_000, completion_tokens: 1_000 } });
+    expect(settled).toMatchObject({ ok: true, settlement: { label: "verified", debit_credits: 800, provider_credits: 720, platform_credits: 80 } });
+    expect(await store.getReservation("one-call")).toMatchObject({ state: "finalised", used_credits: 800, used_tokens: 2_000 });
+    const again = await store.settleAttempt({ request_id: "one-call", attempt_n: 0, label: "verified", reason: null, billed: { prompt_tokens: 1, completion_tokens: 1 } });
+    expect(again).toMatchObject({ ok: false, code: "already_settled", settlement: { debit_credits: 800 } });
+  });
+});
