@@ -7,21 +7,24 @@ import { clusterMissing } from "../support/cluster.ts";
 import { startCluster, type TestCluster } from "../support/cluster.ts";
 
 const MODEL = "cluster-model";
+/** Served slowly (one answer of 12–48 tokens takes 1–5 s), so requests that run overlap on any machine. */
+const SLOW_MODEL = "cluster-slow-model";
 
 describe.skipIf(clusterMissing !== null)("three nodes, one store, one Redis", () => {
   let cluster: TestCluster;
   let apiKey: string;
   let accountId: string;
   beforeAll(async () => {
-    cluster = await startCluster({ nodes: 3, models: [MODEL] });
+    cluster = await startCluster({ nodes: 3, models: [MODEL, SLOW_MODEL] });
     const created = cluster.cli(["accounts", "create", "--tier", "paid", "--name", "cluster-buyer"]);
     expect(created.exitCode).toBe(0);
     ({ account_id: accountId, api_key: apiKey } = JSON.parse(created.stdout) as { account_id: string; api_key: string });
     expect(cluster.cli(["credits", "grant", "--account", accountId, "--credits", "1000000"]).exitCode).toBe(0);
     const [n1, n2] = cluster.nodes;
-    cluster.provider({ id: "prov-one", gateways: [n1!], maxConcurrency: 1 });
-    cluster.provider({ id: "prov-two", gateways: [n2!], maxConcurrency: 1 });
-    await cluster.waitRoutable(cluster.nodes[2]!, 2);
+    cluster.provider({ id: "prov-one", gateways: [n1!], maxConcurrency: 1, models: [MODEL] });
+    cluster.provider({ id: "prov-two", gateways: [n2!], maxConcurrency: 1, models: [MODEL] });
+    cluster.provider({ id: "prov-slow", gateways: [n1!], maxConcurrency: 4, models: [SLOW_MODEL], tokensPerSecond: 10 });
+    await cluster.waitRoutable(cluster.nodes[2]!, 3);
   }, 180_000);
   afterAll(async () => {
     await cluster?.close();
@@ -78,7 +81,9 @@ describe.skipIf(clusterMissing !== null)("three nodes, one store, one Redis", ()
         const node = cluster.nodes[i % 3]!;
         const client = new OpenAI({ apiKey: api_key, baseURL: node.baseURL, maxRetries: 0 });
         return client.chat.completions
-          .create({ model: MODEL, max_tokens: 200, messages: [{ role: "user", content: `at once ${i}` }] })
+          // The slow model: the two that run are still running when the last of the eight arrives,
+          // however slowly a loaded machine starts them (at 500 tokens a second they had ended).
+          .create({ model: SLOW_MODEL, max_tokens: 200, messages: [{ role: "user", content: `at once ${i}` }] })
           .then(() => 200)
           .catch((e: { status?: number }) => e.status ?? 0);
       }),
