@@ -22,6 +22,12 @@ interface Row {
   at_ms: number;
 }
 
+/**
+ * Expired rows are deleted at most this often, not with every write: a read never returns a row past
+ * the window, so a row left a little longer changes no answer, and each write saves a DELETE.
+ */
+export const PRUNE_EVERY_MS = 1_000;
+
 export function openReplayFile(path: string, options: { now: () => number; windowMs: number }): ReplayFile {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path, { create: true, strict: true });
@@ -48,6 +54,7 @@ export function openReplayFile(path: string, options: { now: () => number; windo
     const body = new Uint8Array(row.body);
     return { state: "succeeded", fingerprint: row.fingerprint, status: row.status, headers: JSON.parse(row.headers) as string[], body: body.buffer };
   };
+  let prunedAt = -Infinity;
   const write = (id: string, result: StoredResult, at: number) =>
     upsert.run(id, result.fingerprint, result.status, JSON.stringify(result.headers), new Uint8Array(result.body), at);
 
@@ -60,7 +67,10 @@ export function openReplayFile(path: string, options: { now: () => number; windo
     finished(keyId, fingerprint, result) {
       const now = options.now();
       db.transaction(() => {
-        prune.run(now - options.windowMs);
+        if (now - prunedAt >= PRUNE_EVERY_MS) {
+          prune.run(now - options.windowMs);
+          prunedAt = now;
+        }
         if (result === null) {
           if (keyId !== null) remove.run(`k:${keyId}`);
           remove.run(`b:${fingerprint}`);
