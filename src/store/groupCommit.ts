@@ -48,19 +48,20 @@ const GROUPED: ReadonlySet<string> = new Set<keyof LedgerStore>([
  * `settled` frame) wait until the WAL is synced, when the store syncs it off the event loop.
  */
 const MONEY_MOVING: ReadonlySet<string> = new Set<keyof LedgerStore>(["settleAttempt"]);
-/**
- * Methods that neither commit the group nor forget cached keys: process-memory counters, the commit
- * port itself, and the (cached) key lookup, which reads inside the open group.
- */
-const AS_IS: ReadonlySet<string> = new Set<keyof RequestSlotStore | keyof GroupCommitPort | keyof ApiKeyLookup>([
+/** Methods that neither commit the group nor forget cached keys: process-memory counters and the commit port itself. */
+const AS_IS: ReadonlySet<string> = new Set<keyof RequestSlotStore | keyof GroupCommitPort>([
   "acquireRequestSlot",
   "releaseRequestSlot",
   "requestSlotsInUse",
   "afterCommit",
   "afterLazyCommit",
   "flushCommits",
-  "authenticateApiKey",
 ]);
+/**
+ * The key lookup reads inside the open group without committing it; outside a group its occasional
+ * write (the key's last use) commits on its own, at FULL like every write outside a group.
+ */
+const READS_IN_GROUP: ReadonlySet<string> = new Set<keyof ApiKeyLookup>(["authenticateApiKey"]);
 /** The longest a group that no effect waits for stays open before it commits anyway. */
 export const LAZY_COMMIT_MS = 10;
 
@@ -122,10 +123,16 @@ export function withGroupCommit<S extends object>(store: S, db: Database, option
         db.exec("ROLLBACK");
       } catch {}
       return false;
-    } finally {
-      // Every write outside a group commits with FULL, as the connection was opened.
-      if (syncWal) db.exec("PRAGMA synchronous = FULL");
     }
+  };
+  // SQLite refuses to change the level inside a transaction, and a COMMIT uses the level of its BEGIN:
+  // a group sets NORMAL before it begins, a call outside a group sets FULL before it runs, and each
+  // only when the level differs — groups that follow each other switch nothing.
+  let level: "FULL" | "NORMAL" = "FULL";
+  const atLevel = (wanted: "FULL" | "NORMAL") => {
+    if (syncWal === undefined || level === wanted || db.inTransaction) return;
+    db.exec(`PRAGMA synchronous = ${wanted}`);
+    level = wanted;
   };
   const flushCommits = () => {
     if (!open) return;
@@ -155,8 +162,7 @@ export function withGroupCommit<S extends object>(store: S, db: Database, option
   const join = () => {
     // Another transaction of this connection is running (inside a store method): it owns its commit.
     if (open || db.inTransaction) return;
-    // SQLite refuses to change the level inside a transaction; the COMMIT uses the level of its BEGIN.
-    if (syncWal) db.exec("PRAGMA synchronous = NORMAL");
+    atLevel("NORMAL");
     db.exec("BEGIN IMMEDIATE");
     open = true;
     const opened = ++group;
@@ -192,9 +198,15 @@ export function withGroupCommit<S extends object>(store: S, db: Database, option
         return value(...args);
       };
     } else if (AS_IS.has(name)) wrapped[name] = value;
-    else {
+    else if (READS_IN_GROUP.has(name)) {
+      wrapped[name] = (...args: unknown[]) => {
+        if (!open) atLevel("FULL");
+        return value(...args);
+      };
+    } else {
       wrapped[name] = (...args: unknown[]) => {
         flushCommits();
+        atLevel("FULL");
         beforeOtherCall();
         return value(...args);
       };

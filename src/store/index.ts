@@ -113,20 +113,22 @@ export function openStore(path: string, options: StoreOptions = {}): Store {
   if (!options.groupCommit) return { ...store, ...immediateCommits };
   // Group commit wraps every method (see groupCommit.ts for the invariants); any call that may revoke a
   // key or change a tier forgets the cached key lookups first.
-  const keys = cacheApiKeyLookups(store.authenticateApiKey, db, keyPrefix, clock);
   // Durability tiers: the gateway's groups append to the WAL and money waits for an off-loop fsync.
   const wal = path === ":memory:" || options.syncWal !== undefined ? null : walSyncer(`${path}-wal`);
   const syncWal = options.syncWal === undefined ? wal?.sync : (options.syncWal ?? undefined);
-  const grouped = withGroupCommit({ ...store, authenticateApiKey: keys.authenticateApiKey }, db, {
-    beforeOtherCall: keys.forget,
+  const grouped = withGroupCommit(store, db, {
+    beforeOtherCall: () => keys.forget(),
     scheduleLazy: options.lazyCommitTimer,
     schedule: options.endOfTurn,
     commitFails: options.commitFails,
     onCommitFailed: options.onCommitFailed,
     ...(syncWal ? { syncWal } : {}),
   });
+  // The cache answers a hit from memory; only a miss (and its last-use write) reaches the grouped store.
+  const keys = cacheApiKeyLookups(grouped.authenticateApiKey, db, keyPrefix, clock);
   return {
     ...grouped,
+    authenticateApiKey: keys.authenticateApiKey,
     forgetCachedKeys: keys.forget,
     close: () => {
       grouped.close();

@@ -32,7 +32,7 @@ function scripted() {
   const syncWal: SyncWal = (done) => void pendingSyncs.push(done);
   const turns: (() => void)[] = [];
   const store = withGroupCommit(
-    { reserve: () => write("reserve"), settleAttempt: () => write("settle"), createAccount: () => write("account") },
+    { reserve: () => write("reserve"), settleAttempt: () => write("settle"), createAccount: () => write("account"), authenticateApiKey: () => write("key") },
     db,
     { syncWal, schedule: (run) => void turns.push(run), scheduleLazy: () => {} },
   );
@@ -52,8 +52,36 @@ test("a job's group commits as a WAL append: its effect follows the COMMIT and a
   expect(sent).toEqual([true]);
   expect(pendingSyncs).toHaveLength(0);
   expect(levels()).toEqual([{ what: "reserve", level: SYNCHRONOUS.NORMAL }]);
-  // Outside the group the connection is back at FULL.
+});
+
+test("groups that follow each other switch the level once; the first write outside them switches it back", () => {
+  const { store, endTurn, levels, level } = scripted();
+  const switches: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    store.reserve();
+    store.afterCommit(() => {});
+    endTurn();
+    switches.push(level() === SYNCHRONOUS.NORMAL ? "normal" : "full");
+  }
+  // Between groups the connection stays at NORMAL: nothing outside a group wrote meanwhile.
+  expect(switches).toEqual(["normal", "normal", "normal"]);
+  store.createAccount();
   expect(level()).toBe(SYNCHRONOUS.FULL);
+  expect(levels().map((r) => r.level)).toEqual([SYNCHRONOUS.NORMAL, SYNCHRONOUS.NORMAL, SYNCHRONOUS.NORMAL, SYNCHRONOUS.FULL]);
+});
+
+test("the key lookup writes inside an open group, and at FULL outside one", () => {
+  const { store, endTurn, levels } = scripted();
+  store.reserve();
+  store.authenticateApiKey();
+  store.afterCommit(() => {});
+  endTurn();
+  store.authenticateApiKey();
+  expect(levels()).toEqual([
+    { what: "reserve", level: SYNCHRONOUS.NORMAL },
+    { what: "key", level: SYNCHRONOUS.NORMAL },
+    { what: "key", level: SYNCHRONOUS.FULL },
+  ]);
 });
 
 test("a group that moved money acknowledges only after the WAL sync; the job in it does not wait", () => {
