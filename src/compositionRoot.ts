@@ -167,12 +167,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     ? new ClusterNode<SharedProviderView>({ nodeId: config.nodeId ?? hexId("node_", random)(), redis, leaseMs: config.clusterLeaseMs, log, now })
     : null;
   // Retry results outlive the process: in Redis for a cluster, else in a SQLite file beside the store.
-  const replayFile = node ? null : openReplayFile(join(config.dataDir, "replays.db"), {
-        now,
-        windowMs: REPLAY_WINDOW_MS,
-        endOfTurn: ports.storeHooks?.endOfTurn ?? timers?.setImmediate,
-        onWriteFailed: (error) => log.warn("replay_write_failed", { error: String(error) }),
-      });
+  const replayFile = node ? null : openReplayFile(join(config.dataDir, "replays.db"), { now, windowMs: REPLAY_WINDOW_MS });
   const replayBackend = node
     ? redisReplays(node.redis, { nodeId: node.nodeId, windowMs: REPLAY_WINDOW_MS, inFlightMs: config.requestDeadlineMs, nodeAlive: (id) => node.alive(id) })
     : replayFile!;

@@ -28,16 +28,7 @@ interface Row {
  */
 export const PRUNE_EVERY_MS = 1_000;
 
-export interface ReplayFileOptions {
-  now: () => number;
-  windowMs: number;
-  /** Runs the end-of-turn write of the turn's results (default setImmediate). */
-  endOfTurn?: (run: () => void) => void;
-  /** The end-of-turn write failed: those results are not replayed after a restart (a retry runs again). */
-  onWriteFailed?: (error: unknown) => void;
-}
-
-export function openReplayFile(path: string, options: ReplayFileOptions): ReplayFile {
+export function openReplayFile(path: string, options: { now: () => number; windowMs: number }): ReplayFile {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path, { create: true, strict: true });
   db.exec("PRAGMA busy_timeout = 5000");
@@ -57,44 +48,7 @@ export function openReplayFile(path: string, options: ReplayFileOptions): Replay
   const remove = db.query("DELETE FROM replay_results WHERE id = ?");
   const prune = db.query("DELETE FROM replay_results WHERE at_ms <= ?");
 
-  // The results finished in one event-loop turn are written together, in one transaction at the end
-  // of that turn (a commit each cost a WAL append each). Reads and close write them first.
-  const endOfTurn = options.endOfTurn ?? ((run) => void setImmediate(run));
-  type Finished = { keyId: string | null; fingerprint: string; result: StoredResult | null; at: number };
-  let unwritten: Finished[] = [];
-  const writeTurn = db.transaction((turn: Finished[]) => {
-    const now = turn.at(-1)!.at;
-    if (now - prunedAt >= PRUNE_EVERY_MS) {
-      prune.run(now - options.windowMs);
-      prunedAt = now;
-    }
-    for (const { keyId, fingerprint, result, at } of turn) {
-      if (result === null) {
-        if (keyId !== null) remove.run(`k:${keyId}`);
-        remove.run(`b:${fingerprint}`);
-        continue;
-      }
-      if (keyId !== null) write(`k:${keyId}`, result, at);
-      write(`b:${fingerprint}`, result, at);
-    }
-  });
-  let closed = false;
-  const flush = () => {
-    if (unwritten.length === 0 || closed) return;
-    const turn = unwritten;
-    unwritten = [];
-    writeTurn(turn);
-  };
-  const flushAtEndOfTurn = () => {
-    try {
-      flush();
-    } catch (error) {
-      options.onWriteFailed?.(error);
-    }
-  };
-
   const read = (id: string): SharedEntry | null => {
-    flush();
     const row = select.get(id, options.now() - options.windowMs);
     if (!row) return null;
     const body = new Uint8Array(row.body);
@@ -111,17 +65,22 @@ export function openReplayFile(path: string, options: ReplayFileOptions): Replay
     // A newer run of the same body is this process's memory's to know; a failed one removes the entry.
     started: () => {},
     finished(keyId, fingerprint, result) {
-      if (unwritten.length === 0) endOfTurn(flushAtEndOfTurn);
-      unwritten.push({ keyId, fingerprint, result, at: options.now() });
+      const now = options.now();
+      db.transaction(() => {
+        if (now - prunedAt >= PRUNE_EVERY_MS) {
+          prune.run(now - options.windowMs);
+          prunedAt = now;
+        }
+        if (result === null) {
+          if (keyId !== null) remove.run(`k:${keyId}`);
+          remove.run(`b:${fingerprint}`);
+          return;
+        }
+        if (keyId !== null) write(`k:${keyId}`, result, now);
+        write(`b:${fingerprint}`, result, now);
+      })();
     },
-    count: () => {
-      flush();
-      return (db.query("SELECT COUNT(*) AS n FROM replay_results").get() as { n: number }).n;
-    },
-    close: () => {
-      flush();
-      closed = true;
-      db.close();
-    },
+    count: () => (db.query("SELECT COUNT(*) AS n FROM replay_results").get() as { n: number }).n,
+    close: () => db.close(),
   };
 }
