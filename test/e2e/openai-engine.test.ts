@@ -52,10 +52,12 @@ afterAll(async () => {
   await Promise.all([upstreamA?.close(), upstreamB?.close()]);
 });
 
-beforeEach(() => {
+beforeEach(async () => {
   upstreamA.scenario = "happy";
   upstreamB.scenario = "happy";
-  // Each test starts with A first: no cooldowns or dispatch shares from the one before.
+  // Each test starts with A first: no attempt of the one before still in flight (consolidation
+  // prefers the busier provider), no cooldowns or dispatch shares from it.
+  await waitFor(() => gw.gateway.registry.attempts.size === 0, 5000, "the previous test's attempts released");
   gw.gateway.routing.reset();
 });
 
@@ -80,9 +82,16 @@ async function streamUntilError() {
 async function servesNextRequestNormally() {
   await waitFor(() => gw.gateway.registry.attempts.size === 0, 2000, "attempts released");
   await waitForReadyProviders(gw, 2);
-  const before = upstreamA.requests.length;
-  expect(await streamText()).toBe(fullText);
-  expect(upstreamA.requests.length).toBe(before + 1);
+  // A's runtime frees the faulty job's slot just after its decline went out (src/provider/runtime.ts):
+  // a request arriving in between is declined there (queue_full) and served by the other provider —
+  // correct, but not this check. So: A serves again within 2 s, and every answer meanwhile is whole.
+  const deadline = performance.now() + 2000;
+  for (;;) {
+    const before = upstreamA.requests.length;
+    expect(await streamText()).toBe(fullText);
+    if (upstreamA.requests.length === before + 1) return;
+    if (performance.now() > deadline) throw new Error("A did not serve again within 2 s of healing");
+  }
 }
 
 /**
