@@ -105,8 +105,15 @@ const SELECT_SETTLEMENTS = `SELECT s.*, rr.envelope AS receipt_envelope
  * a lookup in bun:sqlite's query cache per call costs more than keeping them.
  */
 function ledgerStatements(db: Database) {
-  const entryStatements = new Map<number, { ensureAccounts: Statement; insertEntries: Statement }>();
+  const ensureStatements = new Map<number, Statement>();
+  const entryStatements = new Map<number, Statement>();
+  const rowsOf = (n: number) => Array.from({ length: n }, () => "(?, ?, ?)").join(", ");
   return {
+    /**
+     * Ledger accounts known to exist, filled on first sight: a posting upserts only accounts not in
+     * it (an account is never deleted). One a rolled-back transaction created is healed by post().
+     */
+    knownAccounts: new Set<string>(),
     selectSettlement: db.prepare(`${SELECT_SETTLEMENTS} WHERE s.request_id = ? AND s.attempt_n = ?`),
     // The settlement transaction's own read: a pending row has no receipt yet (only the settlement
     // writes one), so it needs no join.
@@ -139,19 +146,17 @@ function ledgerStatements(db: Database) {
         WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND ended_at_ms IS NULL`,
     ),
     insertPosting: db.prepare("INSERT INTO ledger_postings (kind, request_id, attempt_n, memo, created_at_ms) VALUES (?, ?, ?, ?, ?)"),
-    // A posting's accounts and entries, each one multi-row statement per posting (n rows: a
-    // settlement has 3, a grant 2): a statement's run costs about as much as its row.
-    entryStatements: (n: number) => {
-      let statements = entryStatements.get(n);
-      if (statements === undefined) {
-        const rows = Array.from({ length: n }, () => "(?, ?, ?)").join(", ");
-        statements = {
-          ensureAccounts: db.prepare(`INSERT OR IGNORE INTO ledger_accounts (id, kind, created_at_ms) VALUES ${rows}`),
-          insertEntries: db.prepare(`INSERT INTO ledger_entries (posting_id, account_id, amount) VALUES ${rows}`),
-        };
-        entryStatements.set(n, statements);
-      }
-      return statements;
+    // A posting's new accounts and its entries, each one multi-row statement (n rows: a settlement
+    // has 3 entries, a grant 2): a statement's run costs about as much as its row.
+    ensureAccounts: (n: number) => {
+      let statement = ensureStatements.get(n);
+      if (statement === undefined) ensureStatements.set(n, (statement = db.prepare(`INSERT OR IGNORE INTO ledger_accounts (id, kind, created_at_ms) VALUES ${rowsOf(n)}`)));
+      return statement;
+    },
+    insertEntries: (n: number) => {
+      let statement = entryStatements.get(n);
+      if (statement === undefined) entryStatements.set(n, (statement = db.prepare(`INSERT INTO ledger_entries (posting_id, account_id, amount) VALUES ${rowsOf(n)}`)));
+      return statement;
     },
     sealPosting: db.prepare("UPDATE ledger_postings SET sealed = 1 WHERE id = ?"),
     // The trigger-kept total (migrations.ts, ledger_account_totals), equal to SUM(amount) of the
@@ -205,12 +210,29 @@ function post(
   if (sum !== 0 || entries.length < 2) throw new Error(`unbalanced posting (sum ${sum}, ${entries.length} entries)`);
 
   const posting_id = Number(q.insertPosting.run(kind, key?.request_id ?? null, key?.attempt_n ?? null, memo, now_ms).lastInsertRowid);
-  const { ensureAccounts, insertEntries } = q.entryStatements(entries.length);
-  ensureAccounts.run(...entries.flatMap(([account]) => [account, accountKind(account), now_ms]));
-  insertEntries.run(...entries.flatMap(([account, amount]) => [posting_id, account, amount]));
+  const accounts = entries.map(([account]) => account);
+  ensureAccounts(q, accounts.filter((account) => !q.knownAccounts.has(account)), now_ms);
+  const values = entries.flatMap(([account, amount]) => [posting_id, account, amount]);
+  try {
+    q.insertEntries(entries.length).run(...values);
+  } catch (error) {
+    // A known account whose creating transaction rolled back (foreign keys are checked at once): the
+    // statement alone failed; forget what was known, upsert this posting's accounts and write again.
+    if ((error as { code?: string }).code !== "SQLITE_CONSTRAINT_FOREIGNKEY") throw error;
+    q.knownAccounts.clear();
+    ensureAccounts(q, accounts, now_ms);
+    q.insertEntries(entries.length).run(...values);
+  }
   // The seal trigger re-checks the sum in SQL; after it, the posting and its entries are immutable.
   q.sealPosting.run(posting_id);
   return posting_id;
+}
+
+/** Creates the ledger accounts not yet known to exist (INSERT OR IGNORE), and knows them from now on. */
+function ensureAccounts(q: LedgerStatements, accounts: readonly string[], now_ms: number): void {
+  if (accounts.length === 0) return;
+  q.ensureAccounts(accounts.length).run(...accounts.flatMap((account) => [account, accountKind(account), now_ms]));
+  for (const account of accounts) q.knownAccounts.add(account);
 }
 
 function settlementEntries(row: SettlementDbRow, charge: Charge): [string, number][] {
