@@ -92,6 +92,35 @@ const DELIVERED_COLUMNS = `delivered_output_hash = ?, delivered_start_byte = ?, 
        delivered_tokens = ?, delivered_terminal_state = ?, delivered_finish_reason = ?, delivered_tool_calls = ?,
        delivered_tool_call_bytes = ?, reported_input_tokens = ?, ended_at_ms = ?, pending_deadline_at_ms = ?`;
 
+/** What an attempt's charge is priced and posted by, fixed when it opened (recordRouteSnapshot). */
+interface AttemptTerms {
+  provider_id: string;
+  account_id: string;
+  payer: NewAttempt["payer"];
+  mode: NewAttempt["mode"];
+  prompt_credits_per_million: number;
+  completion_credits_per_million: number;
+  provider_share_bps: number;
+  /** Whether its delivered record is written. */
+  ended: boolean;
+}
+const TERMS_COLUMNS = [
+  "provider_id",
+  "account_id",
+  "payer",
+  "mode",
+  "prompt_credits_per_million",
+  "completion_credits_per_million",
+  "provider_share_bps",
+] as const satisfies readonly (keyof AttemptTerms)[];
+const termsValues = (t: AttemptTerms) => TERMS_COLUMNS.map((column) => t[column]);
+const SETTLE_WHERE = `request_id = ? AND attempt_n = ? AND label = 'pending' AND ${TERMS_COLUMNS.map((c) => `${c} = ?`).join(" AND ")}`;
+/**
+ * Attempts this connection opened and has not settled, kept at most this many (the oldest are
+ * forgotten first): a forgotten one settles the long way, reading its terms.
+ */
+const MAX_OPENED = 65_536;
+
 /**
  * Settlement rows with their deciding envelope: a settlement refers to its receipt's row in the arrival
  * log instead of storing the ~2 KB envelope twice (growing each settlement row by it at settle time
@@ -115,9 +144,10 @@ function ledgerStatements(db: Database) {
      */
     knownAccounts: new Set<string>(),
     selectSettlement: db.prepare(`${SELECT_SETTLEMENTS} WHERE s.request_id = ? AND s.attempt_n = ?`),
-    // The settlement transaction's own read: a pending row has no receipt yet (only the settlement
-    // writes one), so it needs no join.
-    selectSettlementRow: db.prepare("SELECT * FROM settlements WHERE request_id = ? AND attempt_n = ?"),
+    // The settlement's terms, read when this connection did not open the attempt (or lost track).
+    selectTerms: db.prepare(
+      `SELECT label, ${TERMS_COLUMNS.join(", ")}, ended_at_ms IS NOT NULL AS ended FROM settlements WHERE request_id = ? AND attempt_n = ?`,
+    ),
     // A conflict on the key is the duplicate the caller is told about; any other constraint still throws.
     insertSnapshot: db.prepare(
       `INSERT INTO route_snapshots (request_id, attempt_n, digest, snapshot, created_at_ms) VALUES (?, ?, ?, ?, ?)
@@ -140,11 +170,12 @@ function ledgerStatements(db: Database) {
       `INSERT INTO receipts_received (request_id, attempt_n, provider_id, envelope, received_at_ms, disposition)
        VALUES (?, ?, ?, ?, ?, ?)`,
     ),
-    settle: db.prepare(`UPDATE settlements SET ${SETTLE_COLUMNS} WHERE request_id = ? AND attempt_n = ? AND label = 'pending'`),
-    settleWithEnd: db.prepare(
-      `UPDATE settlements SET ${SETTLE_COLUMNS}, ${DELIVERED_COLUMNS}
-        WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND ended_at_ms IS NULL`,
-    ),
+    // The outcome, written only to a pending row with the terms it was priced at (no row otherwise),
+    // and the row as written: the settlement needs no read of its own.
+    settle: db.prepare(`UPDATE settlements SET ${SETTLE_COLUMNS} WHERE ${SETTLE_WHERE} RETURNING *`),
+    // With a delivered record given: kept when one is written already, else written with the outcome.
+    settleEnded: db.prepare(`UPDATE settlements SET ${SETTLE_COLUMNS} WHERE ${SETTLE_WHERE} AND ended_at_ms IS NOT NULL RETURNING *`),
+    settleWithEnd: db.prepare(`UPDATE settlements SET ${SETTLE_COLUMNS}, ${DELIVERED_COLUMNS} WHERE ${SETTLE_WHERE} AND ended_at_ms IS NULL RETURNING *`),
     insertPosting: db.prepare("INSERT INTO ledger_postings (kind, request_id, attempt_n, memo, created_at_ms) VALUES (?, ?, ?, ?, ?)"),
     // A posting's new accounts and its entries, each one multi-row statement (n rows: a settlement
     // has 3 entries, a grant 2): a statement's run costs about as much as its row.
@@ -289,28 +320,35 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
       input.rates.provider_share_bps,
       now_ms,
     );
+    if (opened.size >= MAX_OPENED) opened.delete(opened.keys().next().value!);
+    opened.set(attemptKey(input.request_id, input.attempt_n), {
+      provider_id: input.provider_id,
+      account_id: input.account_id,
+      payer: input.payer,
+      mode: input.mode,
+      ...input.rates,
+      ended: false,
+    });
     return { ok: true as const };
   }).immediate;
 
-  const settleAttemptTx = db.transaction((input: SettleInput, now_ms: number): SettleResult => {
-    const row = q.selectSettlementRow.get(input.request_id, input.attempt_n) as SettlementDbRow | null;
-    if (row === null) return { ok: false, code: "unknown_attempt" };
-    if (row.label !== "pending") return { ok: false, code: "already_settled", settlement: toSettlement(selectSettlement(input.request_id, input.attempt_n)!) };
+  // Attempts opened here and not settled yet, by attemptKey: their settlement writes the outcome
+  // guarded by the terms kept here (the database's row decides: a row that differs, or none, sends it
+  // the long way), so it reads nothing first.
+  const opened = new Map<string, AttemptTerms>();
+  const attemptKey = (request_id: string, attempt_n: number) => `${attempt_n}:${request_id}`;
 
+  /** Prices and writes the outcome for an attempt with terms `t`; null when no pending row has them. */
+  const settleAs = (input: SettleInput, t: AttemptTerms, now_ms: number): SettleResult | null => {
     let charge: Charge | null = null;
     const billed = input.billed ?? null;
     if (billed !== null && (billed.prompt_tokens !== 0 || billed.completion_tokens !== 0)) {
       // The settlement's own rule (src/ledger/charges.ts), checked again where the charge is written.
-      if (!chargeAllowed(input.label, row.mode)) return { ok: false, code: "charge_not_allowed" };
-      const priced = priceUsage(billed.prompt_tokens, billed.completion_tokens, {
-        prompt_credits_per_million: row.prompt_credits_per_million,
-        completion_credits_per_million: row.completion_credits_per_million,
-        provider_share_bps: row.provider_share_bps,
-      });
+      if (!chargeAllowed(input.label, t.mode)) return { ok: false, code: "charge_not_allowed" };
+      const priced = priceUsage(billed.prompt_tokens, billed.completion_tokens, t);
       if (!priced.ok) return { ok: false, code: "invalid_amount" };
       charge = priced.charge;
     }
-
     const byArrival = input.receipt?.arrival_id !== undefined;
     const outcome = [
       input.label,
@@ -325,40 +363,46 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
       charge?.platform_credits ?? 0,
       now_ms,
     ];
+    const where = [input.request_id, input.attempt_n, ...termsValues(t)];
     // The delivered record given with the outcome is written by the same UPDATE, unless one was
     // recorded already (the first one wins, as with recordAttemptEnd).
-    const ended = input.ended !== undefined && row.ended_at_ms === null ? input.ended : null;
-    const res =
-      ended === null
-        ? q.settle.run(...outcome, input.request_id, input.attempt_n)
-        : q.settleWithEnd.run(...outcome, ...deliveredValues(ended.delivered, ended.ended_at_ms, ended.pending_deadline_at_ms), input.request_id, input.attempt_n);
-    if (res.changes !== 1) {
-      // Unreachable under BEGIN IMMEDIATE (we hold the write lock), kept as the race guard it is.
-      return { ok: false, code: "already_settled", settlement: toSettlement(selectSettlement(input.request_id, input.attempt_n)!) };
-    }
+    const ended = input.ended;
+    const written = (
+      ended === undefined
+        ? q.settle.get(...outcome, ...where)
+        : t.ended
+          ? q.settleEnded.get(...outcome, ...where)
+          : q.settleWithEnd.get(...outcome, ...deliveredValues(ended.delivered, ended.ended_at_ms, ended.pending_deadline_at_ms), ...where)
+    ) as SettlementDbRow | null;
+    if (written === null) return null;
     let posting_id: number | null = null;
     if (charge !== null && charge.debit_credits > 0) {
-      posting_id = post(q, "settlement", { request_id: input.request_id, attempt_n: input.attempt_n }, settlementEntries(row, charge), null, now_ms);
+      posting_id = post(q, "settlement", { request_id: input.request_id, attempt_n: input.attempt_n }, settlementEntries(written, charge), null, now_ms);
     }
     resolveReservationIfDone(q, input.request_id, now_ms);
-    // The row as written, from the row read above and the values just set (no second read).
-    const written: SettlementDbRow = {
-      ...row,
-      label: input.label,
-      reason: input.reason,
-      receipt: byArrival ? null : (input.receipt?.envelope ?? null),
-      receipt_id: input.receipt?.arrival_id ?? null,
-      receipt_envelope: byArrival ? input.receipt!.envelope : null,
-      receipt_received_at_ms: input.receipt?.received_at_ms ?? row.receipt_received_at_ms,
-      billed_prompt_tokens: charge?.prompt_tokens ?? 0,
-      billed_completion_tokens: charge?.completion_tokens ?? 0,
-      debit_credits: charge?.debit_credits ?? 0,
-      provider_credits: charge?.provider_credits ?? 0,
-      platform_credits: charge?.platform_credits ?? 0,
-      settled_at_ms: now_ms,
-      ...(ended === null ? {} : deliveredColumns(ended.delivered, ended.ended_at_ms, ended.pending_deadline_at_ms)),
-    };
-    return { ok: true, settlement: toSettlement(written), posting_id };
+    return { ok: true, settlement: toSettlement({ ...written, receipt_envelope: byArrival ? input.receipt!.envelope : null }), posting_id };
+  };
+
+  const alreadySettled = (input: SettleInput): SettleResult => ({
+    ok: false,
+    code: "already_settled",
+    settlement: toSettlement(selectSettlement(input.request_id, input.attempt_n)!),
+  });
+
+  const settleAttemptTx = db.transaction((input: SettleInput, now_ms: number): SettleResult => {
+    const key = attemptKey(input.request_id, input.attempt_n);
+    const known = opened.get(key);
+    if (known !== undefined) {
+      opened.delete(key);
+      // Anything but a written outcome is decided again the long way, on the row itself.
+      const settled = settleAs(input, known, now_ms);
+      if (settled?.ok) return settled;
+    }
+    const row = q.selectTerms.get(input.request_id, input.attempt_n) as (Omit<AttemptTerms, "ended"> & { label: string; ended: number }) | null;
+    if (row === null) return { ok: false, code: "unknown_attempt" };
+    if (row.label !== "pending") return alreadySettled(input);
+    // Unreachable to be null under BEGIN IMMEDIATE (we hold the write lock), kept as the race guard it is.
+    return settleAs(input, { ...row, ended: row.ended === 1 }, now_ms) ?? alreadySettled(input);
   }).immediate;
 
   const reserveTx = db.transaction((input: ReserveInput, now_ms: number): ReserveResult => {
@@ -416,7 +460,10 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
     },
 
     recordAttemptEnd(request_id, attempt_n, d, pending_deadline_at_ms, now_ms = clock()) {
-      return q.recordEnd.run(...deliveredValues(d, now_ms, pending_deadline_at_ms), request_id, attempt_n).changes === 1;
+      const written = q.recordEnd.run(...deliveredValues(d, now_ms, pending_deadline_at_ms), request_id, attempt_n).changes === 1;
+      const known = opened.get(attemptKey(request_id, attempt_n));
+      if (written && known !== undefined) known.ended = true;
+      return written;
     },
 
     recordReceiptArrival(input, now_ms = clock()) {
