@@ -87,7 +87,8 @@ function accountKind(id: string): LedgerAccountKind {
 const SETTLE_COLUMNS = `label = ?, reason = ?, receipt = COALESCE(?, receipt), receipt_id = COALESCE(?, receipt_id),
        receipt_received_at_ms = COALESCE(?, receipt_received_at_ms),
        billed_prompt_tokens = ?, billed_completion_tokens = ?,
-       debit_credits = ?, provider_credits = ?, platform_credits = ?, settled_at_ms = ?`;
+       debit_credits = ?, provider_credits = ?, platform_credits = ?, settled_at_ms = ?,
+       accepted_model_hash = COALESCE(accepted_model_hash, ?)`;
 const DELIVERED_COLUMNS = `delivered_output_hash = ?, delivered_start_byte = ?, delivered_end_byte = ?,
        delivered_tokens = ?, delivered_terminal_state = ?, delivered_finish_reason = ?, delivered_tool_calls = ?,
        delivered_tool_call_bytes = ?, reported_input_tokens = ?, ended_at_ms = ?, pending_deadline_at_ms = ?`;
@@ -163,7 +164,7 @@ function ledgerStatements(db: Database) {
         WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND accepted_model_hash IS NULL`,
     ),
     recordEnd: db.prepare(
-      `UPDATE settlements SET ${DELIVERED_COLUMNS}
+      `UPDATE settlements SET ${DELIVERED_COLUMNS}, accepted_model_hash = COALESCE(accepted_model_hash, ?)
         WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND ended_at_ms IS NULL`,
     ),
     insertReceipt: db.prepare(
@@ -362,6 +363,7 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
       charge?.provider_credits ?? 0,
       charge?.platform_credits ?? 0,
       now_ms,
+      input.accepted_model_hash ?? null,
     ];
     const where = [input.request_id, input.attempt_n, ...termsValues(t)];
     // The delivered record given with the outcome is written by the same UPDATE, unless one was
@@ -459,8 +461,8 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
       return q.recordAccepted.run(model_hash, request_id, attempt_n).changes === 1;
     },
 
-    recordAttemptEnd(request_id, attempt_n, d, pending_deadline_at_ms, now_ms = clock()) {
-      const written = q.recordEnd.run(...deliveredValues(d, now_ms, pending_deadline_at_ms), request_id, attempt_n).changes === 1;
+    recordAttemptEnd(request_id, attempt_n, d, pending_deadline_at_ms, now_ms = clock(), accepted_model_hash = null) {
+      const written = q.recordEnd.run(...deliveredValues(d, now_ms, pending_deadline_at_ms), accepted_model_hash, request_id, attempt_n).changes === 1;
       const known = opened.get(attemptKey(request_id, attempt_n));
       if (written && known !== undefined) known.ended = true;
       return written;
