@@ -203,17 +203,18 @@ function ledgerStatements(db: Database) {
     ),
     selectReservation: db.prepare("SELECT * FROM reservations WHERE request_id = ?"),
     markEnded: db.prepare("UPDATE reservations SET request_ended = 1 WHERE request_id = ? AND state = 'held'"),
-    endedAndHeld: db.prepare("SELECT 1 FROM reservations WHERE request_id = ? AND state = 'held' AND request_ended = 1"),
-    // What the request's settlements charged, and how many are still pending, in one read.
-    requestUsage: db.prepare(
-      `SELECT COUNT(*) FILTER (WHERE label = 'pending') AS pending,
-              COALESCE(SUM(billed_prompt_tokens + billed_completion_tokens), 0) AS tokens,
-              COALESCE(SUM(debit_credits), 0) AS credits
-         FROM settlements WHERE request_id = ?`,
-    ),
-    resolveReservation: db.prepare(
-      `UPDATE reservations SET state = ?, used_tokens = ?, used_credits = ?, resolved_at_ms = ?
-        WHERE request_id = ? AND state = 'held'`,
+    // Resolves the request's reservation when it is held, the request ended and none of its
+    // attempts is pending: finalised by what its settlements charged, released when nothing was.
+    // One statement, whether or not it resolves anything (the usage is read in the same pass).
+    resolveIfDone: db.prepare(
+      `UPDATE reservations
+          SET state = CASE WHEN u.tokens > 0 OR u.credits > 0 THEN 'finalised' ELSE 'released' END,
+              used_tokens = u.tokens, used_credits = u.credits, resolved_at_ms = ?2
+         FROM (SELECT COUNT(*) FILTER (WHERE label = 'pending') AS pending,
+                      COALESCE(SUM(billed_prompt_tokens + billed_completion_tokens), 0) AS tokens,
+                      COALESCE(SUM(debit_credits), 0) AS credits
+                 FROM settlements WHERE request_id = ?1) AS u
+        WHERE reservations.request_id = ?1 AND reservations.state = 'held' AND reservations.request_ended = 1 AND u.pending = 0`,
     ),
   };
 }
@@ -277,14 +278,7 @@ function settlementEntries(row: SettlementDbRow, charge: Charge): [string, numbe
 
 /** Resolves a request's held reservation once the request ended and none of its attempts is pending. */
 function resolveReservationIfDone(q: LedgerStatements, request_id: string, now_ms: number): void {
-  if (q.endedAndHeld.get(request_id) !== null) resolveReservationUnlessPending(q, request_id, now_ms);
-}
-
-/** Resolves a request's reservation, known to be held and ended, unless one of its attempts is pending. */
-function resolveReservationUnlessPending(q: LedgerStatements, request_id: string, now_ms: number): void {
-  const used = q.requestUsage.get(request_id) as { pending: number; tokens: number; credits: number };
-  if (used.pending > 0) return;
-  q.resolveReservation.run(used.tokens > 0 || used.credits > 0 ? "finalised" : "released", used.tokens, used.credits, now_ms, request_id);
+  q.resolveIfDone.run(request_id, now_ms);
 }
 
 function tokensCountedOn(db: Database, account_id: string, day: string): number {
@@ -423,7 +417,7 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
 
   const markRequestEndedTx = db.transaction((request_id: string, now_ms: number) => {
     // A changed row is a held reservation now marked ended: no need to read that back.
-    if (q.markEnded.run(request_id).changes === 1) resolveReservationUnlessPending(q, request_id, now_ms);
+    if (q.markEnded.run(request_id).changes === 1) resolveReservationIfDone(q, request_id, now_ms);
   }).immediate;
 
   const grantTx = db.transaction((account_id: string, credits: number, memo: string | null, now_ms: number) => {
