@@ -115,6 +115,11 @@ const TERMS_COLUMNS = [
   "provider_share_bps",
 ] as const satisfies readonly (keyof AttemptTerms)[];
 const termsValues = (t: AttemptTerms) => TERMS_COLUMNS.map((column) => t[column]);
+/** What a request's settlements charged, and how many are still pending (?1: the request id). */
+const REQUEST_USAGE = `(SELECT COUNT(*) FILTER (WHERE label = 'pending') AS pending,
+                               COALESCE(SUM(billed_prompt_tokens + billed_completion_tokens), 0) AS tokens,
+                               COALESCE(SUM(debit_credits), 0) AS credits
+                          FROM settlements WHERE request_id = ?1)`;
 const SETTLE_WHERE = `request_id = ? AND attempt_n = ? AND label = 'pending' AND ${TERMS_COLUMNS.map((c) => `${c} = ?`).join(" AND ")}`;
 /**
  * Attempts this connection opened and has not settled, kept at most this many (the oldest are
@@ -194,7 +199,13 @@ function ledgerStatements(db: Database) {
     // The trigger-kept total (migrations.ts, ledger_account_totals), equal to SUM(amount) of the
     // account's entries: O(1) on the reservation path instead of a scan of the account's history.
     balance: db.prepare("SELECT balance AS b FROM ledger_account_totals WHERE account_id = ?"),
-    reservationTaken: db.prepare("SELECT 1 FROM reservations WHERE request_id = ?"),
+    // What admission checks, in one read: whether the request id is taken, and the buyer's balance and
+    // held credits (the trigger-kept sum, migrations.ts, reservation_holds).
+    admissionFacts: db.prepare(
+      `SELECT EXISTS (SELECT 1 FROM reservations WHERE request_id = ?) AS taken,
+              COALESCE((SELECT balance FROM ledger_account_totals WHERE account_id = ?), 0) AS balance,
+              COALESCE((SELECT held_credits FROM reservation_holds WHERE account_id = ?), 0) AS held`,
+    ),
     // The trigger-kept sum (migrations.ts, reservation_holds) of the account's held buyer reservations.
     heldCredits: db.prepare("SELECT held_credits AS c FROM reservation_holds WHERE account_id = ?"),
     insertReservation: db.prepare(
@@ -202,7 +213,6 @@ function ledgerStatements(db: Database) {
        VALUES (?, ?, ?, ?, ?, ?, ?)`,
     ),
     selectReservation: db.prepare("SELECT * FROM reservations WHERE request_id = ?"),
-    markEnded: db.prepare("UPDATE reservations SET request_ended = 1 WHERE request_id = ? AND state = 'held'"),
     // Resolves the request's reservation when it is held, the request ended and none of its
     // attempts is pending: finalised by what its settlements charged, released when nothing was.
     // One statement, whether or not it resolves anything (the usage is read in the same pass).
@@ -210,11 +220,20 @@ function ledgerStatements(db: Database) {
       `UPDATE reservations
           SET state = CASE WHEN u.tokens > 0 OR u.credits > 0 THEN 'finalised' ELSE 'released' END,
               used_tokens = u.tokens, used_credits = u.credits, resolved_at_ms = ?2
-         FROM (SELECT COUNT(*) FILTER (WHERE label = 'pending') AS pending,
-                      COALESCE(SUM(billed_prompt_tokens + billed_completion_tokens), 0) AS tokens,
-                      COALESCE(SUM(debit_credits), 0) AS credits
-                 FROM settlements WHERE request_id = ?1) AS u
+         FROM ${REQUEST_USAGE} AS u
         WHERE reservations.request_id = ?1 AND reservations.state = 'held' AND reservations.request_ended = 1 AND u.pending = 0`,
+    ),
+    // The request starts no more attempts: its held reservation is marked ended, and resolved as above
+    // in the same statement when none of its attempts is pending.
+    endRequest: db.prepare(
+      `UPDATE reservations
+          SET request_ended = 1,
+              state = CASE WHEN u.pending > 0 THEN state WHEN u.tokens > 0 OR u.credits > 0 THEN 'finalised' ELSE 'released' END,
+              used_tokens = CASE WHEN u.pending > 0 THEN used_tokens ELSE u.tokens END,
+              used_credits = CASE WHEN u.pending > 0 THEN used_credits ELSE u.credits END,
+              resolved_at_ms = CASE WHEN u.pending > 0 THEN resolved_at_ms ELSE ?2 END
+         FROM ${REQUEST_USAGE} AS u
+        WHERE reservations.request_id = ?1 AND reservations.state = 'held'`,
     ),
   };
 }
@@ -402,13 +421,14 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
   }).immediate;
 
   const reserveTx = db.transaction((input: ReserveInput, now_ms: number): ReserveResult => {
-    if (q.reservationTaken.get(input.request_id) !== null) return { ok: false, code: "duplicate_request" };
+    const facts = q.admissionFacts.get(input.request_id, buyerAccount(input.account_id), input.account_id) as { taken: number; balance: number; held: number };
+    if (facts.taken === 1) return { ok: false, code: "duplicate_request" };
     if (input.daily_token_limit !== undefined) {
       const used = tokensCountedOn(db, input.account_id, input.day);
       if (used + input.tokens > input.daily_token_limit) return { ok: false, code: "quota_exhausted", used_tokens: used };
     }
     if (input.payer === "buyer") {
-      const available = balanceOf(buyerAccount(input.account_id)) - heldCredits(input.account_id);
+      const available = facts.balance - facts.held;
       if (available < input.credits) return { ok: false, code: "insufficient_balance", available_credits: available };
     }
     q.insertReservation.run(input.request_id, input.account_id, input.payer, input.day, input.tokens, input.credits, now_ms);
@@ -416,8 +436,7 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
   }).immediate;
 
   const markRequestEndedTx = db.transaction((request_id: string, now_ms: number) => {
-    // A changed row is a held reservation now marked ended: no need to read that back.
-    if (q.markEnded.run(request_id).changes === 1) resolveReservationIfDone(q, request_id, now_ms);
+    q.endRequest.run(request_id, now_ms);
   }).immediate;
 
   const grantTx = db.transaction((account_id: string, credits: number, memo: string | null, now_ms: number) => {
