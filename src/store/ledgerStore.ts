@@ -136,7 +136,7 @@ const SELECT_SETTLEMENTS = `SELECT s.*, rr.envelope AS receipt_envelope
   FROM settlements s LEFT JOIN receipts_received rr ON rr.id = s.receipt_id`;
 
 /**
- * The request path's statements, prepared once per connection: each request runs about twenty, and
+ * The request path's statements, prepared once per connection: each request runs about fifteen, and
  * a lookup in bun:sqlite's query cache per call costs more than keeping them.
  */
 function ledgerStatements(db: Database) {
