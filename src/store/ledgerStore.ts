@@ -115,11 +115,6 @@ const TERMS_COLUMNS = [
   "provider_share_bps",
 ] as const satisfies readonly (keyof AttemptTerms)[];
 const termsValues = (t: AttemptTerms) => TERMS_COLUMNS.map((column) => t[column]);
-/** What a request's settlements charged, and how many are still pending (?1: the request id). */
-const REQUEST_USAGE = `(SELECT COUNT(*) FILTER (WHERE label = 'pending') AS pending,
-                               COALESCE(SUM(billed_prompt_tokens + billed_completion_tokens), 0) AS tokens,
-                               COALESCE(SUM(debit_credits), 0) AS credits
-                          FROM settlements WHERE request_id = ?1)`;
 const SETTLE_WHERE = `request_id = ? AND attempt_n = ? AND label = 'pending' AND ${TERMS_COLUMNS.map((c) => `${c} = ?`).join(" AND ")}`;
 /**
  * Attempts this connection opened and has not settled, kept at most this many (the oldest are
@@ -213,27 +208,20 @@ function ledgerStatements(db: Database) {
        VALUES (?, ?, ?, ?, ?, ?, ?)`,
     ),
     selectReservation: db.prepare("SELECT * FROM reservations WHERE request_id = ?"),
-    // Resolves the request's reservation when it is held, the request ended and none of its
-    // attempts is pending: finalised by what its settlements charged, released when nothing was.
-    // One statement, whether or not it resolves anything (the usage is read in the same pass).
-    resolveIfDone: db.prepare(
-      `UPDATE reservations
-          SET state = CASE WHEN u.tokens > 0 OR u.credits > 0 THEN 'finalised' ELSE 'released' END,
-              used_tokens = u.tokens, used_credits = u.credits, resolved_at_ms = ?2
-         FROM ${REQUEST_USAGE} AS u
-        WHERE reservations.request_id = ?1 AND reservations.state = 'held' AND reservations.request_ended = 1 AND u.pending = 0`,
+    markEnded: db.prepare("UPDATE reservations SET request_ended = 1 WHERE request_id = ? AND state = 'held'"),
+    endedAndHeld: db.prepare("SELECT 1 FROM reservations WHERE request_id = ? AND state = 'held' AND request_ended = 1"),
+    // What the request's settlements charged, and how many are still pending, in one read. Not folded
+    // into the resolving UPDATE as `UPDATE … FROM` it: SQLite materialises that subquery on every run,
+    // which costs several times the read and the UPDATE (docs/benchmarks.md, "SQL per request pass").
+    requestUsage: db.prepare(
+      `SELECT COUNT(*) FILTER (WHERE label = 'pending') AS pending,
+              COALESCE(SUM(billed_prompt_tokens + billed_completion_tokens), 0) AS tokens,
+              COALESCE(SUM(debit_credits), 0) AS credits
+         FROM settlements WHERE request_id = ?`,
     ),
-    // The request starts no more attempts: its held reservation is marked ended, and resolved as above
-    // in the same statement when none of its attempts is pending.
-    endRequest: db.prepare(
-      `UPDATE reservations
-          SET request_ended = 1,
-              state = CASE WHEN u.pending > 0 THEN state WHEN u.tokens > 0 OR u.credits > 0 THEN 'finalised' ELSE 'released' END,
-              used_tokens = CASE WHEN u.pending > 0 THEN used_tokens ELSE u.tokens END,
-              used_credits = CASE WHEN u.pending > 0 THEN used_credits ELSE u.credits END,
-              resolved_at_ms = CASE WHEN u.pending > 0 THEN resolved_at_ms ELSE ?2 END
-         FROM ${REQUEST_USAGE} AS u
-        WHERE reservations.request_id = ?1 AND reservations.state = 'held'`,
+    resolveReservation: db.prepare(
+      `UPDATE reservations SET state = ?, used_tokens = ?, used_credits = ?, resolved_at_ms = ?
+        WHERE request_id = ? AND state = 'held'`,
     ),
   };
 }
@@ -297,7 +285,14 @@ function settlementEntries(row: SettlementDbRow, charge: Charge): [string, numbe
 
 /** Resolves a request's held reservation once the request ended and none of its attempts is pending. */
 function resolveReservationIfDone(q: LedgerStatements, request_id: string, now_ms: number): void {
-  q.resolveIfDone.run(request_id, now_ms);
+  if (q.endedAndHeld.get(request_id) !== null) resolveReservationUnlessPending(q, request_id, now_ms);
+}
+
+/** Resolves a request's reservation, known to be held and ended, unless one of its attempts is pending. */
+function resolveReservationUnlessPending(q: LedgerStatements, request_id: string, now_ms: number): void {
+  const used = q.requestUsage.get(request_id) as { pending: number; tokens: number; credits: number };
+  if (used.pending > 0) return;
+  q.resolveReservation.run(used.tokens > 0 || used.credits > 0 ? "finalised" : "released", used.tokens, used.credits, now_ms, request_id);
 }
 
 function tokensCountedOn(db: Database, account_id: string, day: string): number {
@@ -436,7 +431,8 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
   }).immediate;
 
   const markRequestEndedTx = db.transaction((request_id: string, now_ms: number) => {
-    q.endRequest.run(request_id, now_ms);
+    // A changed row is a held reservation now marked ended: no need to read that back.
+    if (q.markEnded.run(request_id).changes === 1) resolveReservationUnlessPending(q, request_id, now_ms);
   }).immediate;
 
   const grantTx = db.transaction((account_id: string, credits: number, memo: string | null, now_ms: number) => {
