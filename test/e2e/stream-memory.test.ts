@@ -5,6 +5,7 @@
 // Its collections are slow in a full suite (the heap holds every earlier file's garbage) and hold the
 // gateway's event loop meanwhile; the buyer's hang-up after them must still cancel the provider's job.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { retainerPaths } from "../support/heapRetainers.ts";
 import { spawnProvider, startTestGateway, TEST_MODE, waitFor, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";
 
 let gw: TestGateway;
@@ -87,11 +88,17 @@ describe("a live request's prompt", () => {
 
     // The control: it can still fail over until its body is written, so its prompt stays.
     expect(await promptCopies(jsonMarker)).toBeGreaterThan(0);
+    expect(retainerPaths(jsonMarker).length).toBeGreaterThan(0); // the diagnostic below can find a holder
     // Embedded at once; on PostgreSQL and a cluster node something async still holds it for a while
     // after the first delta (measured 2026-11-27: < 1 s PostgreSQL, 2–3 s cluster; cause open,
     // docs/scale-out.md) — never as long as this ~12 s stream.
     if (TEST_MODE === "embedded") expect(await promptCopies(streamMarker)).toBe(0);
-    else await waitFor(async () => (await promptCopies(streamMarker)) === 0, 6000, "the stream's prompt released");
+    else {
+      // Alone, even at load 7, both release it at once; only inside the full cluster pass has it been
+      // late: name the holder in the log when it is.
+      if ((await promptCopies(streamMarker)) > 0) console.warn(`[stream-memory] prompt still held after the first delta:\n${retainerPaths(streamMarker).join("\n")}`);
+      await waitFor(async () => (await promptCopies(streamMarker)) === 0, 6000, "the stream's prompt released");
+    }
 
     jsonAbort.abort();
     await pending;
