@@ -73,7 +73,8 @@ export function decodeBinaryMessage(bytes: Uint8Array): { header: NodeMessage; f
   if (4 + length > bytes.byteLength) return null;
   try {
     const header = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset + 4, length).toString()) as NodeMessage;
-    const frame = 4 + length < bytes.byteLength ? bytes.subarray(4 + length) : null;
+    // A copy: what is decoded from it may be kept after the socket's buffer is reused.
+    const frame = 4 + length < bytes.byteLength ? bytes.slice(4 + length) : null;
     return { header, frame };
   } catch {
     return null;
