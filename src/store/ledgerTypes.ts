@@ -86,6 +86,11 @@ export interface SettleInput {
    * outcome, as recordAttemptEnd would have (ignored when a record was already written).
    */
   ended?: { delivered: DeliveredRecord; ended_at_ms: number; pending_deadline_at_ms: number };
+  /**
+   * The attempt's `accepted` measurement, written with the outcome unless one is written already
+   * (the first one wins, as with recordAcceptedMeasurement).
+   */
+  accepted_model_hash?: string | null;
 }
 
 export type SettleResult =
@@ -167,13 +172,17 @@ export interface LedgerStore {
   getRouteSnapshot(request_id: string, attempt_n: number): { snapshot_json: string; digest: string } | null;
   /** Persists `accepted.model_hash` (first one wins). False for an unknown attempt. */
   recordAcceptedMeasurement(request_id: string, attempt_n: number, model_hash: string): boolean;
-  /** Persists the delivered prefix and the pending deadline when the attempt ends (first one wins). */
+  /**
+   * Persists the delivered prefix and the pending deadline when the attempt ends (first one wins),
+   * and the `accepted` measurement when given and none is written yet.
+   */
   recordAttemptEnd(
     request_id: string,
     attempt_n: number,
     delivered: DeliveredRecord,
     pending_deadline_at_ms: number,
     now_ms?: number,
+    accepted_model_hash?: string | null,
   ): boolean;
   /** Logs a received receipt envelope (every arrival, including late and duplicate ones); returns its row id. */
   recordReceiptArrival(

@@ -42,7 +42,7 @@ export function writeDeliveredRecord(deps: Pick<OutcomeDeps, "store" | "writes">
   // keeps the first delivered record of an attempt, whichever write brings it).
   void deps.writes
     .run("attempt_end", { request_id: att.requestId, attempt_n: att.attemptN }, () =>
-      deps.store.recordAttemptEnd(att.requestId, att.attemptN, end.delivered, end.pending_deadline_at_ms, end.ended_at_ms),
+      deps.store.recordAttemptEnd(att.requestId, att.attemptN, end.delivered, end.pending_deadline_at_ms, end.ended_at_ms, att.acceptedHash),
     )
     .then((written) => {
       if (written !== null && att.unwrittenEnd === end) att.unwrittenEnd = null;
@@ -58,7 +58,16 @@ export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLa
     const receipt = judged
       ? { envelope: judged.envelope, received_at_ms: judged.receivedAtMs, ...(arrivalId === null ? {} : { arrival_id: arrivalId }) }
       : undefined;
-    const input: SettleInput = { request_id: att.requestId, attempt_n: att.attemptN, label, reason, receipt, billed, ended: att.unwrittenEnd ?? undefined };
+    const input: SettleInput = {
+      request_id: att.requestId,
+      attempt_n: att.attemptN,
+      label,
+      reason,
+      receipt,
+      billed,
+      ended: att.unwrittenEnd ?? undefined,
+      accepted_model_hash: att.acceptedHash,
+    };
     // The embedded store writes it before this returns (the same turn's group commit, as before).
     void deps.writes
       .run("settlement", { request_id: att.requestId, attempt_n: att.attemptN }, () => deps.store.settleAttempt(input, settledAt))

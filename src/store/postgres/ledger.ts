@@ -137,11 +137,12 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
       return res.count === 1;
     },
 
-    async recordAttemptEnd(request_id, attempt_n, d, pending_deadline_at_ms, now_ms = clock()) {
+    async recordAttemptEnd(request_id, attempt_n, d, pending_deadline_at_ms, now_ms = clock(), accepted_model_hash = null) {
       const res = await sql`UPDATE settlements SET delivered_output_hash = ${d.output_hash}, delivered_start_byte = ${d.start_byte},
           delivered_end_byte = ${d.end_byte}, delivered_tokens = ${d.tokens}, delivered_terminal_state = ${d.terminal_state},
           delivered_finish_reason = ${d.finish_reason}, delivered_tool_calls = ${d.tool_calls_delivered},
-          delivered_tool_call_bytes = ${d.tool_call_bytes}, reported_input_tokens = ${d.reported_input_tokens}, ended_at_ms = ${now_ms}, pending_deadline_at_ms = ${pending_deadline_at_ms}
+          delivered_tool_call_bytes = ${d.tool_call_bytes}, reported_input_tokens = ${d.reported_input_tokens}, ended_at_ms = ${now_ms}, pending_deadline_at_ms = ${pending_deadline_at_ms},
+          accepted_model_hash = COALESCE(accepted_model_hash, ${accepted_model_hash}::text)
         WHERE request_id = ${request_id} AND attempt_n = ${attempt_n} AND label = 'pending' AND ended_at_ms IS NULL`;
       return res.count === 1;
     },
@@ -156,7 +157,7 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
       // What the charge depends on (payer, rates, mode) never changes once the attempt is open: it is
       // read and priced first, so the transaction itself is one call that holds its locks briefly.
       const [head] = await sql`SELECT label, payer, account_id, provider_id, mode, prompt_credits_per_million,
-        completion_credits_per_million, provider_share_bps FROM settlements WHERE request_id = ${input.request_id} AND attempt_n = ${input.attempt_n}`;
+        completion_credits_per_million, provider_share_bps, accepted_model_hash FROM settlements WHERE request_id = ${input.request_id} AND attempt_n = ${input.attempt_n}`;
       if (head === undefined) return { ok: false, code: "unknown_attempt" };
       const h = head as Row;
       const alreadySettled = async (): Promise<SettleResult> => ({
@@ -186,6 +187,12 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
               [PLATFORM_ACCOUNT, charge.platform_credits],
             ])
           : null;
+      // A measurement not written yet (its delivered record comes with this outcome) is written first,
+      // as recordAcceptedMeasurement would have (the first one wins).
+      if (input.accepted_model_hash != null && h.accepted_model_hash === null) {
+        await sql`UPDATE settlements SET accepted_model_hash = ${input.accepted_model_hash}
+          WHERE request_id = ${input.request_id} AND attempt_n = ${input.attempt_n} AND label = 'pending' AND accepted_model_hash IS NULL`;
+      }
       const byArrival = input.receipt?.arrival_id !== undefined;
       const ended = input.ended ?? null;
       const d = ended?.delivered;
