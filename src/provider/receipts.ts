@@ -63,7 +63,7 @@ export function boundChunks<C extends DeliveredChunk>(sent: readonly C[], cancel
  * processed; the gateway still charges only attempts that delivered something.
  */
 export function issueReceipt(signer: ReceiptSigner, ending: AttemptEnding): IssuedReceipt {
-  const chunks = boundChunks(ending.sent, ending.cancelDeliveredBytes);
+  const chunks = ending.cancelDeliveredBytes === null ? ending.sent : chunksWithinBytes(ending.sent, ending.cancelDeliveredBytes);
   // Offsets start at 0: failover happens only before the first buyer-visible byte (docs/architecture.md).
   const prefix = deliveredPrefixOf(chunks, ending.terminal_state, ending.finish_reason, 0);
   const facts = {
@@ -74,5 +74,6 @@ export function issueReceipt(signer: ReceiptSigner, ending: AttemptEnding): Issu
     terminal_state_ts_unix_ms: Math.max(0, Math.floor(ending.terminalAtMs)),
     issued_at_unix_ms: Math.max(0, Math.floor(ending.issuedAtMs)),
   };
-  return { envelope: signer.sign(facts), body: signer.body(facts), prefix, deliveredNothing: deliveredNothing(prefix) };
+  const body = signer.body(facts);
+  return { envelope: signer.signBody(body), body, prefix, deliveredNothing: deliveredNothing(prefix) };
 }

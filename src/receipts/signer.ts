@@ -33,6 +33,8 @@ export interface ReceiptSigner {
   body(facts: ReceiptFacts): ReceiptBody;
   /** The signed envelope for these facts. */
   sign(facts: ReceiptFacts): string;
+  /** The signed envelope of a body made by `body` (when the caller keeps the body too). */
+  signBody(body: ReceiptBody): string;
 }
 
 /** A signer bound to one provider id and its receipt key (the key sent in `hello`). */
@@ -79,5 +81,6 @@ export function createReceiptSigner(privateKey: KeyObject, providerId: string): 
     keyId,
     body,
     sign: (facts) => encodeEnvelope(body(facts), privateKey),
+    signBody: (made) => encodeEnvelope(made, privateKey),
   };
 }

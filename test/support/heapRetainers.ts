@@ -20,35 +20,32 @@ export function retainerPaths(marker: string, options: { minLength?: number; dep
   const [eType, eName, eTo] = [ef.indexOf("type"), ef.indexOf("name_or_index"), ef.indexOf("to_node")];
   const { nodes, edges, strings } = snap;
   const label = (n: number) => `${node_types[0][nodes[n * N + nType]!]}:${String(strings[nodes[n * N + nName]!]).slice(0, 60)}`;
-  const holders = new Map<number, Array<[number, string]>>();
-  for (let n = 0, e = 0; n < nodes.length / N; n++) {
-    for (let k = 0; k < nodes[n * N + nEdges]!; k++, e += E) {
-      const kind = edge_types[0][edges[e + eType]!];
-      const name = kind === "element" || kind === "hidden" ? `[${edges[e + eName]}]` : strings[edges[e + eName]!];
-      const to = edges[e + eTo]! / N;
-      const list = holders.get(to) ?? [];
-      list.push([n, `-${kind}:${name}->`]);
-      holders.set(to, list);
-    }
-  }
+  const edgeLabel = (e: number) => {
+    const kind = edge_types[0][edges[e + eType]!];
+    return `-${kind}:${kind === "element" || kind === "hidden" ? `[${edges[e + eName]}]` : strings[edges[e + eName]!]}->`;
+  };
+  // One pass over every edge a level, looking only for edges into the frontier: no reverse index of
+  // the whole heap (building one took over a minute on a full suite's heap).
   const found: string[] = [];
   for (let n = 0; n < nodes.length / N; n++) {
     const text = strings[nodes[n * N + nName]!];
     if (typeof text !== "string" || text.length <= minLength || !text.includes(marker)) continue;
     const seen = new Set([n]);
-    let frontier: Array<[number, string]> = [[n, label(n)]];
-    for (let d = 0; d < depth && frontier.length > 0; d++) {
-      const next: Array<[number, string]> = [];
-      for (const [m, path] of frontier) {
-        for (const [p, edge] of holders.get(m) ?? []) {
-          if (seen.has(p)) continue;
-          seen.add(p);
-          next.push([p, `${label(p)} ${edge} ${path}`]);
+    let frontier = new Map<number, string>([[n * N, label(n)]]);
+    for (let d = 0; d < depth && frontier.size > 0; d++) {
+      const next = new Map<number, string>();
+      for (let from = 0, e = 0; from < nodes.length / N && next.size < 32; from++) {
+        for (let k = 0; k < nodes[from * N + nEdges]!; k++, e += E) {
+          const path = frontier.get(edges[e + eTo]!);
+          if (path === undefined || seen.has(from)) continue;
+          seen.add(from);
+          next.set(from * N, `${label(from)} ${edgeLabel(e)} ${path}`);
         }
       }
-      frontier = next.slice(0, 32);
+      if (next.size === 0) break; // the roots: keep the paths that reached them
+      frontier = next;
     }
-    found.push(...frontier.slice(0, paths).map(([, path]) => path));
+    found.push(...[...frontier.values()].slice(0, paths));
   }
   return found;
 }
