@@ -84,7 +84,7 @@ function accountKind(id: string): LedgerAccountKind {
 
 // The settlement's terminal columns, and the delivered record's (written with them when the attempt
 // ends and settles at once).
-const SETTLE_COLUMNS = `label = ?, reason = ?, receipt = COALESCE(?, receipt), receipt_id = COALESCE(?, receipt_id),
+const SETTLE_COLUMNS = `label = ?, reason = ?, accepted_model_hash = COALESCE(accepted_model_hash, ?), receipt = COALESCE(?, receipt), receipt_id = COALESCE(?, receipt_id),
        receipt_received_at_ms = COALESCE(?, receipt_received_at_ms),
        billed_prompt_tokens = ?, billed_completion_tokens = ?,
        debit_credits = ?, provider_credits = ?, platform_credits = ?, settled_at_ms = ?`;
@@ -126,7 +126,7 @@ function ledgerStatements(db: Database) {
         WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND accepted_model_hash IS NULL`,
     ),
     recordEnd: db.prepare(
-      `UPDATE settlements SET ${DELIVERED_COLUMNS}
+      `UPDATE settlements SET accepted_model_hash = COALESCE(accepted_model_hash, ?), ${DELIVERED_COLUMNS}
         WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND ended_at_ms IS NULL`,
     ),
     insertReceipt: db.prepare(
@@ -293,6 +293,7 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
     const outcome = [
       input.label,
       input.reason,
+      input.accepted_model_hash ?? null,
       byArrival ? null : (input.receipt?.envelope ?? null),
       input.receipt?.arrival_id ?? null,
       input.receipt?.received_at_ms ?? null,
@@ -318,12 +319,14 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
     if (charge !== null && charge.debit_credits > 0) {
       posting_id = post(q, "settlement", { request_id: input.request_id, attempt_n: input.attempt_n }, settlementEntries(row, charge), null, now_ms);
     }
-    resolveReservationIfDone(q, input.request_id, now_ms);
+    if (input.end_request === true && q.markEnded.run(input.request_id).changes === 1) resolveReservationUnlessPending(q, input.request_id, now_ms);
+    else resolveReservationIfDone(q, input.request_id, now_ms);
     // The row as written, from the row read above and the values just set (no second read).
     const written: SettlementDbRow = {
       ...row,
       label: input.label,
       reason: input.reason,
+      accepted_model_hash: row.accepted_model_hash ?? input.accepted_model_hash ?? null,
       receipt: byArrival ? null : (input.receipt?.envelope ?? null),
       receipt_id: input.receipt?.arrival_id ?? null,
       receipt_envelope: byArrival ? input.receipt!.envelope : null,
@@ -393,8 +396,8 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
       return q.recordAccepted.run(model_hash, request_id, attempt_n).changes === 1;
     },
 
-    recordAttemptEnd(request_id, attempt_n, d, pending_deadline_at_ms, now_ms = clock()) {
-      return q.recordEnd.run(...deliveredValues(d, now_ms, pending_deadline_at_ms), request_id, attempt_n).changes === 1;
+    recordAttemptEnd(request_id, attempt_n, d, pending_deadline_at_ms, now_ms = clock(), accepted_model_hash) {
+      return q.recordEnd.run(accepted_model_hash ?? null, ...deliveredValues(d, now_ms, pending_deadline_at_ms), request_id, attempt_n).changes === 1;
     },
 
     recordReceiptArrival(input, now_ms = clock()) {

@@ -86,6 +86,14 @@ export interface SettleInput {
    * outcome, as recordAttemptEnd would have (ignored when a record was already written).
    */
   ended?: { delivered: DeliveredRecord; ended_at_ms: number; pending_deadline_at_ms: number };
+  /** The provider's accepted measurement, when not recorded yet: written with the outcome (the first one stands). */
+  accepted_model_hash?: string;
+  /**
+   * The request starts no more attempts: marked ended in the same transaction, after the outcome, as
+   * markRequestEnded would (its reservation then resolves unless another attempt is pending). Applied
+   * only with a written outcome: on any refusal the caller still owes markRequestEnded.
+   */
+  end_request?: boolean;
 }
 
 export type SettleResult =
@@ -167,13 +175,17 @@ export interface LedgerStore {
   getRouteSnapshot(request_id: string, attempt_n: number): { snapshot_json: string; digest: string } | null;
   /** Persists `accepted.model_hash` (first one wins). False for an unknown attempt. */
   recordAcceptedMeasurement(request_id: string, attempt_n: number, model_hash: string): boolean;
-  /** Persists the delivered prefix and the pending deadline when the attempt ends (first one wins). */
+  /**
+   * Persists the delivered prefix and the pending deadline when the attempt ends (first one wins), and
+   * the accepted measurement when given and none is recorded yet (as recordAcceptedMeasurement).
+   */
   recordAttemptEnd(
     request_id: string,
     attempt_n: number,
     delivered: DeliveredRecord,
     pending_deadline_at_ms: number,
     now_ms?: number,
+    accepted_model_hash?: string,
   ): boolean;
   /** Logs a received receipt envelope (every arrival, including late and duplicate ones); returns its row id. */
   recordReceiptArrival(

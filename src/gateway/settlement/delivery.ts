@@ -13,14 +13,15 @@ export interface DeliveryDeps extends JudgingDeps {
   pendingDeadlineMs: number;
 }
 
-/** `accepted`: persists the measurement; false when it contradicts the catalog (the attempt must end). */
+/**
+ * `accepted`: keeps the measurement, persisted with the attempt's delivered record or outcome; false
+ * when it contradicts the catalog (the attempt must end).
+ */
 export function accepted(deps: DeliveryDeps, requestId: string, attemptN: number, modelHash: string): boolean {
   const att = deps.open.get(attemptKey(requestId, attemptN));
   if (!att || att.acceptedHash !== null) return true;
   att.acceptedHash = modelHash;
-  void deps.writes.run("accepted_measurement", { request_id: requestId, attempt_n: attemptN }, () =>
-    deps.store.recordAcceptedMeasurement(requestId, attemptN, modelHash),
-  );
+  att.unwrittenAccepted = modelHash;
   const refusal = judgeAcceptedMeasurement(att.snapshot, modelHash);
   if (refusal === null) return true;
   deps.log.warn("measurement_mismatch", { request_id: requestId, attempt_n: attemptN, provider_id: att.providerId, reason: refusal });

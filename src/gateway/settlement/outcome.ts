@@ -38,19 +38,26 @@ function chargedUsage(mode: SettlementMode, label: FinalLabel, att: OpenAttempt)
 export function writeDeliveredRecord(deps: Pick<OutcomeDeps, "store" | "writes">, att: OpenAttempt): void {
   const end = att.unwrittenEnd;
   if (end === null) return;
+  const acceptedHash = att.unwrittenAccepted ?? undefined;
   // Kept as unwritten until the write lands: an outcome written meanwhile carries it too (the store
-  // keeps the first delivered record of an attempt, whichever write brings it).
+  // keeps the first delivered record and measurement of an attempt, whichever write brings them).
   void deps.writes
     .run("attempt_end", { request_id: att.requestId, attempt_n: att.attemptN }, () =>
-      deps.store.recordAttemptEnd(att.requestId, att.attemptN, end.delivered, end.pending_deadline_at_ms, end.ended_at_ms),
+      deps.store.recordAttemptEnd(att.requestId, att.attemptN, end.delivered, end.pending_deadline_at_ms, end.ended_at_ms, acceptedHash),
     )
     .then((written) => {
-      if (written !== null && att.unwrittenEnd === end) att.unwrittenEnd = null;
+      if (written === null) return;
+      if (att.unwrittenEnd === end) att.unwrittenEnd = null;
+      if (acceptedHash !== undefined && att.unwrittenAccepted === acceptedHash) att.unwrittenAccepted = null;
     });
 }
 
-/** The settlement actor reached a final state: one ledger transaction, then the `settled` frame. */
-export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null): void {
+/**
+ * The settlement actor reached a final state: one ledger transaction, then the `settled` frame. With
+ * `endRequest`, the request has ended and this was its last open attempt: the transaction ends it too,
+ * and `endRequest` writes the end on its own when the outcome is not written.
+ */
+export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null, endRequest: (() => void) | null = null): void {
   const settledAt = deps.now();
   const billed = chargedUsage(deps.mode, label, att);
   const write = (arrivalId: number | null) => {
@@ -59,10 +66,13 @@ export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLa
       ? { envelope: judged.envelope, received_at_ms: judged.receivedAtMs, ...(arrivalId === null ? {} : { arrival_id: arrivalId }) }
       : undefined;
     const input: SettleInput = { request_id: att.requestId, attempt_n: att.attemptN, label, reason, receipt, billed, ended: att.unwrittenEnd ?? undefined };
+    if (att.unwrittenAccepted !== null) input.accepted_model_hash = att.unwrittenAccepted;
+    if (endRequest !== null) input.end_request = true;
     // The embedded store writes it before this returns (the same turn's group commit, as before).
     void deps.writes
       .run("settlement", { request_id: att.requestId, attempt_n: att.attemptN }, () => deps.store.settleAttempt(input, settledAt))
       .then((result) => {
+        if (endRequest !== null && result?.ok !== true) endRequest();
         if (result !== null) outcomeWritten(deps, att, label, reason, result);
       });
   };
@@ -81,6 +91,7 @@ function outcomeWritten(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, 
     return;
   }
   att.unwrittenEnd = null;
+  att.unwrittenAccepted = null;
   // The outcome is announced only once it is durable; no buyer waits for it, so it rides the next
   // group commit instead of asking for one (src/store/groupCommit.ts).
   deps.store.afterLazyCommit((committed) => {
