@@ -164,7 +164,14 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
       ? redisStickyMap(redis, { idleTtlMs: config.stickyTtlMs })
       : createMemoryStickyMap({ idleTtlMs: config.stickyTtlMs });
   const node = redis
-    ? new ClusterNode<SharedProviderView>({ nodeId: config.nodeId ?? hexId("node_", random)(), redis, leaseMs: config.clusterLeaseMs, log, now })
+    ? new ClusterNode<SharedProviderView>({
+        nodeId: config.nodeId ?? hexId("node_", random)(),
+        redis,
+        leaseMs: config.clusterLeaseMs,
+        log,
+        now,
+        link: config.clusterLinkHost === "off" ? null : { host: config.clusterLinkHost, port: config.clusterLinkPort },
+      })
     : null;
   // Retry results outlive the process: in Redis for a cluster, else in a SQLite file beside the store.
   const replayFile = node ? null : openReplayFile(join(config.dataDir, "replays.db"), { now, windowMs: REPLAY_WINDOW_MS });

@@ -1,11 +1,13 @@
 // One gateway node's place in a cluster (docs/scale-out.md): its membership lease, the provider
-// registry it shares and the one it mirrors, its pub/sub inbox, the change channel, and noticing
-// nodes that died. Everything here is held by leases in Redis: a node killed with -9 stops refreshing
-// them and its share of the cluster's state expires within one lease.
+// registry it shares and the one it mirrors, its links to the other nodes (links.ts) with its pub/sub
+// inbox behind them, the change channel, and noticing nodes that died. Everything here is held by
+// leases in Redis: a node killed with -9 stops refreshing them and its share of the cluster's state
+// expires within one lease.
 import type { Log } from "../log.ts";
 import { decodeMessage, encodeMessage, type ChangeMessage, type NodeMessage, type RegistryMessage, type SharedSessionView } from "./messages.ts";
 import type { ClusterRedis } from "./redis.ts";
 import { CHANGES_CHANNEL } from "./announce.ts";
+import { NodeLinks, type LinkAddress } from "./links.ts";
 
 export interface ClusterNodeOptions {
   nodeId: string;
@@ -14,6 +16,8 @@ export interface ClusterNodeOptions {
   leaseMs: number;
   log: Log;
   now?: () => number;
+  /** Where this node's link server listens (links.ts); null: every message goes over pub/sub. */
+  link?: { host: string; port: number } | null;
 }
 
 export interface ClusterHandlers<V extends SharedSessionView> {
@@ -57,6 +61,9 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   private goneSessions = new Set<string>();
   private publishScheduled = false;
   private stopped = false;
+  private readonly linkListen: { host: string; port: number } | null;
+  private links: NodeLinks | null = null;
+  private linkAddress: LinkAddress | undefined;
 
   constructor(options: ClusterNodeOptions) {
     this.nodeId = options.nodeId;
@@ -64,15 +71,34 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     this.leaseMs = options.leaseMs;
     this.log = options.log;
     this.now = options.now ?? Date.now;
+    this.linkListen = options.link ?? null;
   }
 
   /** Joins: subscribes, takes the membership lease, reads every live node's registry. */
   async start(handlers: ClusterHandlers<V>): Promise<void> {
     this.handlers = handlers;
     const r = this.redis;
+    if (this.linkListen) {
+      const links = new NodeLinks({
+        nodeId: this.nodeId,
+        ...this.linkListen,
+        log: this.log,
+        deliver: (header, frame) => handlers.message(header, frame),
+        sendOpenedMarker: (peer, link) => r.fire("PUBLISH", [r.channel(inbox(peer)), encodeMessage({ t: "linked", from: this.nodeId, link })]),
+      });
+      try {
+        this.linkAddress = links.listen();
+        this.links = links;
+      } catch (error) {
+        // Without a link server the other nodes reach this one over pub/sub, as before links.
+        this.log.warn("cluster_link_listen_failed", { error: String(error) });
+      }
+    }
     await r.subscribe(r.channel(inbox(this.nodeId)), (text) => {
       const decoded = decodeMessage(text);
-      if (decoded) this.safely("cluster_message_failed", () => handlers.message(decoded.header, decoded.frame));
+      if (!decoded) return;
+      if (decoded.header.t === "linked") return this.links?.markerArrived(decoded.header.link);
+      this.safely("cluster_message_failed", () => handlers.message(decoded.header, decoded.frame));
     });
     await r.subscribe(r.channel(REGISTRY_CHANNEL), (text) => this.safely("registry_message_failed", () => this.applyRegistry(JSON.parse(text) as RegistryMessage<V>)));
     await r.subscribe(r.channel(CHANGES_CHANNEL), (text) => this.safely("change_message_failed", () => handlers.changed(JSON.parse(text) as ChangeMessage)));
@@ -90,8 +116,9 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     });
   }
 
-  /** Sends a message (with a provider frame) to another node's inbox; false when Redis is unreachable. */
+  /** Sends a message (with a provider frame) to another node: over its link when open, else its Redis inbox. */
   send(nodeId: string, header: NodeMessage, frame?: Uint8Array): void {
+    if (this.links?.send(nodeId, header, frame)) return;
     this.redis.fire("PUBLISH", [this.redis.channel(inbox(nodeId)), encodeMessage(header, frame)]);
   }
 
@@ -150,6 +177,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   async stop(): Promise<void> {
     this.stopped = true;
     for (const t of this.timers) clearInterval(t);
+    this.links?.close();
     // A clean stop gives its leases back at once instead of letting them expire.
     await this.redis.call("DEL", [memberKey(this.nodeId), registryKey(this.nodeId)]);
     await this.redis.call("PUBLISH", [this.redis.channel(REGISTRY_CHANNEL), JSON.stringify({ node: this.nodeId, full: true, views: [], gone: [] } satisfies RegistryMessage)]);
@@ -173,7 +201,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
 
   private refreshLease(): void {
     const views = this.handlers!.localViews();
-    const full: RegistryMessage<V> = { node: this.nodeId, full: true, views, gone: [] };
+    const full: RegistryMessage<V> = { node: this.nodeId, full: true, views, gone: [], ...(this.linkAddress ? { link: this.linkAddress } : {}) };
     const text = JSON.stringify(full);
     const r = this.redis;
     r.fire("SET", [memberKey(this.nodeId), String(this.now()), "PX", Math.max(1, Math.floor(this.leaseMs * 0.7))]);
@@ -201,6 +229,9 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
       this.mirror.set(message.node, entry);
     }
     if (message.full) {
+      // A full broadcast without a link address: the node left, or reaches us over pub/sub only.
+      if (message.link) this.links?.connect(message.node, message.link);
+      else this.links?.forget(message.node);
       entry.expiresAt = this.now() + this.leaseMs;
       // A node heard from is alive again (it came back, or Redis did).
       this.dead.delete(message.node);
@@ -229,6 +260,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
       if (this.dead.has(nodeId)) continue;
       this.dead.add(nodeId);
       this.mirror.delete(nodeId);
+      this.links?.forget(nodeId);
       // One survivor resolves the dead node's settlements; every survivor lets go of its work with it.
       const won = await this.redis.call("SET", [`gw:reaped:${nodeId}`, this.nodeId, "NX", "PX", this.leaseMs * 6]);
       const reaper = won.ok && won.value === "OK";

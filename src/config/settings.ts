@@ -85,6 +85,8 @@ export const settingSpecs = [
   s("hedgeMaxPercent", "integer", 5, "Hedges may be at most this percentage of requests.", { min: 0 }),
   s("redisUrl", "string", undefined, "Redis URL (redis://HOST:PORT) of a cluster: concurrency slots, retry results, the provider registry and node-to-node forwarding live there (docs/scale-out.md)."),
   s("nodeId", "string", undefined, "This node's name in a cluster (default: a random one per process start)."),
+  s("clusterLinkHost", "string", "127.0.0.1", "Address of this cluster node's link server, bound and announced to the other nodes: give each node its own address that the others reach (docs/scale-out.md, \"Node links\"). \"off\": no links; frames between nodes go over Redis pub/sub."),
+  s("clusterLinkPort", "integer", 0, "TCP port of this cluster node's link server (0 = any free port).", { min: 0 }),
   s("clusterLeaseMs", "integer", 10_000, "How long a dead cluster node's slots, registry entries and membership outlive it; its buyers' and providers' work is let go within it.", { min: 100 }),
   s("requestBodyTimeoutMs", "integer", 30_000, "Longest a buyer may take to send a request body (after valid credentials) before 408 request_timeout.", { min: 1 }),
   s("streamBufferBytes", "integer", 1024 * 1024, "Bytes of a stream's output that may wait unsent for a buyer that does not read; past it the attempt is cancelled (see docs/reliability.md).", { min: 1024 }),
@@ -149,6 +151,8 @@ export interface GatewayConfig {
   hedgeMaxPercent: number;
   redisUrl: string | undefined;
   nodeId: string | undefined;
+  clusterLinkHost: string;
+  clusterLinkPort: number;
   clusterLeaseMs: number;
   requestBodyTimeoutMs: number;
   streamBufferBytes: number;

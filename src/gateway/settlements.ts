@@ -186,7 +186,6 @@ export function createSettlements(deps: SettlementDeps) {
         delivered: null,
         deadlineAtMs: null,
         unwrittenEnd: null,
-        unwrittenAccepted: null,
         earlyReceipt: null,
         crossedEnd: false,
         judged: null,

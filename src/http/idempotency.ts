@@ -184,7 +184,10 @@ export function createReplayCache(options: ReplayCacheOptions) {
     // Re-inserted so creation order stays completion order for pruning.
     entries.delete(e.seq);
     entries.set(e.seq, e);
-    options.backend?.finished(e.keyId, e.fingerprint, result ? { fingerprint: e.fingerprint, ...result } : null);
+    // A run superseded by a newer identical one (unreachable) tells the backend nothing: the newer run
+    // owns the body's entry there, and its own end writes or removes it (an end here used to delete
+    // it — in Redis, the newer run's in-flight mark — for every superseded run).
+    if (reachable(e)) options.backend?.finished(e.keyId, e.fingerprint, result ? { fingerprint: e.fingerprint, ...result } : null);
     const waiters = e.waiters;
     e.waiters = null;
     if (waiters) {

@@ -84,13 +84,43 @@ function accountKind(id: string): LedgerAccountKind {
 
 // The settlement's terminal columns, and the delivered record's (written with them when the attempt
 // ends and settles at once).
-const SETTLE_COLUMNS = `label = ?, reason = ?, accepted_model_hash = COALESCE(accepted_model_hash, ?), receipt = COALESCE(?, receipt), receipt_id = COALESCE(?, receipt_id),
+const SETTLE_COLUMNS = `label = ?, reason = ?, receipt = COALESCE(?, receipt), receipt_id = COALESCE(?, receipt_id),
        receipt_received_at_ms = COALESCE(?, receipt_received_at_ms),
        billed_prompt_tokens = ?, billed_completion_tokens = ?,
-       debit_credits = ?, provider_credits = ?, platform_credits = ?, settled_at_ms = ?`;
+       debit_credits = ?, provider_credits = ?, platform_credits = ?, settled_at_ms = ?,
+       accepted_model_hash = COALESCE(accepted_model_hash, ?)`;
 const DELIVERED_COLUMNS = `delivered_output_hash = ?, delivered_start_byte = ?, delivered_end_byte = ?,
        delivered_tokens = ?, delivered_terminal_state = ?, delivered_finish_reason = ?, delivered_tool_calls = ?,
        delivered_tool_call_bytes = ?, reported_input_tokens = ?, ended_at_ms = ?, pending_deadline_at_ms = ?`;
+
+/** What an attempt's charge is priced and posted by, fixed when it opened (recordRouteSnapshot). */
+interface AttemptTerms {
+  provider_id: string;
+  account_id: string;
+  payer: NewAttempt["payer"];
+  mode: NewAttempt["mode"];
+  prompt_credits_per_million: number;
+  completion_credits_per_million: number;
+  provider_share_bps: number;
+  /** Whether its delivered record is written. */
+  ended: boolean;
+}
+const TERMS_COLUMNS = [
+  "provider_id",
+  "account_id",
+  "payer",
+  "mode",
+  "prompt_credits_per_million",
+  "completion_credits_per_million",
+  "provider_share_bps",
+] as const satisfies readonly (keyof AttemptTerms)[];
+const termsValues = (t: AttemptTerms) => TERMS_COLUMNS.map((column) => t[column]);
+const SETTLE_WHERE = `request_id = ? AND attempt_n = ? AND label = 'pending' AND ${TERMS_COLUMNS.map((c) => `${c} = ?`).join(" AND ")}`;
+/**
+ * Attempts this connection opened and has not settled, kept at most this many (the oldest are
+ * forgotten first): a forgotten one settles the long way, reading its terms.
+ */
+const MAX_OPENED = 65_536;
 
 /**
  * Settlement rows with their deciding envelope: a settlement refers to its receipt's row in the arrival
@@ -101,16 +131,24 @@ const SELECT_SETTLEMENTS = `SELECT s.*, rr.envelope AS receipt_envelope
   FROM settlements s LEFT JOIN receipts_received rr ON rr.id = s.receipt_id`;
 
 /**
- * The request path's statements, prepared once per connection: each request runs about twenty, and
+ * The request path's statements, prepared once per connection: each request runs about fifteen, and
  * a lookup in bun:sqlite's query cache per call costs more than keeping them.
  */
 function ledgerStatements(db: Database) {
-  const entryStatements = new Map<number, { ensureAccounts: Statement; insertEntries: Statement }>();
+  const ensureStatements = new Map<number, Statement>();
+  const entryStatements = new Map<number, Statement>();
+  const rowsOf = (n: number) => Array.from({ length: n }, () => "(?, ?, ?)").join(", ");
   return {
+    /**
+     * Ledger accounts known to exist, filled on first sight: a posting upserts only accounts not in
+     * it (an account is never deleted). One a rolled-back transaction created is healed by post().
+     */
+    knownAccounts: new Set<string>(),
     selectSettlement: db.prepare(`${SELECT_SETTLEMENTS} WHERE s.request_id = ? AND s.attempt_n = ?`),
-    // The settlement transaction's own read: a pending row has no receipt yet (only the settlement
-    // writes one), so it needs no join.
-    selectSettlementRow: db.prepare("SELECT * FROM settlements WHERE request_id = ? AND attempt_n = ?"),
+    // The settlement's terms, read when this connection did not open the attempt (or lost track).
+    selectTerms: db.prepare(
+      `SELECT label, ${TERMS_COLUMNS.join(", ")}, ended_at_ms IS NOT NULL AS ended FROM settlements WHERE request_id = ? AND attempt_n = ?`,
+    ),
     // A conflict on the key is the duplicate the caller is told about; any other constraint still throws.
     insertSnapshot: db.prepare(
       `INSERT INTO route_snapshots (request_id, attempt_n, digest, snapshot, created_at_ms) VALUES (?, ?, ?, ?, ?)
@@ -126,38 +164,43 @@ function ledgerStatements(db: Database) {
         WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND accepted_model_hash IS NULL`,
     ),
     recordEnd: db.prepare(
-      `UPDATE settlements SET accepted_model_hash = COALESCE(accepted_model_hash, ?), ${DELIVERED_COLUMNS}
+      `UPDATE settlements SET ${DELIVERED_COLUMNS}, accepted_model_hash = COALESCE(accepted_model_hash, ?)
         WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND ended_at_ms IS NULL`,
     ),
     insertReceipt: db.prepare(
       `INSERT INTO receipts_received (request_id, attempt_n, provider_id, envelope, received_at_ms, disposition)
        VALUES (?, ?, ?, ?, ?, ?)`,
     ),
-    settle: db.prepare(`UPDATE settlements SET ${SETTLE_COLUMNS} WHERE request_id = ? AND attempt_n = ? AND label = 'pending'`),
-    settleWithEnd: db.prepare(
-      `UPDATE settlements SET ${SETTLE_COLUMNS}, ${DELIVERED_COLUMNS}
-        WHERE request_id = ? AND attempt_n = ? AND label = 'pending' AND ended_at_ms IS NULL`,
-    ),
+    // The outcome, written only to a pending row with the terms it was priced at (no row otherwise),
+    // and the row as written: the settlement needs no read of its own.
+    settle: db.prepare(`UPDATE settlements SET ${SETTLE_COLUMNS} WHERE ${SETTLE_WHERE} RETURNING *`),
+    // With a delivered record given: kept when one is written already, else written with the outcome.
+    settleEnded: db.prepare(`UPDATE settlements SET ${SETTLE_COLUMNS} WHERE ${SETTLE_WHERE} AND ended_at_ms IS NOT NULL RETURNING *`),
+    settleWithEnd: db.prepare(`UPDATE settlements SET ${SETTLE_COLUMNS}, ${DELIVERED_COLUMNS} WHERE ${SETTLE_WHERE} AND ended_at_ms IS NULL RETURNING *`),
     insertPosting: db.prepare("INSERT INTO ledger_postings (kind, request_id, attempt_n, memo, created_at_ms) VALUES (?, ?, ?, ?, ?)"),
-    // A posting's accounts and entries, each one multi-row statement per posting (n rows: a
-    // settlement has 3, a grant 2): a statement's run costs about as much as its row.
-    entryStatements: (n: number) => {
-      let statements = entryStatements.get(n);
-      if (statements === undefined) {
-        const rows = Array.from({ length: n }, () => "(?, ?, ?)").join(", ");
-        statements = {
-          ensureAccounts: db.prepare(`INSERT OR IGNORE INTO ledger_accounts (id, kind, created_at_ms) VALUES ${rows}`),
-          insertEntries: db.prepare(`INSERT INTO ledger_entries (posting_id, account_id, amount) VALUES ${rows}`),
-        };
-        entryStatements.set(n, statements);
-      }
-      return statements;
+    // A posting's new accounts and its entries, each one multi-row statement (n rows: a settlement
+    // has 3 entries, a grant 2): a statement's run costs about as much as its row.
+    ensureAccounts: (n: number) => {
+      let statement = ensureStatements.get(n);
+      if (statement === undefined) ensureStatements.set(n, (statement = db.prepare(`INSERT OR IGNORE INTO ledger_accounts (id, kind, created_at_ms) VALUES ${rowsOf(n)}`)));
+      return statement;
+    },
+    insertEntries: (n: number) => {
+      let statement = entryStatements.get(n);
+      if (statement === undefined) entryStatements.set(n, (statement = db.prepare(`INSERT INTO ledger_entries (posting_id, account_id, amount) VALUES ${rowsOf(n)}`)));
+      return statement;
     },
     sealPosting: db.prepare("UPDATE ledger_postings SET sealed = 1 WHERE id = ?"),
     // The trigger-kept total (migrations.ts, ledger_account_totals), equal to SUM(amount) of the
     // account's entries: O(1) on the reservation path instead of a scan of the account's history.
     balance: db.prepare("SELECT balance AS b FROM ledger_account_totals WHERE account_id = ?"),
-    reservationTaken: db.prepare("SELECT 1 FROM reservations WHERE request_id = ?"),
+    // What admission checks, in one read: whether the request id is taken, and the buyer's balance and
+    // held credits (the trigger-kept sum, migrations.ts, reservation_holds).
+    admissionFacts: db.prepare(
+      `SELECT EXISTS (SELECT 1 FROM reservations WHERE request_id = ?) AS taken,
+              COALESCE((SELECT balance FROM ledger_account_totals WHERE account_id = ?), 0) AS balance,
+              COALESCE((SELECT held_credits FROM reservation_holds WHERE account_id = ?), 0) AS held`,
+    ),
     // The trigger-kept sum (migrations.ts, reservation_holds) of the account's held buyer reservations.
     heldCredits: db.prepare("SELECT held_credits AS c FROM reservation_holds WHERE account_id = ?"),
     insertReservation: db.prepare(
@@ -167,7 +210,9 @@ function ledgerStatements(db: Database) {
     selectReservation: db.prepare("SELECT * FROM reservations WHERE request_id = ?"),
     markEnded: db.prepare("UPDATE reservations SET request_ended = 1 WHERE request_id = ? AND state = 'held'"),
     endedAndHeld: db.prepare("SELECT 1 FROM reservations WHERE request_id = ? AND state = 'held' AND request_ended = 1"),
-    // What the request's settlements charged, and how many are still pending, in one read.
+    // What the request's settlements charged, and how many are still pending, in one read. Not folded
+    // into the resolving UPDATE as `UPDATE … FROM` it: SQLite materialises that subquery on every run,
+    // which costs several times the read and the UPDATE (docs/benchmarks.md, "SQL per request pass").
     requestUsage: db.prepare(
       `SELECT COUNT(*) FILTER (WHERE label = 'pending') AS pending,
               COALESCE(SUM(billed_prompt_tokens + billed_completion_tokens), 0) AS tokens,
@@ -205,12 +250,29 @@ function post(
   if (sum !== 0 || entries.length < 2) throw new Error(`unbalanced posting (sum ${sum}, ${entries.length} entries)`);
 
   const posting_id = Number(q.insertPosting.run(kind, key?.request_id ?? null, key?.attempt_n ?? null, memo, now_ms).lastInsertRowid);
-  const { ensureAccounts, insertEntries } = q.entryStatements(entries.length);
-  ensureAccounts.run(...entries.flatMap(([account]) => [account, accountKind(account), now_ms]));
-  insertEntries.run(...entries.flatMap(([account, amount]) => [posting_id, account, amount]));
+  const accounts = entries.map(([account]) => account);
+  ensureAccounts(q, accounts.filter((account) => !q.knownAccounts.has(account)), now_ms);
+  const values = entries.flatMap(([account, amount]) => [posting_id, account, amount]);
+  try {
+    q.insertEntries(entries.length).run(...values);
+  } catch (error) {
+    // A known account whose creating transaction rolled back (foreign keys are checked at once): the
+    // statement alone failed; forget what was known, upsert this posting's accounts and write again.
+    if ((error as { code?: string }).code !== "SQLITE_CONSTRAINT_FOREIGNKEY") throw error;
+    q.knownAccounts.clear();
+    ensureAccounts(q, accounts, now_ms);
+    q.insertEntries(entries.length).run(...values);
+  }
   // The seal trigger re-checks the sum in SQL; after it, the posting and its entries are immutable.
   q.sealPosting.run(posting_id);
   return posting_id;
+}
+
+/** Creates the ledger accounts not yet known to exist (INSERT OR IGNORE), and knows them from now on. */
+function ensureAccounts(q: LedgerStatements, accounts: readonly string[], now_ms: number): void {
+  if (accounts.length === 0) return;
+  q.ensureAccounts(accounts.length).run(...accounts.flatMap((account) => [account, accountKind(account), now_ms]));
+  for (const account of accounts) q.knownAccounts.add(account);
 }
 
 function settlementEntries(row: SettlementDbRow, charge: Charge): [string, number][] {
@@ -267,33 +329,39 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
       input.rates.provider_share_bps,
       now_ms,
     );
+    if (opened.size >= MAX_OPENED) opened.delete(opened.keys().next().value!);
+    opened.set(attemptKey(input.request_id, input.attempt_n), {
+      provider_id: input.provider_id,
+      account_id: input.account_id,
+      payer: input.payer,
+      mode: input.mode,
+      ...input.rates,
+      ended: false,
+    });
     return { ok: true as const };
   }).immediate;
 
-  const settleAttemptTx = db.transaction((input: SettleInput, now_ms: number): SettleResult => {
-    const row = q.selectSettlementRow.get(input.request_id, input.attempt_n) as SettlementDbRow | null;
-    if (row === null) return { ok: false, code: "unknown_attempt" };
-    if (row.label !== "pending") return { ok: false, code: "already_settled", settlement: toSettlement(selectSettlement(input.request_id, input.attempt_n)!) };
+  // Attempts opened here and not settled yet, by attemptKey: their settlement writes the outcome
+  // guarded by the terms kept here (the database's row decides: a row that differs, or none, sends it
+  // the long way), so it reads nothing first.
+  const opened = new Map<string, AttemptTerms>();
+  const attemptKey = (request_id: string, attempt_n: number) => `${attempt_n}:${request_id}`;
 
+  /** Prices and writes the outcome for an attempt with terms `t`; null when no pending row has them. */
+  const settleAs = (input: SettleInput, t: AttemptTerms, now_ms: number): SettleResult | null => {
     let charge: Charge | null = null;
     const billed = input.billed ?? null;
     if (billed !== null && (billed.prompt_tokens !== 0 || billed.completion_tokens !== 0)) {
       // The settlement's own rule (src/ledger/charges.ts), checked again where the charge is written.
-      if (!chargeAllowed(input.label, row.mode)) return { ok: false, code: "charge_not_allowed" };
-      const priced = priceUsage(billed.prompt_tokens, billed.completion_tokens, {
-        prompt_credits_per_million: row.prompt_credits_per_million,
-        completion_credits_per_million: row.completion_credits_per_million,
-        provider_share_bps: row.provider_share_bps,
-      });
+      if (!chargeAllowed(input.label, t.mode)) return { ok: false, code: "charge_not_allowed" };
+      const priced = priceUsage(billed.prompt_tokens, billed.completion_tokens, t);
       if (!priced.ok) return { ok: false, code: "invalid_amount" };
       charge = priced.charge;
     }
-
     const byArrival = input.receipt?.arrival_id !== undefined;
     const outcome = [
       input.label,
       input.reason,
-      input.accepted_model_hash ?? null,
       byArrival ? null : (input.receipt?.envelope ?? null),
       input.receipt?.arrival_id ?? null,
       input.receipt?.received_at_ms ?? null,
@@ -303,53 +371,60 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
       charge?.provider_credits ?? 0,
       charge?.platform_credits ?? 0,
       now_ms,
+      input.accepted_model_hash ?? null,
     ];
+    const where = [input.request_id, input.attempt_n, ...termsValues(t)];
     // The delivered record given with the outcome is written by the same UPDATE, unless one was
     // recorded already (the first one wins, as with recordAttemptEnd).
-    const ended = input.ended !== undefined && row.ended_at_ms === null ? input.ended : null;
-    const res =
-      ended === null
-        ? q.settle.run(...outcome, input.request_id, input.attempt_n)
-        : q.settleWithEnd.run(...outcome, ...deliveredValues(ended.delivered, ended.ended_at_ms, ended.pending_deadline_at_ms), input.request_id, input.attempt_n);
-    if (res.changes !== 1) {
-      // Unreachable under BEGIN IMMEDIATE (we hold the write lock), kept as the race guard it is.
-      return { ok: false, code: "already_settled", settlement: toSettlement(selectSettlement(input.request_id, input.attempt_n)!) };
-    }
+    const ended = input.ended;
+    const written = (
+      ended === undefined
+        ? q.settle.get(...outcome, ...where)
+        : t.ended
+          ? q.settleEnded.get(...outcome, ...where)
+          : q.settleWithEnd.get(...outcome, ...deliveredValues(ended.delivered, ended.ended_at_ms, ended.pending_deadline_at_ms), ...where)
+    ) as SettlementDbRow | null;
+    if (written === null) return null;
     let posting_id: number | null = null;
     if (charge !== null && charge.debit_credits > 0) {
-      posting_id = post(q, "settlement", { request_id: input.request_id, attempt_n: input.attempt_n }, settlementEntries(row, charge), null, now_ms);
+      posting_id = post(q, "settlement", { request_id: input.request_id, attempt_n: input.attempt_n }, settlementEntries(written, charge), null, now_ms);
     }
     if (input.end_request === true && q.markEnded.run(input.request_id).changes === 1) resolveReservationUnlessPending(q, input.request_id, now_ms);
     else resolveReservationIfDone(q, input.request_id, now_ms);
-    // The row as written, from the row read above and the values just set (no second read).
-    const written: SettlementDbRow = {
-      ...row,
-      label: input.label,
-      reason: input.reason,
-      accepted_model_hash: row.accepted_model_hash ?? input.accepted_model_hash ?? null,
-      receipt: byArrival ? null : (input.receipt?.envelope ?? null),
-      receipt_id: input.receipt?.arrival_id ?? null,
-      receipt_envelope: byArrival ? input.receipt!.envelope : null,
-      receipt_received_at_ms: input.receipt?.received_at_ms ?? row.receipt_received_at_ms,
-      billed_prompt_tokens: charge?.prompt_tokens ?? 0,
-      billed_completion_tokens: charge?.completion_tokens ?? 0,
-      debit_credits: charge?.debit_credits ?? 0,
-      provider_credits: charge?.provider_credits ?? 0,
-      platform_credits: charge?.platform_credits ?? 0,
-      settled_at_ms: now_ms,
-      ...(ended === null ? {} : deliveredColumns(ended.delivered, ended.ended_at_ms, ended.pending_deadline_at_ms)),
-    };
-    return { ok: true, settlement: toSettlement(written), posting_id };
+    return { ok: true, settlement: toSettlement({ ...written, receipt_envelope: byArrival ? input.receipt!.envelope : null }), posting_id };
+  };
+
+  const alreadySettled = (input: SettleInput): SettleResult => ({
+    ok: false,
+    code: "already_settled",
+    settlement: toSettlement(selectSettlement(input.request_id, input.attempt_n)!),
+  });
+
+  const settleAttemptTx = db.transaction((input: SettleInput, now_ms: number): SettleResult => {
+    const key = attemptKey(input.request_id, input.attempt_n);
+    const known = opened.get(key);
+    if (known !== undefined) {
+      opened.delete(key);
+      // Anything but a written outcome is decided again the long way, on the row itself.
+      const settled = settleAs(input, known, now_ms);
+      if (settled?.ok) return settled;
+    }
+    const row = q.selectTerms.get(input.request_id, input.attempt_n) as (Omit<AttemptTerms, "ended"> & { label: string; ended: number }) | null;
+    if (row === null) return { ok: false, code: "unknown_attempt" };
+    if (row.label !== "pending") return alreadySettled(input);
+    // Unreachable to be null under BEGIN IMMEDIATE (we hold the write lock), kept as the race guard it is.
+    return settleAs(input, { ...row, ended: row.ended === 1 }, now_ms) ?? alreadySettled(input);
   }).immediate;
 
   const reserveTx = db.transaction((input: ReserveInput, now_ms: number): ReserveResult => {
-    if (q.reservationTaken.get(input.request_id) !== null) return { ok: false, code: "duplicate_request" };
+    const facts = q.admissionFacts.get(input.request_id, buyerAccount(input.account_id), input.account_id) as { taken: number; balance: number; held: number };
+    if (facts.taken === 1) return { ok: false, code: "duplicate_request" };
     if (input.daily_token_limit !== undefined) {
       const used = tokensCountedOn(db, input.account_id, input.day);
       if (used + input.tokens > input.daily_token_limit) return { ok: false, code: "quota_exhausted", used_tokens: used };
     }
     if (input.payer === "buyer") {
-      const available = balanceOf(buyerAccount(input.account_id)) - heldCredits(input.account_id);
+      const available = facts.balance - facts.held;
       if (available < input.credits) return { ok: false, code: "insufficient_balance", available_credits: available };
     }
     q.insertReservation.run(input.request_id, input.account_id, input.payer, input.day, input.tokens, input.credits, now_ms);
@@ -396,8 +471,11 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
       return q.recordAccepted.run(model_hash, request_id, attempt_n).changes === 1;
     },
 
-    recordAttemptEnd(request_id, attempt_n, d, pending_deadline_at_ms, now_ms = clock(), accepted_model_hash) {
-      return q.recordEnd.run(accepted_model_hash ?? null, ...deliveredValues(d, now_ms, pending_deadline_at_ms), request_id, attempt_n).changes === 1;
+    recordAttemptEnd(request_id, attempt_n, d, pending_deadline_at_ms, now_ms = clock(), accepted_model_hash = null) {
+      const written = q.recordEnd.run(...deliveredValues(d, now_ms, pending_deadline_at_ms), accepted_model_hash, request_id, attempt_n).changes === 1;
+      const known = opened.get(attemptKey(request_id, attempt_n));
+      if (written && known !== undefined) known.ended = true;
+      return written;
     },
 
     recordReceiptArrival(input, now_ms = clock()) {

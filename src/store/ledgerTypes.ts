@@ -86,8 +86,11 @@ export interface SettleInput {
    * outcome, as recordAttemptEnd would have (ignored when a record was already written).
    */
   ended?: { delivered: DeliveredRecord; ended_at_ms: number; pending_deadline_at_ms: number };
-  /** The provider's accepted measurement, when not recorded yet: written with the outcome (the first one stands). */
-  accepted_model_hash?: string;
+  /**
+   * The attempt's `accepted` measurement, written with the outcome unless one is written already
+   * (the first one wins, as with recordAcceptedMeasurement).
+   */
+  accepted_model_hash?: string | null;
   /**
    * The request starts no more attempts: marked ended in the same transaction, after the outcome, as
    * markRequestEnded would (its reservation then resolves unless another attempt is pending). Applied
@@ -176,8 +179,8 @@ export interface LedgerStore {
   /** Persists `accepted.model_hash` (first one wins). False for an unknown attempt. */
   recordAcceptedMeasurement(request_id: string, attempt_n: number, model_hash: string): boolean;
   /**
-   * Persists the delivered prefix and the pending deadline when the attempt ends (first one wins), and
-   * the accepted measurement when given and none is recorded yet (as recordAcceptedMeasurement).
+   * Persists the delivered prefix and the pending deadline when the attempt ends (first one wins),
+   * and the `accepted` measurement when given and none is written yet.
    */
   recordAttemptEnd(
     request_id: string,
@@ -185,7 +188,7 @@ export interface LedgerStore {
     delivered: DeliveredRecord,
     pending_deadline_at_ms: number,
     now_ms?: number,
-    accepted_model_hash?: string,
+    accepted_model_hash?: string | null,
   ): boolean;
   /** Logs a received receipt envelope (every arrival, including late and duplicate ones); returns its row id. */
   recordReceiptArrival(

@@ -1,8 +1,9 @@
 // The cluster's own figures (docs/scale-out.md, "Measured"), beside the embedded mode, on loopback:
-//   hop         two nodes on one PostgreSQL and one Redis, one provider runtime (openai engine → the
+//   hop         three nodes on one PostgreSQL and one Redis, one provider runtime (openai engine → the
 //               bench mock, test/bench/mock.ts) on node 1; the same streams asked of node 1 (provider
-//               local) and of node 2 (job, frames and `settled` cross Redis pub/sub), interleaved one
-//               at a time. TTFT and each delta's transit (arrival − the mock's write stamp) compared.
+//               local), of node 2 (job, frames and `settled` cross a node link) and of node 3 (links
+//               off: they cross Redis pub/sub), interleaved one at a time. TTFT and each delta's
+//               transit (arrival − the mock's write stamp) compared with node 1's.
 //   throughput  closed-loop short requests (non-streaming, the mock answers at once) for a fixed time
 //               against: the embedded gateway (SQLite), one cluster node, and two cluster nodes (the
 //               load split between them, one provider runtime on each); req/s and the CPU seconds of
@@ -129,10 +130,11 @@ async function stream(url: string, apiKey: string, i: number): Promise<{ ttft: n
   return { ttft, transits };
 }
 
-async function hop(cluster: TestCluster, apiKey: string, n1: ClusterNodeProcess, n2: ClusterNodeProcess) {
-  const paths = { same_node: n1, cross_node: n2 };
-  const samples = { same_node: { ttft: [] as number[], transit: [] as number[] }, cross_node: { ttft: [] as number[], transit: [] as number[] } };
-  for (let i = 0; i < 40; i++) for (const node of [n1, n2]) await stream(node.url, apiKey, i); // warm-up
+async function hop(cluster: TestCluster, apiKey: string, n1: ClusterNodeProcess, n2: ClusterNodeProcess, n3: ClusterNodeProcess) {
+  const paths = { same_node: n1, cross_node: n2, cross_node_pubsub: n3 };
+  const empty = () => ({ ttft: [] as number[], transit: [] as number[] });
+  const samples = { same_node: empty(), cross_node: empty(), cross_node_pubsub: empty() };
+  for (let i = 0; i < 40; i++) for (const node of [n1, n2, n3]) await stream(node.url, apiKey, i); // warm-up
   for (let i = 0; i < HOP_STREAMS; i++) {
     for (const [name, node] of Object.entries(paths) as [keyof typeof paths, ClusterNodeProcess][]) {
       const r = await stream(node.url, apiKey, i);
@@ -149,6 +151,7 @@ async function hop(cluster: TestCluster, apiKey: string, n1: ClusterNodeProcess,
   });
   const same = summary(samples.same_node);
   const cross = summary(samples.cross_node);
+  const pubsub = summary(samples.cross_node_pubsub);
   void cluster;
   return {
     streams_per_path: HOP_STREAMS,
@@ -158,6 +161,14 @@ async function hop(cluster: TestCluster, apiKey: string, n1: ClusterNodeProcess,
     added_ttft_p99_ms: round(cross.ttft_p99_ms - same.ttft_p99_ms),
     added_transit_p50_ms: round(cross.transit_p50_ms - same.transit_p50_ms),
     added_transit_p99_ms: round(cross.transit_p99_ms - same.transit_p99_ms),
+    // The same hop over Redis pub/sub (a node with links off), for the transport choice (docs/scale-out.md).
+    pubsub: {
+      cross_node: pubsub,
+      added_ttft_p50_ms: round(pubsub.ttft_p50_ms - same.ttft_p50_ms),
+      added_ttft_p99_ms: round(pubsub.ttft_p99_ms - same.ttft_p99_ms),
+      added_transit_p50_ms: round(pubsub.transit_p50_ms - same.transit_p50_ms),
+      added_transit_p99_ms: round(pubsub.transit_p99_ms - same.transit_p99_ms),
+    },
   };
 }
 
@@ -323,9 +334,9 @@ async function hopFigures(mockUrl: string) {
     const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "paid", "--name", "hop"]).stdout) as { account_id: string; api_key: string };
     cluster.cli(["credits", "grant", "--account", created.account_id, "--credits", String(1e15)]);
     const [n1, n2] = cluster.nodes as [ClusterNodeProcess, ClusterNodeProcess];
-    await routable(n1.url, created.api_key, 1);
-    await routable(n2.url, created.api_key, 1);
-    return await hop(cluster, created.api_key, n1, n2);
+    const n3 = await cluster.startNode("n3-pubsub", ["--cluster-link-host", "off"]);
+    for (const node of [n1, n2, n3]) await routable(node.url, created.api_key, 1);
+    return await hop(cluster, created.api_key, n1, n2, n3);
   } finally {
     provider.kill("SIGKILL");
     await provider.exited;

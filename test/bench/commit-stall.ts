@@ -47,8 +47,14 @@ try {
     console.log(`main-thread SQL over ${seconds} s (total ms, calls, µs a call, slowest):`);
     const rows = readFileSync(join(dir, `sql-${pid}.txt`), "utf8").split("\n").filter(Boolean);
     const total = rows.reduce((sum, row) => sum + Number(row.trim().split(" ")[0]), 0);
-    console.log(rows.slice(0, 12).join("\n"));
-    console.log(`… all SQL: ${total.toFixed(1)} ms (${((total / (seconds * 1000)) * 100).toFixed(1)} % of the window); writes at FULL (each its own fsync on the event loop):`);
+    // Every statement, with its calls a request: requests admitted in the window (one reservation each),
+    // so that requests in flight at its edges do not skew the figure at high concurrency.
+    const admitted = rows.find((row) => row.includes("INSERT INTO reservations"));
+    const requests = admitted ? Number(admitted.trim().split(/\s+/)[2]) : r.ok + r.errors;
+    const calls = rows.reduce((sum, row) => sum + Number(row.trim().split(/\s+/)[2]), 0);
+    console.log(rows.map((row) => `${(Number(row.trim().split(/\s+/)[2]) / requests).toFixed(2).padStart(6)} /req ${row}`).join("\n"));
+    console.log(`… all SQL: ${total.toFixed(1)} ms (${((total / (seconds * 1000)) * 100).toFixed(1)} % of the window); per request: ${(calls / requests).toFixed(1)} statements, ${((total * 1000) / requests).toFixed(0)} µs`);
+    console.log("writes at FULL (each its own fsync on the event loop):");
     console.log(rows.filter((row) => row.includes("[FULL") && !row.includes("PRAGMA") && /INSERT|UPDATE|DELETE|COMMIT/.test(row)).join("\n") || "  none");
   }
 } finally {

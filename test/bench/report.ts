@@ -90,6 +90,8 @@ export type ClusterFigures =
         added_ttft_p99_ms: number;
         added_transit_p50_ms: number;
         added_transit_p99_ms: number;
+        /** The same hop over Redis pub/sub (a node with links off), same run. */
+        pubsub?: { added_ttft_p50_ms: number; added_ttft_p99_ms: number; added_transit_p50_ms: number; added_transit_p99_ms: number };
       };
       throughput: {
         concurrency: number;
@@ -111,12 +113,15 @@ function renderCluster(c: ClusterFigures): string[] {
   const cpu = (f: ThroughputFigures) => Object.entries(f.cpu_cores).map(([k, v]) => `${k} ${v}`).join(", ");
   return [
     "",
-    `**Cluster mode (issue 22)** — test/bench/cluster-hop.ts after the paths above; load average before ${c.load_average_before.join(" / ")}, after ${c.load_average_after.join(" / ")}. Two nodes on one PostgreSQL and one Redis; ${c.hop.streams_per_path} streams a path asked of the provider's own node and of the other node, interleaved; then closed-loop non-streaming requests at c=${t.concurrency} for ${t.window_ms} ms (mock answering at once).`,
+    `**Cluster mode (issue 22)** — test/bench/cluster-hop.ts after the paths above; load average before ${c.load_average_before.join(" / ")}, after ${c.load_average_after.join(" / ")}. Nodes on one PostgreSQL and one Redis; ${c.hop.streams_per_path} streams a path asked of the provider's own node and of another node (over a node link), interleaved; then closed-loop non-streaming requests at c=${t.concurrency} for ${t.window_ms} ms (mock answering at once).`,
     "",
     row(["figure", "measured", "target", "met"]),
     row(["---", "---", "---", "---"]),
     row(["added TTFT p99, cross-node − same-node", `${c.hop.added_ttft_p99_ms} ms (p50 ${c.hop.added_ttft_p50_ms})`, "≤ 1 ms", yes(c.hop.added_ttft_p99_ms <= 1)]),
     row(["added per-chunk transit p99, cross-node − same-node", `${c.hop.added_transit_p99_ms} ms (p50 ${c.hop.added_transit_p50_ms})`, "≤ 0.3 ms", yes(c.hop.added_transit_p99_ms <= 0.3)]),
+    ...(c.hop.pubsub
+      ? [row(["same hop over Redis pub/sub (node links off), added TTFT p99 / transit p99", `${c.hop.pubsub.added_ttft_p99_ms} ms / ${c.hop.pubsub.added_transit_p99_ms} ms (p50 ${c.hop.pubsub.added_ttft_p50_ms} / ${c.hop.pubsub.added_transit_p50_ms})`, "reported", "–"])]
+      : []),
     row(["one cluster node ÷ embedded, req/s", `${t.cluster_one_node.req_per_s} ÷ ${t.embedded.req_per_s} = ${Math.round(t.one_node_vs_embedded * 100)} %`, "≥ 70 %", yes(t.one_node_vs_embedded >= 0.7)]),
     row(["two nodes ÷ one node, req/s", `${t.cluster_two_nodes.req_per_s} ÷ ${t.cluster_one_node.req_per_s} = ${t.two_nodes_vs_one}`, "reported", "–"]),
     "",

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { clusterMissing } from "../support/cluster.ts";
-import { startCluster, type TestCluster } from "../support/cluster.ts";
+import { startCluster, type ClusterNodeProcess, type TestCluster } from "../support/cluster.ts";
 
 const MODEL = "cluster-model";
 /** Served slowly (one answer of 12–48 tokens takes 1–5 s), so requests that run overlap on any machine. */
@@ -31,7 +31,9 @@ describe.skipIf(clusterMissing !== null)("three nodes, one store, one Redis", ()
   });
 
   test("buyers on node 3 are served by providers on nodes 1 and 2, streaming and not, each billed once; audit clean", async () => {
-    const n3 = cluster.nodes[2]!;
+    const [n1, n2, n3] = cluster.nodes as [ClusterNodeProcess, ClusterNodeProcess, ClusterNodeProcess];
+    // Jobs go over node 3's links to nodes 1 and 2, frames over theirs back (docs/scale-out.md, "Node links").
+    for (const [from, to] of [[n3, n1], [n3, n2], [n1, n3], [n2, n3]] as const) await from.waitForEvent("cluster_link_open", (e) => e.peer === to.name, 10_000);
     const client = new OpenAI({ apiKey, baseURL: n3.baseURL, maxRetries: 0 });
     const ids: string[] = [];
     for (let i = 0; i < 6; i++) {
@@ -165,5 +167,31 @@ describe.skipIf(clusterMissing !== null)("three nodes, one store, one Redis", ()
     }
     expect(admitted).toBe(before);
     await n1!.waitForEvent("cluster_change", (e) => e.kind === "provider_banned", 2000);
+  }, 120_000);
+
+  test("a node without links (--cluster-link-host off) is served over Redis pub/sub both ways, billed once", async () => {
+    const n4 = await cluster.startNode("n4", ["--cluster-link-host", "off"]);
+    await cluster.waitRoutable(n4, 3);
+    const receipts = () => cluster.cli(["receipts", "list", "--json"]).stdout.trim().split("\n").filter(Boolean).map((l) => JSON.parse(l) as { label: string });
+    const before = receipts();
+    const client = new OpenAI({ apiKey, baseURL: n4.baseURL, maxRetries: 0 });
+    for (let i = 0; i < 3; i++) {
+      const stream = await client.chat.completions.create({ model: MODEL, stream: true, max_tokens: 12, messages: [{ role: "user", content: `no link ${i}` }] });
+      let text = "";
+      for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? "";
+      expect(text.length).toBeGreaterThan(0);
+    }
+    const deadline = performance.now() + 10_000;
+    const verified = (rows: { label: string }[]) => rows.filter((r) => r.label === "verified").length;
+    let rows = before;
+    while (performance.now() < deadline && verified(rows) < verified(before) + 3) {
+      await Bun.sleep(100);
+      rows = receipts();
+    }
+    expect(rows.length).toBe(before.length + 3);
+    expect(verified(rows)).toBe(verified(before) + 3);
+    // No node linked to it, and it linked to none.
+    expect(n4.events.some((e) => e.event === "cluster_link_open")).toBe(false);
+    expect(cluster.nodes.some((n) => n.events.some((e) => e.event === "cluster_link_open" && e.peer === "n4"))).toBe(false);
   }, 120_000);
 });

@@ -82,6 +82,38 @@ describe("an attempt that ends and settles in one call", () => {
   });
 });
 
+describe("the accepted measurement rides the attempt's delivered record or its outcome", () => {
+  const measured = "a".repeat(64);
+
+  test("written with the delivered record; the first one written wins", async () => {
+    const store = await fresh();
+    await store.recordRouteSnapshot(attempt("r1"));
+    await store.recordRouteSnapshot(attempt("r2"));
+    expect(await store.recordAttemptEnd("r1", 0, delivered, 301_000, 1_200, measured)).toBe(true);
+    expect(await store.recordAcceptedMeasurement("r2", 0, measured)).toBe(true);
+    expect(await store.recordAttemptEnd("r2", 0, delivered, 301_000, 1_200, "b".repeat(64))).toBe(true);
+    expect((await store.getSettlement("r1", 0))?.accepted_model_hash).toBe(measured);
+    expect((await store.getSettlement("r2", 0))?.accepted_model_hash).toBe(measured);
+    // The outcome keeps the measurement it finds.
+    const settled = await store.settleAttempt({ request_id: "r2", attempt_n: 0, ...verified, receipt, accepted_model_hash: "c".repeat(64) }, 1_600);
+    expect(settled.ok && settled.settlement.accepted_model_hash).toBe(measured);
+    expect((await store.getSettlement("r2", 0))?.accepted_model_hash).toBe(measured);
+    await store.close();
+  });
+
+  test("written with the outcome when the attempt ends and settles at once", async () => {
+    const store = await fresh();
+    await store.recordRouteSnapshot(attempt("r1"));
+    const settled = await store.settleAttempt(
+      { request_id: "r1", attempt_n: 0, ...verified, receipt, ended: { delivered, ended_at_ms: 1_200, pending_deadline_at_ms: 301_000 }, accepted_model_hash: measured },
+      1_600,
+    );
+    expect(settled.ok && settled.settlement.accepted_model_hash).toBe(measured);
+    expect(await store.getSettlement("r1", 0)).toEqual(settled.ok ? settled.settlement : null);
+    await store.close();
+  });
+});
+
 test("reserve returns the reservation exactly as stored", async () => {
   const store = await fresh();
   const reserved = await store.reserve({ request_id: "r9", account_id: "acct_1", payer: "buyer", day: "2026-11-22", tokens: 50, credits: 40 }, 1_234);

@@ -4,6 +4,7 @@ import { describe, expect, test } from "bun:test";
 import { createReplayCache, REPLAY_WINDOW_MS, type ReplayIdentity, type RunTracker } from "../../src/http/idempotency.ts";
 import { errorResponse, type GatewayError } from "../../src/http/errors.ts";
 import { lazyEventStream, type BodyTemplate, type LazyEventStream } from "../../src/http/output.ts";
+import type { ReplayBackend } from "../../src/store/replayBackend.ts";
 
 const enc = new TextEncoder();
 const identity = (over: Partial<ReplayIdentity> = {}): ReplayIdentity => ({
@@ -86,6 +87,34 @@ describe("replay cache", () => {
     }
     expect(h.cache.size()).toBe(1);
     expect(await json(await h.cache.run(identity({ retryMarked: true }), h.ok, refuse))).toEqual({ run: 5 });
+  });
+
+  test("a run superseded by an identical one leaves the backend to the newer run", async () => {
+    const calls: string[] = [];
+    const backend: ReplayBackend = {
+      claim: async () => null,
+      latest: async () => null,
+      started: () => {},
+      finished: (keyId, _fingerprint, result) => calls.push(`finished ${keyId} ${result === null ? "failed" : "succeeded"}`),
+    };
+    const cache = createReplayCache({ now: () => 0, backend });
+    const held: ((value: Response) => void)[] = [];
+    const pending = (tracker: RunTracker) =>
+      new Promise<Response>((resolve) => {
+        tracker.record("{}");
+        tracker.outcome(true);
+        held.push(resolve);
+      });
+    const first = cache.run(identity(), pending, refuse);
+    const second = cache.run(identity(), pending, refuse);
+    await Bun.sleep(0);
+    const respond = () => new Response("{}", { headers: { "content-type": "application/json" } });
+    held[0]!(respond());
+    await first;
+    expect(calls).toEqual([]);
+    held[1]!(respond());
+    await second;
+    expect(calls).toEqual(["finished null succeeded"]);
   });
 
   test("at most maxEntries finished results are kept, oldest first out", async () => {

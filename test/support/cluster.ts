@@ -25,7 +25,8 @@ export interface TestCluster {
   nodes: ClusterNodeProcess[];
   /** Runs `gateway ARGS… --data-dir D --database-url U` (the operator CLI against the shared store). */
   cli(args: string[]): { exitCode: number; stdout: string; stderr: string };
-  startNode(name: string): Promise<ClusterNodeProcess>;
+  /** Starts one more node (`extraArgs` after the cluster's own). */
+  startNode(name: string, extraArgs?: string[]): Promise<ClusterNodeProcess>;
   provider(o: { id: string; gateways: ClusterNodeProcess[]; models?: string[]; maxConcurrency?: number; tokensPerSecond?: number; ttftMs?: number }): ClusterProviderProcess;
   /** Waits until `node` can route `model` to `n` providers (its own or other nodes'). */
   waitRoutable(node: ClusterNodeProcess, n: number, timeoutMs?: number): Promise<void>;
@@ -57,9 +58,9 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
     if (added.exitCode !== 0) throw new Error(`catalog add: ${added.stderr}`);
   }
 
-  async function startNode(name: string): Promise<ClusterNodeProcess> {
+  async function startNode(name: string, extraArgs: string[] = []): Promise<ClusterNodeProcess> {
     const args = ["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", "--database-url", databaseUrl, "--redis-url", redis.url, "--node-id", name];
-    args.push("--cluster-lease-ms", String(leaseMs), "--settlement-mode", "enforce", "--heartbeat-interval-ms", "500", ...(options.extraArgs ?? []));
+    args.push("--cluster-lease-ms", String(leaseMs), "--settlement-mode", "enforce", "--heartbeat-interval-ms", "500", ...(options.extraArgs ?? []), ...extraArgs);
     const child = spawnLogging(args);
     procs.push(child);
     return { name, ...child, ...(await listeningAddress(child, "cluster_joined", 30_000, `node ${name}`)) };

@@ -54,12 +54,6 @@ export interface OpenAttempt {
    * the signature), the settlement writes it; otherwise `released` does, as the verdict comes later.
    */
   unwrittenEnd: NonNullable<SettleInput["ended"]> | null;
-  /**
-   * The accepted measurement (`acceptedHash`) until a write carries it: the delivered record's or the
-   * outcome's, whichever comes first — never a transaction of its own. Only those writes make it
-   * matter: without a delivered record, an attempt cut off settles as interrupted.
-   */
-  unwrittenAccepted: string | null;
   /** A receipt that arrived before the attempt was released: judged at release. */
   earlyReceipt: string | null;
   /**

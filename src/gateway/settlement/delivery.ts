@@ -14,14 +14,21 @@ export interface DeliveryDeps extends JudgingDeps {
 }
 
 /**
- * `accepted`: keeps the measurement, persisted with the attempt's delivered record or outcome; false
- * when it contradicts the catalog (the attempt must end).
+ * `accepted`: keeps the measurement, which the attempt's delivered record (or its outcome) persists
+ * with it — one write less a request; one that comes after the release is written alone. Nothing
+ * reads it from the store before then: a restart resumes only attempts with a delivered record, and
+ * the audit re-verifies settled ones (docs/decisions.md, "The accepted measurement"). False when it
+ * contradicts the catalog (the attempt must end).
  */
 export function accepted(deps: DeliveryDeps, requestId: string, attemptN: number, modelHash: string): boolean {
   const att = deps.open.get(attemptKey(requestId, attemptN));
   if (!att || att.acceptedHash !== null) return true;
   att.acceptedHash = modelHash;
-  att.unwrittenAccepted = modelHash;
+  if (att.delivered !== null) {
+    void deps.writes.run("accepted_measurement", { request_id: requestId, attempt_n: attemptN }, () =>
+      deps.store.recordAcceptedMeasurement(requestId, attemptN, modelHash),
+    );
+  }
   const refusal = judgeAcceptedMeasurement(att.snapshot, modelHash);
   if (refusal === null) return true;
   deps.log.warn("measurement_mismatch", { request_id: requestId, attempt_n: attemptN, provider_id: att.providerId, reason: refusal });

@@ -38,17 +38,14 @@ function chargedUsage(mode: SettlementMode, label: FinalLabel, att: OpenAttempt)
 export function writeDeliveredRecord(deps: Pick<OutcomeDeps, "store" | "writes">, att: OpenAttempt): void {
   const end = att.unwrittenEnd;
   if (end === null) return;
-  const acceptedHash = att.unwrittenAccepted ?? undefined;
   // Kept as unwritten until the write lands: an outcome written meanwhile carries it too (the store
-  // keeps the first delivered record and measurement of an attempt, whichever write brings them).
+  // keeps the first delivered record of an attempt, whichever write brings it).
   void deps.writes
     .run("attempt_end", { request_id: att.requestId, attempt_n: att.attemptN }, () =>
-      deps.store.recordAttemptEnd(att.requestId, att.attemptN, end.delivered, end.pending_deadline_at_ms, end.ended_at_ms, acceptedHash),
+      deps.store.recordAttemptEnd(att.requestId, att.attemptN, end.delivered, end.pending_deadline_at_ms, end.ended_at_ms, att.acceptedHash),
     )
     .then((written) => {
-      if (written === null) return;
-      if (att.unwrittenEnd === end) att.unwrittenEnd = null;
-      if (acceptedHash !== undefined && att.unwrittenAccepted === acceptedHash) att.unwrittenAccepted = null;
+      if (written !== null && att.unwrittenEnd === end) att.unwrittenEnd = null;
     });
 }
 
@@ -65,8 +62,16 @@ export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLa
     const receipt = judged
       ? { envelope: judged.envelope, received_at_ms: judged.receivedAtMs, ...(arrivalId === null ? {} : { arrival_id: arrivalId }) }
       : undefined;
-    const input: SettleInput = { request_id: att.requestId, attempt_n: att.attemptN, label, reason, receipt, billed, ended: att.unwrittenEnd ?? undefined };
-    if (att.unwrittenAccepted !== null) input.accepted_model_hash = att.unwrittenAccepted;
+    const input: SettleInput = {
+      request_id: att.requestId,
+      attempt_n: att.attemptN,
+      label,
+      reason,
+      receipt,
+      billed,
+      ended: att.unwrittenEnd ?? undefined,
+      accepted_model_hash: att.acceptedHash,
+    };
     if (endRequest !== null) input.end_request = true;
     // The embedded store writes it before this returns (the same turn's group commit, as before).
     void deps.writes
@@ -91,7 +96,6 @@ function outcomeWritten(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, 
     return;
   }
   att.unwrittenEnd = null;
-  att.unwrittenAccepted = null;
   // The outcome is announced only once it is durable; no buyer waits for it, so it rides the next
   // group commit instead of asking for one (src/store/groupCommit.ts).
   deps.store.afterLazyCommit((committed) => {

@@ -96,7 +96,6 @@ function resumedAttempt(row: SettlementRow, snapshot: RouteSnapshot, digest: str
     },
     deadlineAtMs: row.pending_deadline_at_ms ?? nowMs,
     unwrittenEnd: null,
-    unwrittenAccepted: null,
     earlyReceipt: null,
     crossedEnd: false,
     judged: null,
