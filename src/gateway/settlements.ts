@@ -65,6 +65,26 @@ export function createSettlements(deps: SettlementDeps) {
   /** Dead nodes' attempts being read back from the store (cluster adoption), by attempt key. */
   const adopting = new Map<string, Promise<boolean>>();
   const writes = durableWrites(deps.log);
+  /** Attempts open here, by request id. */
+  const openByRequest = new Map<string, number>();
+  /**
+   * Requests that ended while an attempt of theirs was open here: the end is written by the settlement
+   * of their last open attempt (one transaction a request less, docs/scale-out.md "Measured"). Their
+   * reservation cannot resolve before that settlement anyway.
+   */
+  const endingWithSettlement = new Set<string>();
+  const opened = (requestId: string) => openByRequest.set(requestId, (openByRequest.get(requestId) ?? 0) + 1);
+  /** One attempt of the request left; whether it was the last one open here. */
+  const closed = (requestId: string): boolean => {
+    const left = (openByRequest.get(requestId) ?? 1) - 1;
+    if (left > 0) openByRequest.set(requestId, left);
+    else openByRequest.delete(requestId);
+    return left <= 0;
+  };
+  const writeRequestEnd = (requestId: string) => {
+    const now = deps.now();
+    void writes.run("request_ended", { request_id: requestId }, () => deps.store.markRequestEnded(requestId, now));
+  };
   const parts: DeliveryDeps & OutcomeDeps & PricingSources = { ...deps, judge: deps.judge ?? inlineJudge, open, writes };
   const scopeOf = accountScopes(deps.gatewaySecret);
 
@@ -75,8 +95,15 @@ export function createSettlements(deps: SettlementDeps) {
       const att = open.get(key);
       if (!att) return;
       open.delete(key);
+      const endsRequest = closed(att.requestId) && endingWithSettlement.delete(att.requestId);
       deps.ownership?.settled(key);
-      writeOutcome(parts, att, label, label === "zero_settled" && att.hedgeLost ? "hedge_lost" : context.reason);
+      writeOutcome(
+        parts,
+        att,
+        label,
+        label === "zero_settled" && att.hedgeLost ? "hedge_lost" : context.reason,
+        endsRequest ? () => writeRequestEnd(att.requestId) : null,
+      );
     },
   });
 
@@ -94,6 +121,7 @@ export function createSettlements(deps: SettlementDeps) {
     });
     const key = attemptKey(att.requestId, att.attemptN);
     open.set(key, { ...att, actor });
+    opened(att.requestId);
     // Recorded for as long as a receipt may still come (the pending deadline, with room for the attempt).
     deps.ownership?.opened(key, (resumedPendingMs ?? deps.pendingDeadlineMs) + 3_600_000);
     actor.start();
@@ -191,8 +219,8 @@ export function createSettlements(deps: SettlementDeps) {
     },
     /** The request starts no more attempts: its reservation resolves once none is pending. */
     requestEnded: (requestId: string) => {
-      const now = deps.now();
-      void writes.run("request_ended", { request_id: requestId }, () => deps.store.markRequestEnded(requestId, now));
+      if (openByRequest.has(requestId)) endingWithSettlement.add(requestId);
+      else writeRequestEnd(requestId);
     },
     resumePending: () => recoverPending(deps.store, deps.now, (att) => startActor(att, att.deadlineAtMs! - deps.now())),
     /** A dead node's attempt, taken over from the store (cluster; true when it now waits here). */
@@ -224,6 +252,8 @@ export function createSettlements(deps: SettlementDeps) {
       parts.judge.stop();
       for (const att of open.values()) att.actor.stop();
       open.clear();
+      openByRequest.clear();
+      endingWithSettlement.clear();
     },
   };
 }

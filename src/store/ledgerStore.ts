@@ -389,7 +389,8 @@ export function ledgerStore(db: Database, clock: () => number): LedgerStore {
     if (charge !== null && charge.debit_credits > 0) {
       posting_id = post(q, "settlement", { request_id: input.request_id, attempt_n: input.attempt_n }, settlementEntries(written, charge), null, now_ms);
     }
-    resolveReservationIfDone(q, input.request_id, now_ms);
+    if (input.end_request === true && q.markEnded.run(input.request_id).changes === 1) resolveReservationUnlessPending(q, input.request_id, now_ms);
+    else resolveReservationIfDone(q, input.request_id, now_ms);
     return { ok: true, settlement: toSettlement({ ...written, receipt_envelope: byArrival ? input.receipt!.envelope : null }), posting_id };
   };
 

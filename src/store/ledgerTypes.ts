@@ -91,6 +91,12 @@ export interface SettleInput {
    * (the first one wins, as with recordAcceptedMeasurement).
    */
   accepted_model_hash?: string | null;
+  /**
+   * The request starts no more attempts: marked ended in the same transaction, after the outcome, as
+   * markRequestEnded would (its reservation then resolves unless another attempt is pending). Applied
+   * only with a written outcome: on any refusal the caller still owes markRequestEnded.
+   */
+  end_request?: boolean;
 }
 
 export type SettleResult =

@@ -11,7 +11,9 @@
 // Prints one JSON object. Runs alone (`bun run bench:cluster`); run it under the heavy lock on a quiet
 // machine. Environment: BENCH_HOP_STREAMS (default 300 per path), BENCH_LOAD_MS (default 10000),
 // BENCH_CONCURRENCY (default 64), BENCH_PARTS (default "hop,throughput"; "throughput" alone for A/B loops, or any of
-// "embedded", "one", "two" for those throughput runs only).
+// "embedded", "one", "two" for those throughput runs only), BENCH_PG_STATEMENTS=N (the cluster runs also
+// list PostgreSQL's N costliest statements of the window per request, nested ones included, from
+// pg_stat_statements).
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadavg } from "node:os";
@@ -30,6 +32,11 @@ const MODELS = [STREAM_MODEL, JSON_MODEL];
 const PARTS = new Set((process.env.BENCH_PARTS ?? "hop,throughput").split(","));
 const runs = (part: "embedded" | "one" | "two") => PARTS.has("throughput") || PARTS.has(part);
 const FETCH_ENV = { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
+const PG_STATEMENTS = Number(process.env.BENCH_PG_STATEMENTS ?? 0);
+// Read by test/support/postgres.ts when it starts the shared server (after this module's imports).
+if (PG_STATEMENTS > 0) {
+  process.env.GATEWAY_TEST_PG_OPTIONS = "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all";
+}
 
 type Proc = ReturnType<typeof Bun.spawn>;
 let mockPid = 0;
@@ -166,7 +173,13 @@ async function hop(cluster: TestCluster, apiKey: string, n1: ClusterNodeProcess,
 }
 
 /** Closed-loop load: CONCURRENCY workers, spread over `urls`, each sending the next request when its last answer is read. */
-async function load(urls: string[], apiKey: string, servers: Record<string, number[]>, counter?: () => Promise<number>) {
+/** Figures a run reads from its engines: taken at the window's start and its end. */
+interface WindowProbe {
+  start(): Promise<void>;
+  end(requests: number): Promise<Record<string, unknown>>;
+}
+
+async function load(urls: string[], apiKey: string, servers: Record<string, number[]>, probe?: WindowProbe) {
   const pids = { ...servers, mock: [mockPid], driver: [process.pid] };
   const body = JSON.stringify({ model: JSON_MODEL, max_tokens: 16, messages: [{ role: "user", content: "Hello" }] });
   const headers = { authorization: `Bearer ${apiKey}`, "content-type": "application/json" };
@@ -177,10 +190,10 @@ async function load(urls: string[], apiKey: string, servers: Record<string, numb
   let failed = 0;
   let cpuAtWindow: Record<string, number> = {};
   const cpuOf = () => Object.fromEntries(Object.entries(pids).map(([name, list]) => [name, list.reduce((sum, pid) => sum + cpuSeconds(pid), 0)]));
-  let countAtWindow: Promise<number> = Promise.resolve(0);
+  let probeStarted: Promise<void> = Promise.resolve();
   const windowTimer = setTimeout(() => {
     cpuAtWindow = cpuOf();
-    if (counter) countAtWindow = counter();
+    if (probe) probeStarted = probe.start();
   }, WARMUP_MS);
   const latencies: number[] = [];
   await Promise.all(
@@ -202,10 +215,10 @@ async function load(urls: string[], apiKey: string, servers: Record<string, numb
   );
   clearTimeout(windowTimer);
   const cpuAtEnd = cpuOf();
-  const counted = counter ? (await counter()) - (await countAtWindow) : null;
+  await probeStarted;
+  const perRequest = probe ? await probe.end(ok) : {};
   const seconds = LOAD_MS / 1000;
   const cpu = Object.fromEntries(Object.keys(pids).map((name) => [name, round((cpuAtEnd[name]! - (cpuAtWindow[name] ?? 0)) / seconds, 2)]));
-  const perRequest = counted === null ? {} : { pg_transactions_per_request: round(counted / Math.max(1, ok), 1) };
   return { req_per_s: Math.round(ok / seconds), failed, latency_p50_ms: round(pct(latencies, 50)), latency_p99_ms: round(pct(latencies, 99)), cpu_cores: cpu, ...perRequest };
 }
 
@@ -266,12 +279,37 @@ async function clusterThroughput(mockUrl: string, nodes: number) {
       const [row] = await stats`SELECT pg_stat_clear_snapshot(), xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = current_database()`;
       return Number((row as { n: string | number }).n);
     };
+    if (PG_STATEMENTS > 0) await stats`CREATE EXTENSION IF NOT EXISTS pg_stat_statements`;
+    let atStart = 0;
+    const probe: WindowProbe = {
+      async start() {
+        atStart = await transactions();
+        if (PG_STATEMENTS > 0) await stats`SELECT pg_stat_statements_reset()`;
+      },
+      async end(requests) {
+        const per = Math.max(1, requests);
+        const counted = (await transactions()) - atStart;
+        const figures: Record<string, unknown> = { pg_transactions_per_request: round(counted / per, 1) };
+        if (PG_STATEMENTS > 0) {
+          const rows = (await stats`SELECT query, calls, total_exec_time, total_plan_time, toplevel FROM pg_stat_statements
+            WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+            ORDER BY total_exec_time DESC LIMIT ${PG_STATEMENTS}`) as { query: string; calls: string | number; total_exec_time: number; toplevel: boolean }[];
+          figures.pg_statements = rows.map((r) => ({
+            query: r.query.replace(/\s+/g, " ").slice(0, 140),
+            toplevel: r.toplevel,
+            calls_per_request: round(Number(r.calls) / per, 2),
+            exec_us_per_request: round((r.total_exec_time * 1000) / per, 1),
+          }));
+        }
+        return figures;
+      },
+    };
     try {
       return await load(
         cluster.nodes.map((n) => n.url),
         created.api_key,
         pids,
-        transactions,
+        probe,
       );
     } finally {
       await stats.close();

@@ -63,6 +63,29 @@ describe("settling an attempt", () => {
     await store.close();
   });
 
+  test("the accepted measurement rides with the delivered record or with the outcome; the first one stands", async () => {
+    const { store } = await fresh();
+    const [a, b2, c] = ["a", "b", "c"].map((x) => x.repeat(64)) as [string, string, string];
+    await store.recordRouteSnapshot(attempt("r1", 0));
+    await store.recordRouteSnapshot(attempt("r1", 1));
+    await store.recordRouteSnapshot(attempt("r1", 2));
+    // With the delivered record; a later outcome's measurement does not replace it.
+    expect(await store.recordAttemptEnd("r1", 0, delivered, 2_000, 1_500, a)).toBe(true);
+    expect(await store.getSettlement("r1", 0)).toMatchObject({ accepted_model_hash: a, delivered, pending_deadline_at_ms: 2_000 });
+    const settled = await store.settleAttempt({ request_id: "r1", attempt_n: 0, label: "quarantined", reason: "no_receipt", accepted_model_hash: b2 });
+    expect(settled).toMatchObject({ ok: true, settlement: { accepted_model_hash: a } });
+    expect((await store.getSettlement("r1", 0))?.accepted_model_hash).toBe(a);
+    // With the outcome alone (an attempt refused on its measurement), as returned and as stored.
+    const refused = await store.settleAttempt({ request_id: "r1", attempt_n: 1, label: "quarantined", reason: "model_hash_not_in_catalog", accepted_model_hash: c });
+    expect(refused).toMatchObject({ ok: true, settlement: { accepted_model_hash: c } });
+    expect((await store.getSettlement("r1", 1))?.accepted_model_hash).toBe(c);
+    // One recorded on its own stands too.
+    expect(await store.recordAcceptedMeasurement("r1", 2, a)).toBe(true);
+    expect(await store.recordAttemptEnd("r1", 2, delivered, 2_000, 1_500, c)).toBe(true);
+    expect((await store.getSettlement("r1", 2))?.accepted_model_hash).toBe(a);
+    await store.close();
+  });
+
   test("the database refuses any write to a settled row, whatever code runs", async () => {
     const { store, path } = await fresh();
     await store.recordRouteSnapshot(attempt("r1"));
@@ -179,6 +202,26 @@ describe("reservations", () => {
     expect(await store.getReservation("r1")).toMatchObject({ state: "finalised", used_tokens: 39, used_credits: 11 });
     expect(await store.availableCredits("acct_1")).toBe(989);
     expect(await store.tokensCountedOn("acct_1", "2026-01-01")).toBe(39);
+    await store.close();
+  });
+
+  test("a settlement that ends its request resolves the reservation in the same transaction, unless another attempt is pending", async () => {
+    const { store } = await fresh();
+    await store.grantCredits("acct_1", 1_000);
+    await store.reserve({ request_id: "r1", account_id: "acct_1", payer: "buyer", day: "2026-01-01", tokens: 100, credits: 40 });
+    await store.recordRouteSnapshot(attempt("r1", 0));
+    await store.recordRouteSnapshot(attempt("r1", 1));
+    const billed = { prompt_tokens: 31, completion_tokens: 8 };
+    await store.settleAttempt({ request_id: "r1", attempt_n: 0, label: "verified", reason: null, billed, end_request: true });
+    expect(await store.getReservation("r1")).toMatchObject({ state: "held", request_ended: true }); // attempt 1 still pending
+    await store.settleAttempt({ request_id: "r1", attempt_n: 1, label: "zero_settled", reason: "nothing_delivered" });
+    expect(await store.getReservation("r1")).toMatchObject({ state: "finalised", used_tokens: 39, used_credits: 11 });
+    // Only with a written outcome: a refused settlement ends nothing.
+    await store.reserve({ request_id: "r2", account_id: "acct_1", payer: "buyer", day: "2026-01-01", tokens: 100, credits: 40 });
+    await store.recordRouteSnapshot(attempt("r2", 0));
+    await store.settleAttempt({ request_id: "r2", attempt_n: 0, label: "quarantined", reason: "no_receipt" });
+    expect((await store.settleAttempt({ request_id: "r2", attempt_n: 0, label: "verified", reason: null, billed, end_request: true })).ok).toBe(false);
+    expect(await store.getReservation("r2")).toMatchObject({ state: "held", request_ended: false });
     await store.close();
   });
 

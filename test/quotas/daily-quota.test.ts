@@ -119,9 +119,10 @@ describe("free tier: tokens per UTC day", async () => {
     const first = await chat(gw, account.apiKey, body(950));
     expect(first.status).toBe(200);
     const requestId = provider.lastJob().request_id;
-    // The request has ended; its receipt is pending, so the 950 tokens stay reserved.
+    // The request has ended; its receipt is pending, so the 950 tokens stay reserved (the request's
+    // end is written with that attempt's settlement, docs/decisions.md).
     expect((await gw.gateway.store.getSettlement(requestId, 0))?.label).toBe("pending");
-    expect(await gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "held", request_ended: true, tokens: 950 });
+    expect(await gw.gateway.store.getReservation(requestId)).toMatchObject({ state: "held", tokens: 950 });
     expectQuota429(await chat(gw, account.apiKey, body(100)), "tokens_per_day");
 
     expect(await settledRow(gw, requestId, 0, PENDING_DEADLINE_MS + 3000)).toMatchObject({ label: "quarantined", reason: "no_receipt", debit_credits: 0 });

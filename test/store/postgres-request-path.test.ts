@@ -89,4 +89,23 @@ describe.skipIf(postgresMissing !== null)("PostgreSQL request path", () => {
     const again = await store.settleAttempt({ request_id: "one-call", attempt_n: 0, label: "verified", reason: null, billed: { prompt_tokens: 1, completion_tokens: 1 } });
     expect(again).toMatchObject({ ok: false, code: "already_settled", settlement: { debit_credits: 800 } });
   });
+
+  test("an attempt this store opened settles without reading its row first: priced at the rates it was opened with", async () => {
+    expect((await store.reserve({ request_id: "no-read", account_id: "acct_1", payer: "buyer", day: "2026-11-27", tokens: 100, credits: 1_000 })).ok).toBe(true);
+    await store.recordRouteSnapshot(attempt("no-read"));
+    // Rates never change once an attempt is open; changed past the store, they show whether it reads them back.
+    await side`UPDATE settlements SET prompt_credits_per_million = 0, completion_credits_per_million = 0 WHERE request_id = 'no-read'`;
+    const settled = await store.settleAttempt({ request_id: "no-read", attempt_n: 0, label: "verified", reason: null, billed: { prompt_tokens: 1_000, completion_tokens: 1_000 } });
+    expect(settled).toMatchObject({ ok: true, settlement: { debit_credits: 800 } });
+    // Another process (which opened nothing) reads them from the row.
+    const other = await openPostgresStore(url, { maxConnections: 1, now: () => 1_000 });
+    try {
+      await store.recordRouteSnapshot(attempt("no-read", 1));
+      await side`UPDATE settlements SET prompt_credits_per_million = 0, completion_credits_per_million = 0 WHERE request_id = 'no-read' AND attempt_n = 1`;
+      const read = await other.settleAttempt({ request_id: "no-read", attempt_n: 1, label: "verified", reason: null, billed: { prompt_tokens: 1_000, completion_tokens: 1_000 } });
+      expect(read).toMatchObject({ ok: true, settlement: { debit_credits: 0 } });
+    } finally {
+      await other.close();
+    }
+  });
 });

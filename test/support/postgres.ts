@@ -69,8 +69,9 @@ export async function startPostgres(): Promise<PostgresServer> {
   if (!init.ok) throw new Error(`initdb failed: ${init.output}`);
   const port = await freePort();
   // Test settings: no fsync (a test server's data dies with it), sockets only on loopback TCP and in
-  // the data directory (the system socket directory may not be writable).
-  const options = `-c listen_addresses=127.0.0.1 -p ${port} -c unix_socket_directories=${root} -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200`;
+  // the data directory (the system socket directory may not be writable). GATEWAY_TEST_PG_OPTIONS adds
+  // more (the cluster bench's pg_stat_statements).
+  const options = `-c listen_addresses=127.0.0.1 -p ${port} -c unix_socket_directories=${root} -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 ${process.env.GATEWAY_TEST_PG_OPTIONS ?? ""}`;
   const start = () => {
     const started = runPg(["pg_ctl", "-D", dataDir, "-o", options, "-l", join(root, "log"), "-w", "-t", "30", "start"]);
     if (!started.ok) throw new Error(`pg_ctl start failed: ${started.output}`);

@@ -49,8 +49,12 @@ export function writeDeliveredRecord(deps: Pick<OutcomeDeps, "store" | "writes">
     });
 }
 
-/** The settlement actor reached a final state: one ledger transaction, then the `settled` frame. */
-export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null): void {
+/**
+ * The settlement actor reached a final state: one ledger transaction, then the `settled` frame. With
+ * `endRequest`, the request has ended and this was its last open attempt: the transaction ends it too,
+ * and `endRequest` writes the end on its own when the outcome is not written.
+ */
+export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null, endRequest: (() => void) | null = null): void {
   const settledAt = deps.now();
   const billed = chargedUsage(deps.mode, label, att);
   const write = (arrivalId: number | null) => {
@@ -68,10 +72,12 @@ export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLa
       ended: att.unwrittenEnd ?? undefined,
       accepted_model_hash: att.acceptedHash,
     };
+    if (endRequest !== null) input.end_request = true;
     // The embedded store writes it before this returns (the same turn's group commit, as before).
     void deps.writes
       .run("settlement", { request_id: att.requestId, attempt_n: att.attemptN }, () => deps.store.settleAttempt(input, settledAt))
       .then((result) => {
+        if (endRequest !== null && result?.ok !== true) endRequest();
         if (result !== null) outcomeWritten(deps, att, label, reason, result);
       });
   };

@@ -16,6 +16,7 @@ import { requestSlotStore } from "../requestSlots.ts";
 import type { SettlementLabel } from "../ledgerTypes.ts";
 import type { AccountUsage, ModelUsage } from "../usage.ts";
 import type { AccountRow, ApiKeyRow, AppendCatalogResult, BindResult, ProviderBinding, StoreOptions } from "../types.ts";
+import { KEY_CHANGES_CHANNEL, pgKeyCache } from "./keyCache.ts";
 import { pgLedgerStore } from "./ledger.ts";
 import { postgresMigrations } from "./migrations.ts";
 import { bytes, num, numOrNull, toBinding, toCatalogEntry } from "./rows.ts";
@@ -180,12 +181,34 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
     next.then(forget, forget);
     return next;
   };
+  // Key lookups cached while the change feed is heard (postgres/keyCache.ts). A change this process
+  // makes drops the cache before and after its write, so this process never answers from the old row.
+  const keys = pgKeyCache();
+  const forgettingKeys = <T>(write: PromiseLike<T>): Promise<T> => {
+    keys.forget();
+    return Promise.resolve(write).finally(() => keys.forget());
+  };
+  let listening: Promise<SQL.ListenSubscription | null> = Promise.resolve(null);
+  let closed = false;
+  // (Re)subscribes: the cache answers again only once the LISTEN is acknowledged.
+  const hearKeyChanges = () => {
+    keys.hearing(false);
+    listening = listening.then(async (old) => {
+      await old?.unlisten().catch(() => {});
+      if (closed) return null;
+      return sql.listen(KEY_CHANGES_CHANNEL, () => keys.forget(), () => keys.hearing(true)).catch(() => null);
+    });
+  };
+
   // Up or down, from the answers themselves; while down, a probe notices the database's return.
   let health: StoreHealth = { backend: "postgres", up: true, since_ms: null };
   let probe: Timer | null = null;
   const mark = (up: boolean) => {
     if (health.up === up) return;
     health = { backend: "postgres", up, since_ms: clock() };
+    // Notifications sent while the database was out of reach may be lost: listen again from scratch.
+    if (up) hearKeyChanges();
+    else keys.hearing(false);
     if (!up && probe === null) {
       probe = setInterval(() => {
         sql`SELECT 1`.then(
@@ -216,6 +239,7 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
   };
 
   const ledger = pgLedgerStore(sql, clock);
+  hearKeyChanges();
 
   const store: Omit<AsyncStore, "backend" | "health" | "afterCommit" | "afterLazyCommit" | "flushCommits" | "acquireRequestSlot" | "releaseRequestSlot" | "requestSlotsInUse" | "close"> = {
     async createAccount(input, now_ms = clock()) {
@@ -229,7 +253,7 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
       return row === undefined ? null : toAccount(row as Row);
     },
     async setAccountTier(account_id, tier) {
-      const [row] = await sql.unsafe(`UPDATE accounts SET tier = $1 WHERE id = $2 RETURNING ${ACCOUNT_COLUMNS}`, [tier, account_id]);
+      const [row] = await forgettingKeys(sql.unsafe(`UPDATE accounts SET tier = $1 WHERE id = $2 RETURNING ${ACCOUNT_COLUMNS}`, [tier, account_id]));
       return row === undefined ? null : toAccount(row as Row);
     },
 
@@ -237,23 +261,31 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
     async authenticateApiKey(api_key, now_ms = clock()) {
       if (!api_key.startsWith(`${keyPrefix}_`)) return null;
       const hash = hashApiKey(api_key);
+      const cacheId = Buffer.from(hash).toString("base64");
+      const cached = keys.hit(cacheId, now_ms);
+      if (cached !== undefined) return cached;
+      const ticket = keys.ticket();
       const [found] = await sql`
         SELECT k.id AS key_id, k.account_id, a.tier, k.key_hash, k.last_used_at_ms, k.revoked_at_ms
           FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.key_hash = ${hash}`;
-      if (found === undefined) return null;
-      const row = found as Row;
-      const stored = bytes(row.key_hash);
-      if (stored.length !== hash.length || !timingSafeEqual(stored, hash)) return null;
-      if (row.revoked_at_ms !== null) return null;
-      const lastUsed = numOrNull(row.last_used_at_ms);
+      const row = found as Row | undefined;
+      const stored = row === undefined ? null : bytes(row.key_hash);
+      if (row === undefined || stored!.length !== hash.length || !timingSafeEqual(stored!, hash) || row.revoked_at_ms !== null) {
+        keys.keep(ticket, cacheId, null, now_ms);
+        return null;
+      }
+      let lastUsed = numOrNull(row.last_used_at_ms);
       if (lastUsed === null || now_ms - lastUsed >= LAST_USED_RESOLUTION_MS) {
         await sql`UPDATE api_keys SET last_used_at_ms = ${now_ms}
           WHERE id = ${row.key_id as string} AND (last_used_at_ms IS NULL OR last_used_at_ms <= ${now_ms - LAST_USED_RESOLUTION_MS})`;
+        lastUsed = now_ms;
       }
-      return { account_id: row.account_id as string, key_id: row.key_id as string, tier: row.tier as AccountRow["tier"] };
+      const key = { account_id: row.account_id as string, key_id: row.key_id as string, tier: row.tier as AccountRow["tier"] };
+      keys.keep(ticket, cacheId, key, lastUsed);
+      return key;
     },
     async revokeApiKey(key_id, now_ms = clock()) {
-      const res = await sql`UPDATE api_keys SET revoked_at_ms = COALESCE(revoked_at_ms, ${now_ms}) WHERE id = ${key_id}`;
+      const res = await forgettingKeys(sql`UPDATE api_keys SET revoked_at_ms = COALESCE(revoked_at_ms, ${now_ms}) WHERE id = ${key_id}`);
       return res.count > 0;
     },
     async listApiKeys(account_id) {
@@ -459,7 +491,7 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
         WHERE id_hash = ${session_hash} AND ended_at_ms IS NULL`;
     },
     async issueAccountKey(input, seal, now_ms = clock()): Promise<IssueKeyResult> {
-      return sql.begin(async (tx): Promise<IssueKeyResult> => {
+      return forgettingKeys(sql.begin(async (tx): Promise<IssueKeyResult> => {
         // The live-key count and the insert must not interleave with another issue for the account.
         await tx`SELECT pg_advisory_xact_lock(hashtextextended(${`k:${input.account_id}`}, 0))`;
         let label: string | null = null;
@@ -476,10 +508,10 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
         await tx`UPDATE account_sessions SET reveal = ${seal(api_key)}, reveal_expires_at_ms = ${now_ms + input.reveal_ttl_ms}
           WHERE id_hash = ${input.session_hash}`;
         return { ok: true, key_id };
-      });
+      }));
     },
     async revokeAccountKey(account_id, key_id, now_ms = clock()) {
-      const res = await sql`UPDATE api_keys SET revoked_at_ms = COALESCE(revoked_at_ms, ${now_ms}) WHERE id = ${key_id} AND account_id = ${account_id}`;
+      const res = await forgettingKeys(sql`UPDATE api_keys SET revoked_at_ms = COALESCE(revoked_at_ms, ${now_ms}) WHERE id = ${key_id} AND account_id = ${account_id}`);
       return res.count > 0;
     },
 
@@ -610,11 +642,16 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
       : (...args: unknown[]) => track(observe(method(...args)));
   }
   return Object.assign(face, requestSlotStore(), {
+    forgetCachedKeys: keys.forget,
     afterCommit,
     afterLazyCommit: afterCommit,
     flushCommits: () => {},
     close: async () => {
       if (probe !== null) clearInterval(probe);
+      closed = true;
+      // A LISTEN still waiting for an unreachable server is cut by sql.close() below.
+      const subscription = Bun.peek(listening);
+      if (subscription !== null && !(subscription instanceof Promise)) await subscription.unlisten().catch(() => {});
       await Promise.allSettled([...inflight]);
       await sql.close();
     },

@@ -109,7 +109,27 @@ const heldCredits = async (sql: Tx, account_id: string): Promise<number> => {
 const SELECT_SETTLEMENTS = `SELECT s.*, rr.envelope AS receipt_envelope
   FROM settlements s LEFT JOIN receipts_received rr ON rr.id = s.receipt_id`;
 
+/** What a settlement's charge depends on: fixed when its attempt opened (gateway_open_attempt). */
+interface AttemptHead {
+  label: string;
+  payer: string;
+  account_id: string;
+  provider_id: string;
+  mode: string;
+  prompt_credits_per_million: number;
+  completion_credits_per_million: number;
+  provider_share_bps: number;
+}
+
+/** Open attempts' heads remembered by this process; beyond it the oldest are forgotten (read again). */
+const HEADS_LIMIT = 100_000;
+
 export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
+  // The heads of attempts this process opened, so that their settlement reads nothing before its one
+  // call (docs/scale-out.md, "Measured"): the row was written with exactly these values and they never
+  // change; whether the attempt is still pending is checked under the locks by gateway_settle_attempt.
+  const heads = new Map<string, AttemptHead>();
+  const headKey = (request_id: string, attempt_n: number) => `${request_id}#${attempt_n}`;
   const selectSettlement = async (request_id: string, attempt_n: number) => {
     const rows = await sql.unsafe(`${SELECT_SETTLEMENTS} WHERE s.request_id = $1 AND s.attempt_n = $2`, [request_id, attempt_n]);
     return rows.length === 0 ? null : toSettlement(rows[0] as Row);
@@ -123,7 +143,19 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
       const [row] = await sql`SELECT gateway_open_attempt(${input.request_id}, ${input.attempt_n}, ${input.digest}, ${input.snapshot_json},
         ${input.provider_id}, ${input.account_id}, ${input.payer}, ${input.mode}, ${input.rates.prompt_credits_per_million},
         ${input.rates.completion_credits_per_million}, ${input.rates.provider_share_bps}, ${now_ms}) AS opened`;
-      return (row as Row).opened === true ? { ok: true as const } : { ok: false as const, code: "duplicate_attempt" as const };
+      if ((row as Row).opened !== true) return { ok: false as const, code: "duplicate_attempt" as const };
+      if (heads.size >= HEADS_LIMIT) heads.delete(heads.keys().next().value!);
+      heads.set(headKey(input.request_id, input.attempt_n), {
+        label: "pending",
+        payer: input.payer,
+        account_id: input.account_id,
+        provider_id: input.provider_id,
+        mode: input.mode,
+        prompt_credits_per_million: input.rates.prompt_credits_per_million,
+        completion_credits_per_million: input.rates.completion_credits_per_million,
+        provider_share_bps: input.rates.provider_share_bps,
+      });
+      return { ok: true as const };
     },
 
     async getRouteSnapshot(request_id, attempt_n) {
@@ -137,12 +169,12 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
       return res.count === 1;
     },
 
-    async recordAttemptEnd(request_id, attempt_n, d, pending_deadline_at_ms, now_ms = clock(), accepted_model_hash = null) {
-      const res = await sql`UPDATE settlements SET delivered_output_hash = ${d.output_hash}, delivered_start_byte = ${d.start_byte},
+    async recordAttemptEnd(request_id, attempt_n, d, pending_deadline_at_ms, now_ms = clock(), accepted_model_hash) {
+      const res = await sql`UPDATE settlements SET accepted_model_hash = COALESCE(accepted_model_hash, ${accepted_model_hash ?? null}::text),
+          delivered_output_hash = ${d.output_hash}, delivered_start_byte = ${d.start_byte},
           delivered_end_byte = ${d.end_byte}, delivered_tokens = ${d.tokens}, delivered_terminal_state = ${d.terminal_state},
           delivered_finish_reason = ${d.finish_reason}, delivered_tool_calls = ${d.tool_calls_delivered},
-          delivered_tool_call_bytes = ${d.tool_call_bytes}, reported_input_tokens = ${d.reported_input_tokens}, ended_at_ms = ${now_ms}, pending_deadline_at_ms = ${pending_deadline_at_ms},
-          accepted_model_hash = COALESCE(accepted_model_hash, ${accepted_model_hash}::text)
+          delivered_tool_call_bytes = ${d.tool_call_bytes}, reported_input_tokens = ${d.reported_input_tokens}, ended_at_ms = ${now_ms}, pending_deadline_at_ms = ${pending_deadline_at_ms}
         WHERE request_id = ${request_id} AND attempt_n = ${attempt_n} AND label = 'pending' AND ended_at_ms IS NULL`;
       return res.count === 1;
     },
@@ -156,10 +188,13 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
     async settleAttempt(input: SettleInput, now_ms = clock()): Promise<SettleResult> {
       // What the charge depends on (payer, rates, mode) never changes once the attempt is open: it is
       // read and priced first, so the transaction itself is one call that holds its locks briefly.
-      const [head] = await sql`SELECT label, payer, account_id, provider_id, mode, prompt_credits_per_million,
-        completion_credits_per_million, provider_share_bps, accepted_model_hash FROM settlements WHERE request_id = ${input.request_id} AND attempt_n = ${input.attempt_n}`;
-      if (head === undefined) return { ok: false, code: "unknown_attempt" };
-      const h = head as Row;
+      const key = headKey(input.request_id, input.attempt_n);
+      let h: Row | undefined = heads.get(key) as Row | undefined;
+      if (h === undefined) {
+        [h] = (await sql`SELECT label, payer, account_id, provider_id, mode, prompt_credits_per_million,
+          completion_credits_per_million, provider_share_bps FROM settlements WHERE request_id = ${input.request_id} AND attempt_n = ${input.attempt_n}`) as Row[];
+        if (h === undefined) return { ok: false, code: "unknown_attempt" };
+      }
       const alreadySettled = async (): Promise<SettleResult> => ({
         ok: false,
         code: "already_settled",
@@ -187,16 +222,10 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
               [PLATFORM_ACCOUNT, charge.platform_credits],
             ])
           : null;
-      // A measurement not written yet (its delivered record comes with this outcome) is written first,
-      // as recordAcceptedMeasurement would have (the first one wins).
-      if (input.accepted_model_hash != null && h.accepted_model_hash === null) {
-        await sql`UPDATE settlements SET accepted_model_hash = ${input.accepted_model_hash}
-          WHERE request_id = ${input.request_id} AND attempt_n = ${input.attempt_n} AND label = 'pending' AND accepted_model_hash IS NULL`;
-      }
       const byArrival = input.receipt?.arrival_id !== undefined;
       const ended = input.ended ?? null;
       const d = ended?.delivered;
-      const [result] = await sql`SELECT * FROM gateway_settle(${input.request_id}, ${input.attempt_n},
+      const [result] = await sql`SELECT * FROM gateway_settle_attempt(${input.request_id}, ${input.attempt_n},
         ${h.payer === "buyer" ? (h.account_id as string) : null}::text, ${input.label}, ${input.reason},
         ${byArrival ? null : (input.receipt?.envelope ?? null)}::text, ${input.receipt?.arrival_id ?? null}::bigint,
         ${input.receipt?.received_at_ms ?? null}::bigint,
@@ -207,8 +236,10 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
         ${d?.tool_call_bytes ?? null}::bigint, ${d?.reported_input_tokens ?? null}::bigint,
         ${ended?.ended_at_ms ?? null}::bigint, ${ended?.pending_deadline_at_ms ?? null}::bigint,
         ${posting ? sql.array(posting.accounts, "TEXT") : null}::text[], ${posting ? sql.array(posting.kinds, "TEXT") : null}::text[],
-        ${posting ? sql.array(posting.amounts, "INT8") : null}::int8[], ${now_ms})`;
+        ${posting ? sql.array(posting.amounts, "INT8") : null}::int8[], ${now_ms}, ${input.accepted_model_hash ?? null}::text,
+        ${input.end_request === true})`;
       const r = result as Row;
+      heads.delete(key);
       if (r.outcome === "already_settled") return alreadySettled();
       const written = (typeof r.settlement === "string" ? JSON.parse(r.settlement) : r.settlement) as Row;
       const settled = toSettlement({ ...written, receipt_envelope: byArrival ? input.receipt!.envelope : null });

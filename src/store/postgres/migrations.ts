@@ -452,4 +452,74 @@ export const postgresMigrations: readonly string[] = [
       IF FOUND THEN PERFORM gateway_resolve_reservation(p_request_id, p_now); END IF;
     END $$;
   `,
+  // The key change feed (postgres/keyCache.ts): every store caches key lookups and LISTENs here, so a
+  // revoked or deleted key or a changed tier must NOTIFY, whichever process or plain SQL made it. The
+  // notification is sent at COMMIT (none for a rolled-back change); last-use writes send none.
+  `
+  CREATE FUNCTION gateway_keys_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN PERFORM pg_notify('gateway_keys', ''); RETURN NULL; END $$;
+  CREATE TRIGGER api_keys_revoked AFTER UPDATE OF revoked_at_ms ON api_keys
+    FOR EACH ROW WHEN (OLD.revoked_at_ms IS DISTINCT FROM NEW.revoked_at_ms) EXECUTE FUNCTION gateway_keys_changed();
+  CREATE TRIGGER api_keys_changed AFTER UPDATE OF key_hash, account_id OR DELETE ON api_keys
+    FOR EACH ROW EXECUTE FUNCTION gateway_keys_changed();
+  CREATE TRIGGER accounts_tier_changed AFTER UPDATE OF tier ON accounts
+    FOR EACH ROW WHEN (OLD.tier IS DISTINCT FROM NEW.tier) EXECUTE FUNCTION gateway_keys_changed();
+  CREATE TRIGGER accounts_deleted AFTER DELETE ON accounts FOR EACH ROW EXECUTE FUNCTION gateway_keys_changed();
+  CREATE TRIGGER api_keys_truncated AFTER TRUNCATE ON api_keys FOR EACH STATEMENT EXECUTE FUNCTION gateway_keys_changed();
+  CREATE TRIGGER accounts_truncated AFTER TRUNCATE ON accounts FOR EACH STATEMENT EXECUTE FUNCTION gateway_keys_changed();
+  `,
+  // The request path's settlement from version 5 on: gateway_settle with two more facts written in
+  // its transaction instead of one transaction each (docs/scale-out.md, "Measured"):
+  // - the provider's accepted measurement, when not recorded yet (the first one stands);
+  // - the request's end (SettleInput.end_request), when this was the request's last open attempt,
+  //   with the same effect as gateway_end_request after it.
+  // Same locks in the same order. gateway_settle stays for nodes of an older version.
+  `
+  CREATE FUNCTION gateway_settle_attempt(p_request_id TEXT, p_attempt_n INTEGER, p_lock_account TEXT, p_label TEXT, p_reason TEXT,
+                                         p_receipt TEXT, p_receipt_id BIGINT, p_receipt_received_at_ms BIGINT,
+                                         p_billed_prompt BIGINT, p_billed_completion BIGINT, p_debit BIGINT, p_provider_credits BIGINT,
+                                         p_platform_credits BIGINT, p_ended BOOLEAN, p_output_hash TEXT, p_start_byte BIGINT,
+                                         p_end_byte BIGINT, p_tokens BIGINT, p_terminal_state TEXT, p_finish_reason TEXT,
+                                         p_tool_calls BOOLEAN, p_tool_call_bytes BIGINT, p_reported_input_tokens BIGINT,
+                                         p_ended_at_ms BIGINT, p_pending_deadline_at_ms BIGINT,
+                                         p_accounts TEXT[], p_kinds TEXT[], p_amounts BIGINT[], p_now BIGINT,
+                                         p_accepted_model_hash TEXT, p_end_request BOOLEAN)
+    RETURNS TABLE (outcome TEXT, posting_id BIGINT, settlement JSON) LANGUAGE plpgsql AS $$
+    DECLARE v_label TEXT; v_ended_at BIGINT; v_posting BIGINT; v_row JSON;
+    BEGIN
+      IF p_lock_account IS NOT NULL THEN PERFORM pg_advisory_xact_lock(hashtextextended('a:' || p_lock_account, 0)); END IF;
+      PERFORM pg_advisory_xact_lock(hashtextextended('r:' || p_request_id, 0));
+      SELECT label, ended_at_ms INTO v_label, v_ended_at FROM settlements
+        WHERE request_id = p_request_id AND attempt_n = p_attempt_n FOR UPDATE;
+      IF v_label IS DISTINCT FROM 'pending' THEN RETURN QUERY SELECT 'already_settled'::TEXT, NULL::BIGINT, NULL::JSON; RETURN; END IF;
+      -- The delivered record given with the outcome applies only where none was written before.
+      p_ended := p_ended AND v_ended_at IS NULL;
+      UPDATE settlements SET label = p_label, reason = p_reason,
+             accepted_model_hash = COALESCE(accepted_model_hash, p_accepted_model_hash),
+             receipt = COALESCE(p_receipt, receipt), receipt_id = COALESCE(p_receipt_id, receipt_id),
+             receipt_received_at_ms = COALESCE(p_receipt_received_at_ms, receipt_received_at_ms),
+             billed_prompt_tokens = p_billed_prompt, billed_completion_tokens = p_billed_completion,
+             debit_credits = p_debit, provider_credits = p_provider_credits, platform_credits = p_platform_credits,
+             settled_at_ms = p_now,
+             delivered_output_hash = CASE WHEN p_ended THEN p_output_hash ELSE delivered_output_hash END,
+             delivered_start_byte = CASE WHEN p_ended THEN p_start_byte ELSE delivered_start_byte END,
+             delivered_end_byte = CASE WHEN p_ended THEN p_end_byte ELSE delivered_end_byte END,
+             delivered_tokens = CASE WHEN p_ended THEN p_tokens ELSE delivered_tokens END,
+             delivered_terminal_state = CASE WHEN p_ended THEN p_terminal_state ELSE delivered_terminal_state END,
+             delivered_finish_reason = CASE WHEN p_ended THEN p_finish_reason ELSE delivered_finish_reason END,
+             delivered_tool_calls = CASE WHEN p_ended THEN p_tool_calls ELSE delivered_tool_calls END,
+             delivered_tool_call_bytes = CASE WHEN p_ended THEN p_tool_call_bytes ELSE delivered_tool_call_bytes END,
+             reported_input_tokens = CASE WHEN p_ended THEN p_reported_input_tokens ELSE reported_input_tokens END,
+             ended_at_ms = CASE WHEN p_ended THEN p_ended_at_ms ELSE ended_at_ms END,
+             pending_deadline_at_ms = CASE WHEN p_ended THEN p_pending_deadline_at_ms ELSE pending_deadline_at_ms END
+       WHERE request_id = p_request_id AND attempt_n = p_attempt_n
+      RETURNING to_json(settlements) INTO v_row;
+      IF p_accounts IS NOT NULL THEN
+        v_posting := ledger_post('settlement', p_request_id, p_attempt_n, NULL, p_now, p_accounts, p_kinds, p_amounts);
+      END IF;
+      IF p_end_request THEN UPDATE reservations SET request_ended = true WHERE request_id = p_request_id AND state = 'held'; END IF;
+      PERFORM gateway_resolve_reservation(p_request_id, p_now);
+      RETURN QUERY SELECT 'ok'::TEXT, v_posting, v_row;
+    END $$;
+  `,
 ];
