@@ -2,21 +2,9 @@
 // attempt that ends and settles at once gets its delivered record from the settlement's own UPDATE,
 // and what the store returns is what it stored (it no longer reads rows back).
 import { describe, expect, test } from "bun:test";
-import type { DeliveredRecord } from "../../src/store/index.ts";
 import { eachBackend } from "../store/backends.ts";
-import { attempt } from "./attempt-fixture.ts";
+import { attempt, delivered } from "./attempt-fixture.ts";
 
-const delivered: DeliveredRecord = {
-  output_hash: "2".repeat(64),
-  start_byte: 0,
-  end_byte: 11,
-  tokens: 4,
-  terminal_state: "normal_done",
-  finish_reason: "stop",
-  tool_calls_delivered: false,
-  tool_call_bytes: 0,
-  reported_input_tokens: 30,
-};
 const verified = { label: "verified" as const, reason: null, billed: { prompt_tokens: 30, completion_tokens: 4 } };
 const receipt = { envelope: "e.s", received_at_ms: 1_500 };
 

@@ -5,8 +5,8 @@
 import { afterEach, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { priceUsage } from "../../src/ledger/money.ts";
-import { openStore, type DeliveredRecord, type Store } from "../../src/store/index.ts";
-import { attempt, rates } from "./attempt-fixture.ts";
+import { openStore, type Store } from "../../src/store/index.ts";
+import { attempt, delivered, rates } from "./attempt-fixture.ts";
 import { tempDir } from "../store/temp-dir.ts";
 
 const files = tempDir();
@@ -29,18 +29,6 @@ const verified = (request_id: string) => ({
   reason: null,
   billed: { prompt_tokens: 30, completion_tokens: 4 },
 });
-
-const delivered: DeliveredRecord = {
-  output_hash: "2".repeat(64),
-  start_byte: 0,
-  end_byte: 11,
-  tokens: 4,
-  terminal_state: "normal_done",
-  finish_reason: "stop",
-  tool_calls_delivered: false,
-  tool_call_bytes: 0,
-  reported_input_tokens: 30,
-};
 
 const priced = (prompt: number, completion: number, r: typeof rates) => {
   const p = priceUsage(prompt, completion, r);
