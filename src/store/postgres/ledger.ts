@@ -2,8 +2,10 @@
 // SQLite ledger (src/store/ledgerStore.ts), with the same guards in the schema (postgres/migrations.ts).
 // SQLite serialises every write with BEGIN IMMEDIATE; here several nodes write at once, so each
 // transaction takes transaction-scoped advisory locks instead, always in this order:
-// - the buyer account's lock (`a:<account>`) where a balance is read or changed (reserve, a buyer's
-//   settlement, a grant), so two nodes never both spend the same credits;
+// - the buyer account's lock (`a:<account>`) where a balance is read to admit or a grant adds to it
+//   (reserve, grant), so two nodes never both spend the same credits. A settlement does not take it
+//   (docs/decisions.md, "Settlements do not take the account's lock"): it reads no balance, and the
+//   admission reads quota, balance and holds in one snapshot (migration 6), before or after it;
 // - the request's lock (`r:<request>`) where its reservation and settlements are resolved together
 //   (settleAttempt, markRequestEnded), so the last settlement and the request's end never miss
 //   each other.
@@ -226,7 +228,7 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
       const ended = input.ended ?? null;
       const d = ended?.delivered;
       const [result] = await sql`SELECT * FROM gateway_settle_attempt(${input.request_id}, ${input.attempt_n},
-        ${h.payer === "buyer" ? (h.account_id as string) : null}::text, ${input.label}, ${input.reason},
+        NULL::text, ${input.label}, ${input.reason},
         ${byArrival ? null : (input.receipt?.envelope ?? null)}::text, ${input.receipt?.arrival_id ?? null}::bigint,
         ${input.receipt?.received_at_ms ?? null}::bigint,
         ${charge?.prompt_tokens ?? 0}, ${charge?.completion_tokens ?? 0}, ${charge?.debit_credits ?? 0},

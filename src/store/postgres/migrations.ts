@@ -522,4 +522,40 @@ export const postgresMigrations: readonly string[] = [
       RETURN QUERY SELECT 'ok'::TEXT, v_posting, v_row;
     END $$;
   `,
+  // Settlements off the account's lock (docs/decisions.md, "Settlements do not take the account's
+  // lock"): from version 6 on, callers pass NULL as gateway_settle_attempt's p_lock_account, and the
+  // admission reads the day's quota and the balance less holds in ONE statement, so it sees every
+  // concurrent settlement entirely or not at all. Reservations still serialise on the account's lock.
+  `
+  CREATE OR REPLACE FUNCTION gateway_reserve(p_request_id TEXT, p_account_id TEXT, p_payer TEXT, p_day TEXT, p_tokens BIGINT,
+                                             p_credits BIGINT, p_daily_token_limit BIGINT, p_ledger_account TEXT, p_now BIGINT)
+    RETURNS TABLE (code TEXT, figure BIGINT) LANGUAGE plpgsql AS $$
+    DECLARE v_used BIGINT; v_available BIGINT;
+    BEGIN
+      -- Pre-dispatch write: acknowledged once in the server's WAL buffers (docs/decisions.md).
+      PERFORM set_config('synchronous_commit', 'off', true);
+      -- Quota and balance are per account: one admission of an account at a time, on any node.
+      PERFORM pg_advisory_xact_lock(hashtextextended('a:' || p_account_id, 0));
+      IF EXISTS (SELECT 1 FROM reservations WHERE request_id = p_request_id) THEN
+        RETURN QUERY SELECT 'duplicate_request'::TEXT, NULL::BIGINT; RETURN;
+      END IF;
+      -- One statement, one snapshot: a settlement committing meanwhile is in both figures or in neither.
+      SELECT CASE WHEN p_daily_token_limit IS NULL THEN 0 ELSE
+               (SELECT COALESCE(SUM(CASE state WHEN 'held' THEN tokens WHEN 'finalised' THEN reservations.used_tokens ELSE 0 END), 0)
+                  FROM reservations WHERE account_id = p_account_id AND day = p_day) END,
+             CASE WHEN p_payer <> 'buyer' THEN 0 ELSE
+               COALESCE((SELECT balance FROM ledger_account_totals WHERE account_id = p_ledger_account), 0)
+               - COALESCE((SELECT held_credits FROM reservation_holds WHERE account_id = p_account_id), 0) END
+        INTO v_used, v_available;
+      IF p_daily_token_limit IS NOT NULL AND v_used + p_tokens > p_daily_token_limit THEN
+        RETURN QUERY SELECT 'quota_exhausted'::TEXT, v_used; RETURN;
+      END IF;
+      IF p_payer = 'buyer' AND v_available < p_credits THEN
+        RETURN QUERY SELECT 'insufficient_balance'::TEXT, v_available; RETURN;
+      END IF;
+      INSERT INTO reservations (request_id, account_id, payer, day, tokens, credits, created_at_ms)
+        VALUES (p_request_id, p_account_id, p_payer, p_day, p_tokens, p_credits, p_now);
+      RETURN QUERY SELECT 'ok'::TEXT, NULL::BIGINT;
+    END $$;
+  `,
 ];
