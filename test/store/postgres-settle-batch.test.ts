@@ -1,6 +1,6 @@
-// Settlements in batches (docs/decisions.md, "Settlements in batches"): the natural batcher, the batch
-// function's one outcome per call, and exactly one settlement per attempt when a node settles many at
-// once (duplicates included).
+// Settlements and admissions in batches (docs/decisions.md, "Settlements in batches"): the natural
+// batcher, the batch function's one outcome per call, exactly one settlement per attempt when a node
+// settles many at once (duplicates included), and admissions that never hold more than the balance.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { SQL } from "bun";
 import type { AsyncStore } from "../../src/store/asyncStore.ts";
@@ -145,5 +145,23 @@ describe.skipIf(postgresMissing !== null)("settlements in batches on PostgreSQL"
     // transactions wrote the 40 settled rows.
     const [writers] = (await side`SELECT COUNT(DISTINCT xmin::text)::int AS n FROM settlements WHERE request_id LIKE 'm-%'`) as { n: number }[];
     expect(writers!.n).toBeLessThanOrEqual(3);
+  });
+
+  test("many admissions of one account at once on one node: batched, each sees the holds before it, duplicates refused", async () => {
+    await store.grantCredits("acct_2", 10_500);
+    const reserveOf = (request_id: string) =>
+      store.reserve({ request_id, account_id: "acct_2", payer: "buyer", day: "2026-11-27", tokens: 100, credits: 1_000, daily_token_limit: 1_000_000 });
+    const ids = Array.from({ length: 30 }, (_, i) => `a-${i}`);
+    const outcomes = await Promise.all([...ids, "a-3"].map(reserveOf));
+    const admitted = outcomes.filter((o) => o.ok);
+    expect(admitted).toHaveLength(10);
+    const refused = outcomes.filter((o) => !o.ok);
+    expect(refused.filter((o) => o.code === "duplicate_request")).toHaveLength(1);
+    const short = refused.filter((o) => o.code === "insufficient_balance");
+    expect(short).toHaveLength(20);
+    for (const o of short) expect(o).toMatchObject({ available_credits: 500 });
+    expect(await store.availableCredits("acct_2")).toBe(500);
+    const [writers] = (await side`SELECT COUNT(DISTINCT xmin::text)::int AS n FROM reservations WHERE account_id = 'acct_2'`) as { n: number }[];
+    expect(writers!.n).toBeLessThanOrEqual(2);
   });
 });

@@ -31,7 +31,7 @@ import type {
 } from "../ledgerTypes.ts";
 import type { AsyncStore } from "../asyncStore.ts";
 import { heldReservation } from "../rowMapping.ts";
-import { naturalBatcher } from "./naturalBatch.ts";
+import { keyedBatcher, naturalBatcher } from "./naturalBatch.ts";
 import { num, toReservation, toSettlement } from "./rows.ts";
 
 type Tx = SQL;
@@ -164,8 +164,32 @@ interface SettleCall {
   end_request: boolean;
 }
 
-/** The most settlements one batch carries. */
-const SETTLE_BATCH_MAX = 64;
+/** One admission's arguments, named as gateway_reserves (migration 8) reads them. */
+interface ReserveCall {
+  request_id: string;
+  account_id: string;
+  payer: string;
+  day: string;
+  tokens: number;
+  credits: number;
+  daily_token_limit: number | null;
+  ledger_account: string;
+  now: number;
+}
+
+/** The most calls one batch carries. */
+const BATCH_MAX = 64;
+
+/** A batch's calls as the batch functions read them: each numbered by its place. */
+const callsJson = (calls: readonly object[]) => JSON.stringify(calls.map((c, n) => ({ ...c, n })));
+
+/** A batch function's rows, one per call, put back in the calls' order (column `i`). */
+async function batchRows(query: Promise<unknown>, count: number): Promise<Row[]> {
+  const byCall: (Row | undefined)[] = Array.from({ length: count }, () => undefined);
+  for (const r of (await query) as Row[]) byCall[num(r.i)] = r;
+  if (byCall.some((r) => r === undefined)) throw new Error("a batch function answered fewer rows than calls");
+  return byCall as Row[];
+}
 
 export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
   // The heads of attempts this process opened, so that their settlement reads nothing before its one
@@ -185,14 +209,17 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
       ${c.amounts ? sql.array(c.amounts, "INT8") : null}::int8[], ${c.now}, ${c.accepted_model_hash}::text, ${c.end_request})`;
     return row as Row;
   };
-  const settleMany = async (calls: SettleCall[]): Promise<Row[]> => {
-    const rows = (await sql`SELECT * FROM gateway_settle_attempts(${JSON.stringify(calls.map((c, n) => ({ ...c, n })))}::text::jsonb)`) as Row[];
-    const byCall: Row[] = [];
-    for (const r of rows) byCall[num(r.i)] = r;
-    if (byCall.length !== calls.length || byCall.includes(undefined as unknown as Row)) throw new Error("gateway_settle_attempts answered a different number of calls");
-    return byCall;
+  const settleMany = (calls: SettleCall[]) => batchRows(sql`SELECT * FROM gateway_settle_attempts(${callsJson(calls)}::text::jsonb)`, calls.length);
+  const settle = naturalBatcher(settleOne, settleMany, BATCH_MAX);
+  // An account's admissions queue on its lock anyway: a node sends one at a time per account, those
+  // that wait meanwhile together (the lock is then taken once per batch, not once per request).
+  const admitOne = async (c: ReserveCall): Promise<Row> => {
+    const [row] = await sql`SELECT * FROM gateway_reserve(${c.request_id}, ${c.account_id}, ${c.payer}, ${c.day},
+      ${c.tokens}, ${c.credits}, ${c.daily_token_limit}::bigint, ${c.ledger_account}, ${c.now})`;
+    return row as Row;
   };
-  const settle = naturalBatcher(settleOne, settleMany, SETTLE_BATCH_MAX);
+  const admitMany = (calls: ReserveCall[]) => batchRows(sql`SELECT * FROM gateway_reserves(${callsJson(calls)}::text::jsonb)`, calls.length);
+  const admit = keyedBatcher(admitOne, admitMany, BATCH_MAX);
   const selectSettlement = async (request_id: string, attempt_n: number) => {
     const rows = await sql.unsafe(`${SELECT_SETTLEMENTS} WHERE s.request_id = $1 AND s.attempt_n = $2`, [request_id, attempt_n]);
     return rows.length === 0 ? null : toSettlement(rows[0] as Row);
@@ -350,9 +377,17 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
 
     async reserve(input: ReserveInput, now_ms = clock()): Promise<ReserveResult> {
       if (!isCount(input.tokens) || !isCount(input.credits)) return { ok: false, code: "invalid_amount" };
-      const [row] = await sql`SELECT * FROM gateway_reserve(${input.request_id}, ${input.account_id}, ${input.payer}, ${input.day},
-        ${input.tokens}, ${input.credits}, ${input.daily_token_limit ?? null}::bigint, ${buyerAccount(input.account_id)}, ${now_ms})`;
-      const r = row as Row;
+      const r = await admit(input.account_id, {
+        request_id: input.request_id,
+        account_id: input.account_id,
+        payer: input.payer,
+        day: input.day,
+        tokens: input.tokens,
+        credits: input.credits,
+        daily_token_limit: input.daily_token_limit ?? null,
+        ledger_account: buyerAccount(input.account_id),
+        now: now_ms,
+      });
       switch (r.code as string) {
         case "ok":
           return { ok: true, reservation: heldReservation(input, now_ms) };

@@ -593,4 +593,20 @@ export const postgresMigrations: readonly string[] = [
       END LOOP;
     END $$;
   `,
+  // Reservations in batches (docs/decisions.md, "Settlements in batches"): a node's admissions of one
+  // account that wait while one is in flight go together, one transaction, one outcome row per call,
+  // each exactly as gateway_reserve admits it (a later call sees the earlier calls' holds). Calls run
+  // by account id, so a batch of several accounts takes their locks in one order.
+  `
+  CREATE FUNCTION gateway_reserves(p_calls JSONB) RETURNS TABLE (i INTEGER, code TEXT, figure BIGINT) LANGUAGE plpgsql AS $$
+    DECLARE c RECORD;
+    BEGIN
+      FOR c IN SELECT * FROM jsonb_to_recordset(p_calls) AS x(request_id TEXT, account_id TEXT, payer TEXT, day TEXT, tokens BIGINT,
+                   credits BIGINT, daily_token_limit BIGINT, ledger_account TEXT, now BIGINT, n INTEGER)
+                ORDER BY x.account_id COLLATE "C", x.n LOOP
+        RETURN QUERY SELECT c.n, r.code, r.figure FROM gateway_reserve(c.request_id, c.account_id, c.payer, c.day, c.tokens,
+          c.credits, c.daily_token_limit, c.ledger_account, c.now) r;
+      END LOOP;
+    END $$;
+  `,
 ];
