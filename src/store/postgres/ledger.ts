@@ -13,7 +13,9 @@
 // it was sealed (entries summing to zero), and UNIQUE (request_id, attempt_n) allows one per attempt.
 // The request path's transactions (reserve, an attempt's opening, its settlement, the request's end)
 // are each one call of a database function (postgres/migrations.ts, version 3): the locks above are
-// then held for the server's own work only, never across round trips to the gateway.
+// then held for the server's own work only, never across round trips to the gateway. Settlements, and
+// one account's admissions, that wait while one is in flight go together in one transaction
+// (migrations 7 and 8), taking the same locks in one order.
 import type { SQL } from "bun";
 import { createHash } from "node:crypto";
 import { priceUsage, type Charge } from "../../ledger/money.ts";
