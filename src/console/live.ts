@@ -56,6 +56,8 @@ interface Watched {
   since: number;
   events: { at: number; type: string; event: unknown }[];
   endedAt: number | null;
+  /** Stops following: the request and settlement actors share one system per kind, which outlives each actor. */
+  unwatch: () => void;
 }
 
 /** Percentile of a sorted array (nearest rank). */
@@ -129,13 +131,14 @@ export function createConsoleLive(sources: ConsoleSources) {
   function watch(machine: MachineName, id: string, actor: AnyActorRef): Watched {
     const existing = watched.get(actor);
     if (existing) return existing;
-    const w: Watched = { machine, id, actor, since: sources.now(), events: [], endedAt: null };
-    watched.set(actor, w);
-    actor.system.inspect((event: InspectionEvent) => {
+    const events: Watched["events"] = [];
+    const subscription = actor.system.inspect((event: InspectionEvent) => {
       if (event.type !== "@xstate.event" || event.actorRef !== actor) return;
-      w.events.push({ at: sources.now(), type: event.event.type, event: redactForInspector(event.event) });
-      if (w.events.length > EVENTS_PER_ACTOR) w.events.shift();
+      events.push({ at: sources.now(), type: event.event.type, event: redactForInspector(event.event) });
+      if (events.length > EVENTS_PER_ACTOR) events.shift();
     });
+    const w: Watched = { machine, id, actor, since: sources.now(), events, endedAt: null, unwatch: () => subscription.unsubscribe() };
+    watched.set(actor, w);
     return w;
   }
 
@@ -144,7 +147,10 @@ export function createConsoleLive(sources: ConsoleSources) {
     const t = sources.now();
     // Watched actors that ended are kept a minute for click-through, then dropped.
     for (const [actor, w] of watched) {
-      if (w.endedAt === null && actor.getSnapshot().status !== "active") w.endedAt = t;
+      if (w.endedAt === null && actor.getSnapshot().status !== "active") {
+        w.endedAt = t;
+        w.unwatch();
+      }
       if (w.endedAt !== null && t - w.endedAt > 60_000) watched.delete(actor);
     }
     const perMachine = new Map<MachineName, number>();

@@ -12,6 +12,7 @@ import type { ChunkFrame } from "../wire/frames.ts";
 import { ChunkMeter } from "./chunkMeter.ts";
 import { dispatchAttempt, unavailableMessages } from "./dispatch.ts";
 import type { DispatchDeps, RemoteProviders } from "./dispatchDeps.ts";
+import { actorHost } from "./actorHost.ts";
 import { attemptKey, type Registry } from "./registry.ts";
 import type { RequestHandle, RequestSpec } from "./requestHandle.ts";
 import { attemptOutcome, newTiming, requestSummary, stopWaiting } from "./requestReport.ts";
@@ -276,6 +277,8 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
   const { registry, log, settlements } = deps;
   const handles = new Map<string, RequestHandle>();
 
+  // Every request actor runs in this host's system (its clock and inspector); `start` observes each one's errors.
+  const host = actorHost({ clock: deps.actorClock, inspect: deps.inspect, unobservedErrors: "ignore" });
   const logic: RequestLogic = (deps.requestLogic ?? requestLogic)(requestActions(deps, handles), {
     firstByteTimeout: deps.firstByteTimeoutMs,
     streamIdleCheck: streamIdleCheckMs(deps.streamIdleTimeoutMs),
@@ -312,8 +315,7 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
   function start(spec: RequestSpec): { abort: () => void } {
     const actor = createActor(logic, {
       input: { requestId: spec.requestId, streaming: spec.chat.stream, maxTokens: spec.chat.params.max_tokens, maxAttempts: deps.maxAttempts },
-      inspect: deps.inspect,
-      ...(deps.actorClock ? { clock: deps.actorClock } : {}),
+      parent: host,
     });
     const timing = newTiming(spec.arrivedAt ?? clock());
     const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing, meter: new ChunkMeter(spec.chat.params.max_tokens), toPrefix: noPrefix, dispatch: { stopped: true }, sent: null, servedBy: null, hedge: null, hedgeTimer: null, hedgeCancel: null };

@@ -2,7 +2,7 @@
 // before dispatch, the delivered prefix measured as chunks reach the buyer, receipts judged by the pure
 // verifier, one `settlement` actor per attempt, and each outcome written to the ledger in one
 // transaction. This file composes the parts under src/gateway/settlement/.
-import { createActor, type ActorOptions, type AnyActorLogic, type InspectionEvent } from "xstate";
+import { createActor, type ActorOptions, type AnyActorLogic, type AnyActorRef, type InspectionEvent } from "xstate";
 import { settlementLogic } from "../../actors/settlement.ts";
 import type { CatalogState } from "../catalog/state.ts";
 import type { NormalizedChat } from "../chat/contract.ts";
@@ -14,6 +14,7 @@ import type { Log } from "../log.ts";
 import type { AsyncStore as Store } from "../store/asyncStore.ts";
 import { durableWrites } from "./settlement/durableWrites.ts";
 import type { JobRoute } from "../wire/frames.ts";
+import { actorHost } from "./actorHost.ts";
 import { attemptKey } from "./registry.ts";
 import type { OpenAttempt, OpenAttempts } from "./settlement/attempt.ts";
 import { accepted, cancelSent, discarded, endReceived, relayerFor, released, type DeliveryDeps } from "./settlement/delivery.ts";
@@ -88,6 +89,9 @@ export function createSettlements(deps: SettlementDeps) {
   const parts: DeliveryDeps & OutcomeDeps & PricingSources = { ...deps, judge: deps.judge ?? inlineJudge, open, writes };
   const scopeOf = accountScopes(deps.gatewaySecret);
 
+  // Every settlement actor runs in this host's system (its clock and inspector); nothing subscribes to
+  // one, so an error of one (a bug) is thrown as XState throws a root actor's.
+  const host = actorHost({ clock: deps.clock, inspect: deps.inspect, unobservedErrors: "throw" });
   // Made once, like `machine.provide`: the attempt is found by the actor's context.
   const logic = settlementLogic({
     settle: (label, context) => {
@@ -116,8 +120,7 @@ export function createSettlements(deps: SettlementDeps) {
         resumedPending: resumedPendingMs !== null,
         pendingDeadlineMs: resumedPendingMs ?? deps.pendingDeadlineMs,
       },
-      inspect: deps.inspect,
-      ...(deps.clock ? { clock: deps.clock } : {}),
+      parent: host,
     });
     const key = attemptKey(att.requestId, att.attemptN);
     open.set(key, { ...att, actor });
@@ -250,7 +253,8 @@ export function createSettlements(deps: SettlementDeps) {
     stop: () => {
       writes.stop();
       parts.judge.stop();
-      for (const att of open.values()) att.actor.stop();
+      // What `stop()` does for a root actor; the host's actors take it as an event.
+      for (const att of open.values()) (att.actor as AnyActorRef).send({ type: "xstate.stop" });
       open.clear();
       openByRequest.clear();
       endingWithSettlement.clear();

@@ -20,6 +20,15 @@ const cpu = (pid: number, path?: string): number => {
   return t.user + t.sys;
 };
 
+/** Seconds a process's main thread has spent runnable but waiting for a core (schedstat's second field). */
+const mainThreadWait = (pid: number): number => {
+  try {
+    return Number(readFileSync(`/proc/${pid}/task/${pid}/schedstat`, "utf8").split(" ")[1]) / 1e9;
+  } catch {
+    return 0;
+  }
+};
+
 const procs = new Processes();
 try {
   const mock = await startMock(procs);
@@ -43,6 +52,7 @@ try {
       ]),
     );
   const threadsBefore = threadCpu(gw.gateway.pid);
+  const waitsBefore = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, mainThreadWait(pid)]));
   // Routing packs work onto the busiest provider (routing.ts), so under one load the first runtime takes it all.
   const providerThreadsBefore = threadCpu(gw.providers[0]!.pid);
   const t0 = performance.now();
@@ -63,6 +73,7 @@ try {
   const threadsOver = (pid: number, before: typeof threadsBefore) =>
     [...threadCpu(pid)].map(([t, { name, cpu: s }]) => ({ name, cpu: s - (before.get(t)?.cpu ?? 0) }));
   const threads = threadsOver(gw.gateway.pid, threadsBefore);
+  const waits = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, mainThreadWait(pid) - waitsBefore[k]!]));
   const providerThreads = threadsOver(gw.providers[0]!.pid, providerThreadsBefore);
   if (json) {
     const providers = Object.keys(pids).filter((k) => k.startsWith("provider-")).reduce((sum, k) => sum + used(k), 0);
@@ -80,6 +91,8 @@ try {
     for (const { name, cpu: s } of threads) if (s >= 0.05) console.log(`  gateway thread ${name.padEnd(12)} ${s.toFixed(2)} s CPU`);
     for (const { name, cpu: s } of providerThreads) if (s >= 0.05) console.log(`  provider-0 thread ${name.padEnd(12)} ${s.toFixed(2)} s CPU`);
     console.log(`${"driver".padEnd(12)} ${driverCpu.toFixed(2)} s CPU (approx)`);
+    // Runnable but not running: a main thread that waits for a core delays its event loop as much as work does.
+    console.log(`main thread waiting for a core (s): ${Object.entries(waits).map(([k, w]) => `${k} ${w.toFixed(2)}`).join(", ")}`);
     // Per request (per stream when streaming): load levels run a 1 s warm-up at about the same rate.
     const n = stream ? concurrency * (spec as { perWorker: number }).perWorker : r.rps * (seconds + 1);
     const per = Object.keys(pids).map((k) => `${k} ${Math.round((used(k) * 1e6) / n)}`);

@@ -32,7 +32,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { LoadResult, LoadSpec } from "./driver.ts";
-import { FETCH_ENV, MAIN, Processes, rssMb, startMock } from "./stack.ts";
+import { FETCH_ENV, GATEWAY_ENV, MAIN, Processes, rssMb, startMock } from "./stack.ts";
 import { settingSpecs } from "../../src/config/index.ts";
 import { createHash } from "node:crypto";
 
@@ -113,7 +113,7 @@ async function startStack(p: Processes, mockUrl: string): Promise<Stack> {
       return r;
     };
   } else {
-    gateway = p.spawn(["bun", ...BUN_FLAGS, MAIN, "serve", "--config", configFile], { log: "gateway.log" });
+    gateway = p.spawn(["bun", ...BUN_FLAGS, MAIN, "serve", "--config", configFile], { env: GATEWAY_ENV, log: "gateway.log" });
   }
   const listening = await p.line("gateway.log", (l) => l.event === "gateway_listening");
   const url = `http://127.0.0.1:${listening.port}`;

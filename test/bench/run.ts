@@ -19,7 +19,7 @@
 //   BENCH_STREAM_LEVELS=…    concurrent streams ladder (default 1,32,256,1024,2048,4096)
 //   BENCH_PROVIDERS=N        provider runtimes / relay and floor clients (default 4: 4 × 1024 slots)
 //   BENCH_LOG_LEVEL=L        gateway log level (default info, the shipped default)
-//   BENCH_WARMUP_MS=N        discarded warm-up of every path before the first phase (default 4000; 0: none)
+//   BENCH_WARMUP_MS=N        discarded warm-up of every path before the first phase (default 20000; 0: none)
 //   BENCH_JSON=FILE          where the JSON goes (default docs/benchmarks.json)
 //   BENCH_MD=FILE            Markdown file to update (default docs/benchmarks.md); BENCH_WRITE=0: print only
 //   BENCH_CLUSTER=0          skip the cluster figures (issue 22: test/bench/cluster-hop.ts as a child, run
@@ -44,7 +44,9 @@ const LOAD_LEVELS = list(env.BENCH_LOAD_LEVELS, QUICK ? [16] : [64, 128, 256, 51
 const STREAM_LEVELS = list(env.BENCH_STREAM_LEVELS, QUICK ? [8] : [1, 32, 256, 1024, 2048, 4096]);
 const PROVIDERS = Number(env.BENCH_PROVIDERS ?? (QUICK ? 1 : 4));
 const LOG_LEVEL = env.BENCH_LOG_LEVEL ?? "info";
-const WARMUP_MS = Number(env.BENCH_WARMUP_MS ?? (QUICK ? 300 : 4000));
+// 20 s: the full stack's JIT compilation took ~500 µs of CPU a request in its first 5 s under load and
+// settled at 60–90 µs only after ~25 s (test/bench/thread-timeline.ts; docs/benchmarks.md, "Method").
+const WARMUP_MS = Number(env.BENCH_WARMUP_MS ?? (QUICK ? 300 : 20_000));
 const ROOT = join(import.meta.dir, "../..");
 /** A duration (full run, quick run) in ms, times BENCH_SCALE. */
 const ms = (full: number, quick: number) => Math.max(100, Math.round((QUICK ? quick : full) * SCALE));

@@ -36,6 +36,8 @@ const bunArgs = (): string[] => [
 /** BENCH_LOOP_DIR=DIR (set by run.ts): each server under test samples its event-loop delay there (loop-delay-preload.ts). */
 const serverPreload = (): string[] => (process.env.BENCH_LOOP_DIR ? ["--preload", LOOP_PRELOAD] : []);
 const collectorEnv = (): Record<string, string> => (process.env.BENCH_CENSUS_DIR ? { BUN_JSC_disableGC: "1", BUN_GC_TIMER_DISABLE: "1" } : {});
+/** The gateway's environment as the shipped service files set it (deploy/gateway.service, Dockerfile); BENCH_PURGE_DELAY overrides (e.g. 100, mimalloc's default). */
+export const GATEWAY_ENV = { MIMALLOC_PURGE_DELAY: process.env.BENCH_PURGE_DELAY ?? "1000" };
 
 export class Processes {
   readonly all: Proc[] = [];
@@ -154,7 +156,7 @@ export async function startGatewayStack(
   };
   const configFile = join(p.dataDir, "gateway.json");
   writeFileSync(configFile, JSON.stringify(config));
-  const gateway = p.spawn([...bunArgs(), ...serverPreload(), MAIN, "serve", "--config", configFile], { env: collectorEnv(), log: "gateway.log" });
+  const gateway = p.spawn([...bunArgs(), ...serverPreload(), MAIN, "serve", "--config", configFile], { env: { ...GATEWAY_ENV, ...collectorEnv() }, log: "gateway.log" });
   if (PROFILE_DIR) p.graceful.push(gateway);
   const listening = await p.line("gateway.log", (l) => l.event === "gateway_listening");
   const url = `http://127.0.0.1:${listening.port}`;

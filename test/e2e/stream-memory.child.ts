@@ -6,6 +6,7 @@
 // took 70–85 s. Collections still hold the gateway's event loop; a buyer's hang-up after them must still
 // cancel the provider's job.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
 import { retainerPaths } from "../support/heapRetainers.ts";
 import { spawnProvider, startTestGateway, TEST_MODE, waitFor, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";
 
@@ -13,7 +14,8 @@ let gw: TestGateway;
 let provider: ProviderProcess;
 
 beforeAll(async () => {
-  gw = await startTestGateway();
+  // Slots and tokens for the many-streams test below (the others hold two requests at most).
+  gw = await startTestGateway({ freeConcurrentRequests: 256, freeDailyTokens: 1e9 });
   // Every job sends its first token, then holds until it is cancelled: a job that ended on its own is
   // not one a hang-up can cancel, and a finite answer (3 to 12 s at 4 tokens a second) used to end
   // during a full suite's collections, before the test hung up (docs/protocol.md, `cancel`).
@@ -125,4 +127,73 @@ describe("a live request's prompt", () => {
     expect(cancels().slice(before).map((e) => e.reason)).toEqual(["buyer_cancel", "buyer_cancel"]);
     await waitFor(allReleased, 5000, "slots released");
   }, 60_000);
+});
+
+/**
+ * Bytes of live JS objects in this process after a full collection, compiled code left out: the JIT
+ * compiles more of the path while streams open, ~20 KB a stream here, which is not what a stream holds.
+ */
+async function liveObjectBytes(): Promise<number> {
+  await Bun.sleep(0);
+  Bun.gc(true);
+  const { snapshot, nodes } = JSON.parse(Bun.generateHeapSnapshot("v8")) as {
+    snapshot: { meta: { node_fields: string[]; node_types: [string[]] } };
+    nodes: number[];
+  };
+  const fields = snapshot.meta.node_fields;
+  const [typeAt, sizeAt, code] = [fields.indexOf("type"), fields.indexOf("self_size"), snapshot.meta.node_types[0].indexOf("code")];
+  let bytes = 0;
+  for (let i = 0; i < nodes.length; i += fields.length) if (nodes[i + typeAt] !== code) bytes += nodes[i + sizeAt]!;
+  return bytes;
+}
+
+/** `n` live streams held by a buyer process of their own (test/support/streamHolder.ts): the heap here holds the gateway's side only. */
+async function holdStreams(n: number): Promise<{ release: () => Promise<void> }> {
+  const holder = Bun.spawn(["bun", join(import.meta.dir, "../support/streamHolder.ts"), gw.url, gw.apiKey, String(n)], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+  const reader = holder.stdout.getReader();
+  const decoder = new TextDecoder();
+  for (let out = ""; !out.includes("live\n"); ) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`the stream holder exited (${await holder.exited}) before its streams were live: ${out}`);
+    out += decoder.decode(value);
+  }
+  return {
+    release: async () => {
+      holder.stdin.end();
+      await holder.exited;
+    },
+  };
+}
+
+/**
+ * A regression guard for what a live stream retains on the gateway (docs/benchmarks.md, "Per-stream
+ * memory pass"): measured 2026-11-27 at 15–16.5 KB of objects a stream in every test mode (the request
+ * and settlement actors, the responder and SSE stream, the replay recording, the delivered-prefix
+ * builder, Bun's response objects), 19 KB before the actors shared their systems. 24 KB fails: a kept
+ * copy of the 16 KB prompt, or ~8 KB more objects a stream, would pass it.
+ */
+const RETAINED_BYTES_PER_STREAM_BOUND = 24 * 1024;
+
+describe("a live stream's heap", () => {
+  test("64 live streams past their first delta retain a bounded number of bytes each", async () => {
+    // The provider holds every job after its first token; it has room for all of them.
+    const wide = spawnProvider(gw, { id: "wide", tokensPerSecond: 4, maxConcurrency: 100, fault: "stall-after:1" });
+    try {
+      await waitForReadyProviders(gw, 2);
+      // Warm-up: the same path once over (compiled code, statement caches, pools), then everything let go.
+      await (await holdStreams(16)).release();
+      await waitFor(allReleased, 10_000, "the warm-up streams ended");
+      const before = await liveObjectBytes();
+      const n = 64;
+      const held = await holdStreams(n);
+      const perStream = ((await liveObjectBytes()) - before) / n;
+      console.log(`[stream-memory] ${Math.round(perStream)} bytes of heap retained a live stream (${n} streams)`);
+      expect(perStream).toBeGreaterThan(0);
+      expect(perStream).toBeLessThan(RETAINED_BYTES_PER_STREAM_BOUND);
+      await held.release();
+      await waitFor(allReleased, 10_000, "every stream ended");
+    } finally {
+      await wide.kill();
+    }
+  }, 90_000);
 });
