@@ -3,7 +3,8 @@
 // workers on one paid account for a fixed time, against a private PostgreSQL with the test settings
 // (test/support/postgres.ts). Prints requests/s, PostgreSQL's CPU a request (its processes, /proc) and
 // this process's CPU a request (the SQL client's side). Transactions a request, by construction: five with
-// `current`, seven with `separate`, nine on builds without the key and attempt-head caches.
+// `current`, seven with `separate`, nine on builds without the key and attempt-head caches; fewer on
+// builds that batch waiting settlements and admissions (migrations 7 and 8).
 //   bun test/bench/pg-request-path.ts [--sequence current|separate] [--concurrency N] [--seconds S] [--statements N]
 // --statements N also lists the N statements with the most execution time a request (pg_stat_statements,
 // nested ones included).

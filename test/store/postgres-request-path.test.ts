@@ -47,6 +47,12 @@ describe.skipIf(postgresMissing !== null)("PostgreSQL request path", () => {
       ),
     ).toBe("on");
     expect(await levelAfter("SELECT gateway_end_request('lvl-3', 1000)")).toBe("on");
+    // The batches keep their calls' tiers (migrations 7 and 8).
+    const reserves = JSON.stringify([1, 2].map((n) => ({ request_id: `lvl-b${n}`, account_id: "acct_1", payer: "buyer", day: "2026-11-27", tokens: 1, credits: 1, ledger_account: "buyer:acct_1", now: 1000, n: n - 1 })));
+    expect(await levelAfter(`SELECT * FROM gateway_reserves('${reserves}')`)).toBe("off");
+    await store.recordRouteSnapshot(attempt("lvl-4"));
+    const settles = JSON.stringify([{ request_id: "lvl-4", attempt_n: 0, account: "acct_1", label: "zero_settled", reason: "nothing_delivered", billed_prompt: 0, billed_completion: 0, debit: 0, provider_credits: 0, platform_credits: 0, ended: false, now: 1000, end_request: true, n: 0 }]);
+    expect(await levelAfter(`SELECT * FROM gateway_settle_attempts('${settles}')`)).toBe("on");
   });
 
   test("an effect of one request waits for that request's writes only; without a request it waits for all", async () => {

@@ -13,7 +13,9 @@
 // it was sealed (entries summing to zero), and UNIQUE (request_id, attempt_n) allows one per attempt.
 // The request path's transactions (reserve, an attempt's opening, its settlement, the request's end)
 // are each one call of a database function (postgres/migrations.ts, version 3): the locks above are
-// then held for the server's own work only, never across round trips to the gateway.
+// then held for the server's own work only, never across round trips to the gateway. Settlements, and
+// one account's admissions, that wait while one is in flight go together in one transaction
+// (migrations 7 and 8), taking the same locks in one order.
 import type { SQL } from "bun";
 import { createHash } from "node:crypto";
 import { priceUsage, type Charge } from "../../ledger/money.ts";
@@ -31,6 +33,7 @@ import type {
 } from "../ledgerTypes.ts";
 import type { AsyncStore } from "../asyncStore.ts";
 import { heldReservation } from "../rowMapping.ts";
+import { keyedBatcher, naturalBatcher } from "./naturalBatch.ts";
 import { num, toReservation, toSettlement } from "./rows.ts";
 
 type Tx = SQL;
@@ -77,7 +80,8 @@ function postingArrays(amounts: readonly (readonly [string, number])[]): { accou
     if (!Number.isSafeInteger(amount)) throw new Error(`ledger amount ${amount} is not a safe integer`);
     merged.set(account, (merged.get(account) ?? 0) + amount);
   }
-  const entries = [...merged].filter(([, amount]) => amount !== 0);
+  // By account id: every settlement locks the ledger sums' rows in this order (migration 7).
+  const entries = [...merged].filter(([, amount]) => amount !== 0).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   const sum = entries.reduce((s, [, amount]) => s + amount, 0);
   if (sum !== 0 || entries.length < 2) throw new Error(`unbalanced posting (sum ${sum}, ${entries.length} entries)`);
   const accounts = entries.map(([account]) => account);
@@ -126,12 +130,98 @@ interface AttemptHead {
 /** Open attempts' heads remembered by this process; beyond it the oldest are forgotten (read again). */
 const HEADS_LIMIT = 100_000;
 
+/** One settlement's arguments, named as gateway_settle_attempts (migration 7) reads them. */
+interface SettleCall {
+  request_id: string;
+  attempt_n: number;
+  /** The reservation's account: batched calls resolve holds in this order. */
+  account: string;
+  label: string;
+  reason: string | null;
+  receipt: string | null;
+  receipt_id: number | null;
+  receipt_received_at_ms: number | null;
+  billed_prompt: number;
+  billed_completion: number;
+  debit: number;
+  provider_credits: number;
+  platform_credits: number;
+  ended: boolean;
+  output_hash: string | null;
+  start_byte: number | null;
+  end_byte: number | null;
+  tokens: number | null;
+  terminal_state: string | null;
+  finish_reason: string | null;
+  tool_calls: boolean | null;
+  tool_call_bytes: number | null;
+  reported_input_tokens: number | null;
+  ended_at_ms: number | null;
+  pending_deadline_at_ms: number | null;
+  accounts: string[] | null;
+  kinds: string[] | null;
+  amounts: number[] | null;
+  now: number;
+  accepted_model_hash: string | null;
+  end_request: boolean;
+}
+
+/** One admission's arguments, named as gateway_reserves (migration 8) reads them. */
+interface ReserveCall {
+  request_id: string;
+  account_id: string;
+  payer: string;
+  day: string;
+  tokens: number;
+  credits: number;
+  daily_token_limit: number | null;
+  ledger_account: string;
+  now: number;
+}
+
+/** The most calls one batch carries. */
+const BATCH_MAX = 64;
+
+/** A batch's calls as the batch functions read them: each numbered by its place. */
+const callsJson = (calls: readonly object[]) => JSON.stringify(calls.map((c, n) => ({ ...c, n })));
+
+/** A batch function's rows, one per call, put back in the calls' order (column `i`). */
+async function batchRows(query: Promise<unknown>, count: number): Promise<Row[]> {
+  const byCall: (Row | undefined)[] = Array.from({ length: count }, () => undefined);
+  for (const r of (await query) as Row[]) byCall[num(r.i)] = r;
+  if (byCall.some((r) => r === undefined)) throw new Error("a batch function answered fewer rows than calls");
+  return byCall as Row[];
+}
+
 export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
   // The heads of attempts this process opened, so that their settlement reads nothing before its one
   // call (docs/scale-out.md, "Measured"): the row was written with exactly these values and they never
   // change; whether the attempt is still pending is checked under the locks by gateway_settle_attempt.
   const heads = new Map<string, AttemptHead>();
   const headKey = (request_id: string, attempt_n: number) => `${request_id}#${attempt_n}`;
+  // A node's settlements go one call at a time, those that wait meanwhile together in one transaction:
+  // the ledger sums' hot rows are then locked once per batch, not once per attempt.
+  const settleOne = async (c: SettleCall): Promise<Row> => {
+    const [row] = await sql`SELECT * FROM gateway_settle_attempt(${c.request_id}, ${c.attempt_n}, NULL::text, ${c.label}, ${c.reason},
+      ${c.receipt}::text, ${c.receipt_id}::bigint, ${c.receipt_received_at_ms}::bigint, ${c.billed_prompt}, ${c.billed_completion},
+      ${c.debit}, ${c.provider_credits}, ${c.platform_credits}, ${c.ended}, ${c.output_hash}::text, ${c.start_byte}::bigint,
+      ${c.end_byte}::bigint, ${c.tokens}::bigint, ${c.terminal_state}::text, ${c.finish_reason}::text, ${c.tool_calls}::boolean,
+      ${c.tool_call_bytes}::bigint, ${c.reported_input_tokens}::bigint, ${c.ended_at_ms}::bigint, ${c.pending_deadline_at_ms}::bigint,
+      ${c.accounts ? sql.array(c.accounts, "TEXT") : null}::text[], ${c.kinds ? sql.array(c.kinds, "TEXT") : null}::text[],
+      ${c.amounts ? sql.array(c.amounts, "INT8") : null}::int8[], ${c.now}, ${c.accepted_model_hash}::text, ${c.end_request})`;
+    return row as Row;
+  };
+  const settleMany = (calls: SettleCall[]) => batchRows(sql`SELECT * FROM gateway_settle_attempts(${callsJson(calls)}::text::jsonb)`, calls.length);
+  const settle = naturalBatcher(settleOne, settleMany, BATCH_MAX);
+  // An account's admissions queue on its lock anyway: a node sends one at a time per account, those
+  // that wait meanwhile together (the lock is then taken once per batch, not once per request).
+  const admitOne = async (c: ReserveCall): Promise<Row> => {
+    const [row] = await sql`SELECT * FROM gateway_reserve(${c.request_id}, ${c.account_id}, ${c.payer}, ${c.day},
+      ${c.tokens}, ${c.credits}, ${c.daily_token_limit}::bigint, ${c.ledger_account}, ${c.now})`;
+    return row as Row;
+  };
+  const admitMany = (calls: ReserveCall[]) => batchRows(sql`SELECT * FROM gateway_reserves(${callsJson(calls)}::text::jsonb)`, calls.length);
+  const admit = keyedBatcher(admitOne, admitMany, BATCH_MAX);
   const selectSettlement = async (request_id: string, attempt_n: number) => {
     const rows = await sql.unsafe(`${SELECT_SETTLEMENTS} WHERE s.request_id = $1 AND s.attempt_n = $2`, [request_id, attempt_n]);
     return rows.length === 0 ? null : toSettlement(rows[0] as Row);
@@ -227,20 +317,39 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
       const byArrival = input.receipt?.arrival_id !== undefined;
       const ended = input.ended ?? null;
       const d = ended?.delivered;
-      const [result] = await sql`SELECT * FROM gateway_settle_attempt(${input.request_id}, ${input.attempt_n},
-        NULL::text, ${input.label}, ${input.reason},
-        ${byArrival ? null : (input.receipt?.envelope ?? null)}::text, ${input.receipt?.arrival_id ?? null}::bigint,
-        ${input.receipt?.received_at_ms ?? null}::bigint,
-        ${charge?.prompt_tokens ?? 0}, ${charge?.completion_tokens ?? 0}, ${charge?.debit_credits ?? 0},
-        ${charge?.provider_credits ?? 0}, ${charge?.platform_credits ?? 0}, ${ended !== null},
-        ${d?.output_hash ?? null}::text, ${d?.start_byte ?? null}::bigint, ${d?.end_byte ?? null}::bigint, ${d?.tokens ?? null}::bigint,
-        ${d?.terminal_state ?? null}::text, ${d?.finish_reason ?? null}::text, ${d?.tool_calls_delivered ?? null}::boolean,
-        ${d?.tool_call_bytes ?? null}::bigint, ${d?.reported_input_tokens ?? null}::bigint,
-        ${ended?.ended_at_ms ?? null}::bigint, ${ended?.pending_deadline_at_ms ?? null}::bigint,
-        ${posting ? sql.array(posting.accounts, "TEXT") : null}::text[], ${posting ? sql.array(posting.kinds, "TEXT") : null}::text[],
-        ${posting ? sql.array(posting.amounts, "INT8") : null}::int8[], ${now_ms}, ${input.accepted_model_hash ?? null}::text,
-        ${input.end_request === true})`;
-      const r = result as Row;
+      const r = await settle({
+        request_id: input.request_id,
+        attempt_n: input.attempt_n,
+        account: h.account_id as string,
+        label: input.label,
+        reason: input.reason,
+        receipt: byArrival ? null : (input.receipt?.envelope ?? null),
+        receipt_id: input.receipt?.arrival_id ?? null,
+        receipt_received_at_ms: input.receipt?.received_at_ms ?? null,
+        billed_prompt: charge?.prompt_tokens ?? 0,
+        billed_completion: charge?.completion_tokens ?? 0,
+        debit: charge?.debit_credits ?? 0,
+        provider_credits: charge?.provider_credits ?? 0,
+        platform_credits: charge?.platform_credits ?? 0,
+        ended: ended !== null,
+        output_hash: d?.output_hash ?? null,
+        start_byte: d?.start_byte ?? null,
+        end_byte: d?.end_byte ?? null,
+        tokens: d?.tokens ?? null,
+        terminal_state: d?.terminal_state ?? null,
+        finish_reason: d?.finish_reason ?? null,
+        tool_calls: d?.tool_calls_delivered ?? null,
+        tool_call_bytes: d?.tool_call_bytes ?? null,
+        reported_input_tokens: d?.reported_input_tokens ?? null,
+        ended_at_ms: ended?.ended_at_ms ?? null,
+        pending_deadline_at_ms: ended?.pending_deadline_at_ms ?? null,
+        accounts: posting?.accounts ?? null,
+        kinds: posting?.kinds ?? null,
+        amounts: posting?.amounts ?? null,
+        now: now_ms,
+        accepted_model_hash: input.accepted_model_hash ?? null,
+        end_request: input.end_request === true,
+      });
       heads.delete(key);
       if (r.outcome === "already_settled") return alreadySettled();
       const written = (typeof r.settlement === "string" ? JSON.parse(r.settlement) : r.settlement) as Row;
@@ -270,9 +379,17 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
 
     async reserve(input: ReserveInput, now_ms = clock()): Promise<ReserveResult> {
       if (!isCount(input.tokens) || !isCount(input.credits)) return { ok: false, code: "invalid_amount" };
-      const [row] = await sql`SELECT * FROM gateway_reserve(${input.request_id}, ${input.account_id}, ${input.payer}, ${input.day},
-        ${input.tokens}, ${input.credits}, ${input.daily_token_limit ?? null}::bigint, ${buyerAccount(input.account_id)}, ${now_ms})`;
-      const r = row as Row;
+      const r = await admit(input.account_id, {
+        request_id: input.request_id,
+        account_id: input.account_id,
+        payer: input.payer,
+        day: input.day,
+        tokens: input.tokens,
+        credits: input.credits,
+        daily_token_limit: input.daily_token_limit ?? null,
+        ledger_account: buyerAccount(input.account_id),
+        now: now_ms,
+      });
       switch (r.code as string) {
         case "ok":
           return { ok: true, reservation: heldReservation(input, now_ms) };

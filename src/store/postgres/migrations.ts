@@ -558,4 +558,55 @@ export const postgresMigrations: readonly string[] = [
       RETURN QUERY SELECT 'ok'::TEXT, NULL::BIGINT;
     END $$;
   `,
+  // Settlements in batches (docs/decisions.md, "Settlements in batches"): one transaction settles the
+  // attempts a node had waiting, each exactly as gateway_settle_attempt does, each with its own row of
+  // outcome. Locks in one order for every settlement, alone or batched: the requests' locks, then the
+  // ledger sums' rows (by account id; ledger.ts posts a single settlement's entries in that order),
+  // then the held sums (calls by account id) — so batches and single settlements never wait in a cycle.
+  `
+  CREATE FUNCTION gateway_settle_attempts(p_calls JSONB)
+    RETURNS TABLE (i INTEGER, outcome TEXT, posting_id BIGINT, settlement JSON) LANGUAGE plpgsql AS $$
+    DECLARE k BIGINT; c RECORD;
+    BEGIN
+      FOR k IN SELECT DISTINCT hashtextextended('r:' || (e->>'request_id'), 0) AS h
+                 FROM jsonb_array_elements(p_calls) e ORDER BY h LOOP
+        PERFORM pg_advisory_xact_lock(k);
+      END LOOP;
+      PERFORM 1 FROM ledger_account_totals
+        WHERE account_id IN (SELECT jsonb_array_elements_text(e->'accounts') FROM jsonb_array_elements(p_calls) e
+                              WHERE jsonb_typeof(e->'accounts') = 'array')
+        ORDER BY account_id COLLATE "C" FOR UPDATE;
+      FOR c IN SELECT * FROM jsonb_to_recordset(p_calls) AS x(
+                   request_id TEXT, attempt_n INTEGER, account TEXT, label TEXT, reason TEXT, receipt TEXT, receipt_id BIGINT,
+                   receipt_received_at_ms BIGINT, billed_prompt BIGINT, billed_completion BIGINT, debit BIGINT,
+                   provider_credits BIGINT, platform_credits BIGINT, ended BOOLEAN, output_hash TEXT, start_byte BIGINT,
+                   end_byte BIGINT, tokens BIGINT, terminal_state TEXT, finish_reason TEXT, tool_calls BOOLEAN,
+                   tool_call_bytes BIGINT, reported_input_tokens BIGINT, ended_at_ms BIGINT, pending_deadline_at_ms BIGINT,
+                   accounts TEXT[], kinds TEXT[], amounts BIGINT[], now BIGINT, accepted_model_hash TEXT, end_request BOOLEAN, n INTEGER)
+                ORDER BY x.account COLLATE "C", x.n LOOP
+        RETURN QUERY SELECT c.n, s.outcome, s.posting_id, s.settlement FROM gateway_settle_attempt(
+          c.request_id, c.attempt_n, NULL, c.label, c.reason, c.receipt, c.receipt_id, c.receipt_received_at_ms,
+          c.billed_prompt, c.billed_completion, c.debit, c.provider_credits, c.platform_credits, c.ended, c.output_hash,
+          c.start_byte, c.end_byte, c.tokens, c.terminal_state, c.finish_reason, c.tool_calls, c.tool_call_bytes,
+          c.reported_input_tokens, c.ended_at_ms, c.pending_deadline_at_ms, c.accounts, c.kinds, c.amounts, c.now,
+          c.accepted_model_hash, c.end_request) s;
+      END LOOP;
+    END $$;
+  `,
+  // Reservations in batches (docs/decisions.md, "Settlements in batches"): a node's admissions of one
+  // account that wait while one is in flight go together, one transaction, one outcome row per call,
+  // each exactly as gateway_reserve admits it (a later call sees the earlier calls' holds). Calls run
+  // by account id, so a batch of several accounts takes their locks in one order.
+  `
+  CREATE FUNCTION gateway_reserves(p_calls JSONB) RETURNS TABLE (i INTEGER, code TEXT, figure BIGINT) LANGUAGE plpgsql AS $$
+    DECLARE c RECORD;
+    BEGIN
+      FOR c IN SELECT * FROM jsonb_to_recordset(p_calls) AS x(request_id TEXT, account_id TEXT, payer TEXT, day TEXT, tokens BIGINT,
+                   credits BIGINT, daily_token_limit BIGINT, ledger_account TEXT, now BIGINT, n INTEGER)
+                ORDER BY x.account_id COLLATE "C", x.n LOOP
+        RETURN QUERY SELECT c.n, r.code, r.figure FROM gateway_reserve(c.request_id, c.account_id, c.payer, c.day, c.tokens,
+          c.credits, c.daily_token_limit, c.ledger_account, c.now) r;
+      END LOOP;
+    END $$;
+  `,
 ];
