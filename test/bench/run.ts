@@ -22,6 +22,7 @@
 //   BENCH_WARMUP_MS=N        discarded warm-up of every path before the first phase (default 20000; 0: none)
 //   BENCH_JSON=FILE          where the JSON goes (default docs/benchmarks.json)
 //   BENCH_MD=FILE            Markdown file to update (default docs/benchmarks.md); BENCH_WRITE=0: print only
+//   BENCH_PURGE_DELAY=MS     the gateway's MIMALLOC_PURGE_DELAY (default 1000, as the service files set it)
 //   BENCH_CLUSTER=0          skip the cluster figures (issue 22: test/bench/cluster-hop.ts as a child, run
 //                            after the embedded paths when PostgreSQL and Redis are installed; not in --quick)
 import { cpus, loadavg } from "node:os";
