@@ -6,22 +6,19 @@ import { SQL } from "bun";
 import type { AsyncStore } from "../../src/store/asyncStore.ts";
 import { openPostgresStore } from "../../src/store/postgres/index.ts";
 import { attempt } from "../ledger/attempt-fixture.ts";
-import { postgresMissing, sharedPostgres } from "../support/postgres.ts";
+import { postgresMissing } from "../support/postgres.ts";
+import { pgStoreWithSide, type PgStoreFixture } from "./pg-store-fixture.ts";
 
 describe.skipIf(postgresMissing !== null)("PostgreSQL request path", () => {
+  let pg: PgStoreFixture;
   let url: string;
   let store: AsyncStore;
   let side: SQL;
   beforeAll(async () => {
-    url = await (await sharedPostgres()).freshDatabase();
-    store = await openPostgresStore(url, { maxConnections: 4, now: () => 1_000 });
-    side = new SQL(url, { max: 1 });
-    await store.grantCredits("acct_1", 1_000_000);
+    pg = await pgStoreWithSide(1_000_000);
+    ({ url, store, side } = pg);
   });
-  afterAll(async () => {
-    await side.close();
-    await store.close();
-  });
+  afterAll(() => pg.close());
 
   /** The synchronous_commit level a function call leaves for the rest of its transaction. */
   const levelAfter = async (call: string) =>

@@ -4,10 +4,10 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { SQL } from "bun";
 import type { AsyncStore } from "../../src/store/asyncStore.ts";
-import { openPostgresStore } from "../../src/store/postgres/index.ts";
 import { naturalBatcher } from "../../src/store/postgres/naturalBatch.ts";
 import { attempt } from "../ledger/attempt-fixture.ts";
-import { postgresMissing, sharedPostgres } from "../support/postgres.ts";
+import { postgresMissing } from "../support/postgres.ts";
+import { pgStoreWithSide, type PgStoreFixture } from "./pg-store-fixture.ts";
 
 describe("naturalBatcher", () => {
   test("a call while idle goes alone at once; calls made meanwhile go together after it; a failed batch is retried one by one", async () => {
@@ -64,19 +64,14 @@ describe("naturalBatcher", () => {
 });
 
 describe.skipIf(postgresMissing !== null)("settlements in batches on PostgreSQL", () => {
-  let url: string;
+  let pg: PgStoreFixture;
   let store: AsyncStore;
   let side: SQL;
   beforeAll(async () => {
-    url = await (await sharedPostgres()).freshDatabase();
-    store = await openPostgresStore(url, { maxConnections: 4, now: () => 1_000 });
-    side = new SQL(url, { max: 1 });
-    await store.grantCredits("acct_1", 10_000_000);
+    pg = await pgStoreWithSide(10_000_000);
+    ({ store, side } = pg);
   });
-  afterAll(async () => {
-    await side.close();
-    await store.close();
-  });
+  afterAll(() => pg.close());
 
   test("gateway_settle_attempts: one outcome per call, in the calls' order; an attempt already settled, or twice in the batch, settles once", async () => {
     for (const id of ["b-1", "b-2", "b-3"]) {
