@@ -13,7 +13,8 @@ test("a live request's prompt: released at a stream's first delta, kept while a 
   });
   const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
   const output = out + err;
-  if (code !== 0) console.error(output);
+  // Indented: the child's own file headers and (fail) lines must not read as this run's.
+  if (code !== 0) console.error(output.replace(/^/gm, "  | "));
   expect(output).toMatch(/^ *3 pass$/m);
   expect(output).toMatch(/^ *0 fail$/m);
   expect(code).toBe(0);
