@@ -1,6 +1,6 @@
-// What the single-purpose bench scripts share: reading a child's JSON log lines, its RSS, percentiles,
+// What the single-purpose bench scripts share: reading a child's JSON log lines, its RSS and CPU time, percentiles,
 // and a `gateway serve` child in enforce mode with the bench models in its signed catalog.
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 
 /** Resolves with the child's first JSON stdout line matching `predicate`, then keeps draining stdout. */
 export async function firstJsonLine(proc: ReturnType<typeof Bun.spawn>, predicate: (o: Record<string, unknown>) => boolean) {
@@ -25,6 +25,31 @@ export async function firstJsonLine(proc: ReturnType<typeof Bun.spawn>, predicat
       } catch {}
     }
   }
+}
+
+/** CPU seconds (user + system) from a /proc stat file — a process's, or a thread's (/proc/PID/task/TID/stat); 0 once it is gone. */
+export function cpuSeconds(pid: number, path = `/proc/${pid}/stat`): number {
+  try {
+    const fields = readFileSync(path, "utf8").split(") ")[1]!.split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (100 Hz)
+  } catch {
+    return 0;
+  }
+}
+
+/** CPU seconds of each of a process's threads, summed by thread name (threads that end meanwhile are skipped). */
+export function threadCpuByName(pid: number): Map<string, number> {
+  const byName = new Map<string, number>();
+  for (const t of readdirSync(`/proc/${pid}/task`)) {
+    let name: string;
+    try {
+      name = readFileSync(`/proc/${pid}/task/${t}/comm`, "utf8").trim();
+    } catch {
+      continue;
+    }
+    byName.set(name, (byName.get(name) ?? 0) + cpuSeconds(pid, `/proc/${pid}/task/${t}/stat`));
+  }
+  return byName;
 }
 
 export const rssKb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]);

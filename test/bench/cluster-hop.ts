@@ -21,6 +21,7 @@ import { modelHash, MAIN, collectJsonLines, waitFor } from "../support/harness.t
 import { startCluster, type ClusterNodeProcess, type TestCluster } from "../support/cluster.ts";
 import { sharedPostgres } from "../support/postgres.ts";
 import { settingSpecs } from "../../src/config/settings.ts";
+import { cpuSeconds } from "./children.ts";
 
 const HOP_STREAMS = Number(process.env.BENCH_HOP_STREAMS ?? 300);
 const LOAD_MS = Number(process.env.BENCH_LOAD_MS ?? 10_000);
@@ -46,15 +47,6 @@ const pct = (xs: number[], p: number) => {
 };
 const round = (x: number, digits = 3) => Math.round(x * 10 ** digits) / 10 ** digits;
 
-/** CPU seconds (user + system) a process has used, from /proc (0 once it is gone). */
-function cpuSeconds(pid: number): number {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-    return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (100 Hz)
-  } catch {
-    return 0;
-  }
-}
 
 /** The shared PostgreSQL's processes: the postmaster and its children (backends, writers). */
 function postgresPids(dataDir: string): number[] {

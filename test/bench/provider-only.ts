@@ -8,11 +8,11 @@
 // profiles the provider (test/bench/profile-split.ts reads the .cpuprofile).
 import { randomBytes } from "node:crypto";
 import { createHash } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ServerWebSocket } from "bun";
 import { decodeProviderFrame, encodeFrame } from "../../src/wire/codec.ts";
 import type { JobFrame } from "../../src/wire/frames.ts";
+import { cpuSeconds, threadCpuByName } from "./children.ts";
 import { FETCH_ENV, MAIN, Processes, startMock } from "./stack.ts";
 
 const json = process.argv.includes("--json");
@@ -26,19 +26,6 @@ const MODEL = "bench-json-d20";
 const PROFILE_DIR = process.env.BENCH_CPU_PROF;
 const hex = (s: string) => createHash("sha256").update(s).digest("hex");
 
-const cpuSeconds = (pid: number, path = `/proc/${pid}/stat`): number => {
-  const f = readFileSync(path, "utf8").split(") ")[1]!.split(" ");
-  return (Number(f[11]) + Number(f[12])) / 100;
-};
-/** CPU seconds of each of the process's threads, summed by thread name. */
-const threadCpu = (pid: number): Map<string, number> => {
-  const byName = new Map<string, number>();
-  for (const t of readdirSync(`/proc/${pid}/task`)) {
-    const name = readFileSync(`/proc/${pid}/task/${t}/comm`, "utf8").trim();
-    byName.set(name, (byName.get(name) ?? 0) + cpuSeconds(pid, `/proc/${pid}/task/${t}/stat`));
-  }
-  return byName;
-};
 
 let served = 0;
 let declined = 0;
@@ -130,13 +117,13 @@ try {
   }, 5);
   await Bun.sleep(2000); // warm-up
   const cpu0 = cpuSeconds(provider.pid);
-  const threads0 = threadCpu(provider.pid);
+  const threads0 = threadCpuByName(provider.pid);
   const served0 = served;
   const t0 = performance.now();
   await Bun.sleep(seconds * 1000);
   const cpu = cpuSeconds(provider.pid) - cpu0;
   // The main (JS) thread is the one named after the executable.
-  const threads = [...threadCpu(provider.pid)].map(([name, s]) => ({ name, s: s - (threads0.get(name) ?? 0) })).filter((t) => t.s >= 0.01);
+  const threads = [...threadCpuByName(provider.pid)].map(([name, s]) => ({ name, s: s - (threads0.get(name) ?? 0) })).filter((t) => t.s >= 0.01);
   const requests = served - served0;
   const wall = (performance.now() - t0) / 1000;
   clearInterval(pacer);

@@ -2,24 +2,16 @@
 // (mock at 20 ms) for a long window, printing every interval the gateway's CPU by thread kind (main JS
 // thread, JIT compilers, the receipt judge's Worker, GC helpers, mimalloc's scavenger) and req/s — to
 // tell a warm-up cost that fades from one that stays (JIT work that never settles is recompilation).
-import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { threadCpuByName } from "./children.ts";
 import { FETCH_ENV, Processes, startGatewayStack, startMock } from "./stack.ts";
 
 const [cArg = "256", sArg = "60", iArg = "5"] = process.argv.slice(2);
-const ticks = 100;
 const kind = (name: string) =>
   name === "bun" ? "main" : /JIT|WarmUp/.test(name) ? "jit" : name === "Worker" ? "judge" : /Heap|GC/.test(name) ? "gc" : /scavenger/.test(name) ? "mimalloc" : "other";
 const byKind = (pid: number): Record<string, number> => {
   const out: Record<string, number> = {};
-  for (const t of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const name = readFileSync(`/proc/${pid}/task/${t}/comm`, "utf8").trim();
-      const f = readFileSync(`/proc/${pid}/task/${t}/stat`, "utf8").split(") ")[1]!.split(" ");
-      const k = kind(name);
-      out[k] = (out[k] ?? 0) + (Number(f[11]) + Number(f[12])) / ticks;
-    } catch {}
-  }
+  for (const [name, seconds] of threadCpuByName(pid)) out[kind(name)] = (out[kind(name)] ?? 0) + seconds;
   return out;
 };
 
