@@ -14,14 +14,14 @@
 // "embedded", "one", "two" for those throughput runs only), BENCH_PG_STATEMENTS=N (the cluster runs also
 // list PostgreSQL's N costliest statements of the window per request, nested ones included, from
 // pg_stat_statements).
-import { readFileSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadavg } from "node:os";
 import { modelHash, MAIN, collectJsonLines, waitFor } from "../support/harness.ts";
 import { startCluster, type ClusterNodeProcess, type TestCluster } from "../support/cluster.ts";
 import { sharedPostgres } from "../support/postgres.ts";
 import { settingSpecs } from "../../src/config/settings.ts";
-import { cpuSeconds } from "./children.ts";
+import { cpuSeconds, postgresCpuSeconds } from "./children.ts";
 
 const HOP_STREAMS = Number(process.env.BENCH_HOP_STREAMS ?? 300);
 const LOAD_MS = Number(process.env.BENCH_LOAD_MS ?? 10_000);
@@ -47,16 +47,6 @@ const pct = (xs: number[], p: number) => {
 };
 const round = (x: number, digits = 3) => Math.round(x * 10 ** digits) / 10 ** digits;
 
-
-/** The shared PostgreSQL's processes: the postmaster and its children (backends, writers). */
-function postgresPids(dataDir: string): number[] {
-  const postmaster = Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]);
-  const children: number[] = [];
-  for (const entry of Bun.spawnSync(["ps", "-o", "pid=", "--ppid", String(postmaster)]).stdout.toString().split("\n")) {
-    if (entry.trim()) children.push(Number(entry.trim()));
-  }
-  return [postmaster, ...children];
-}
 
 /** The mock upstream as a process of its own. */
 async function startMock(): Promise<{ url: string; proc: Proc }> {
@@ -171,8 +161,11 @@ interface WindowProbe {
   end(requests: number): Promise<Record<string, unknown>>;
 }
 
-async function load(urls: string[], apiKey: string, servers: Record<string, number[]>, probe?: WindowProbe) {
-  const pids = { ...servers, mock: [mockPid], driver: [process.pid] };
+/** A process group's CPU seconds so far: its pids, or a function that lists them afresh (PostgreSQL's). */
+type CpuSource = number[] | (() => number);
+
+async function load(urls: string[], apiKey: string, servers: Record<string, CpuSource>, probe?: WindowProbe) {
+  const pids: Record<string, CpuSource> = { ...servers, mock: [mockPid], driver: [process.pid] };
   const body = JSON.stringify({ model: JSON_MODEL, max_tokens: 16, messages: [{ role: "user", content: "Hello" }] });
   const headers = { authorization: `Bearer ${apiKey}`, "content-type": "application/json" };
   const start = performance.now();
@@ -181,7 +174,10 @@ async function load(urls: string[], apiKey: string, servers: Record<string, numb
   let ok = 0;
   let failed = 0;
   let cpuAtWindow: Record<string, number> = {};
-  const cpuOf = () => Object.fromEntries(Object.entries(pids).map(([name, list]) => [name, list.reduce((sum, pid) => sum + cpuSeconds(pid), 0)]));
+  const cpuOf = () =>
+    Object.fromEntries(
+      Object.entries(pids).map(([name, source]) => [name, typeof source === "function" ? source() : source.reduce((sum, pid) => sum + cpuSeconds(pid), 0)]),
+    );
   let probeStarted: Promise<void> = Promise.resolve();
   const windowTimer = setTimeout(() => {
     cpuAtWindow = cpuOf();
@@ -211,7 +207,16 @@ async function load(urls: string[], apiKey: string, servers: Record<string, numb
   const perRequest = probe ? await probe.end(ok) : {};
   const seconds = LOAD_MS / 1000;
   const cpu = Object.fromEntries(Object.keys(pids).map((name) => [name, round((cpuAtEnd[name]! - (cpuAtWindow[name] ?? 0)) / seconds, 2)]));
-  return { req_per_s: Math.round(ok / seconds), failed, latency_p50_ms: round(pct(latencies, 50)), latency_p99_ms: round(pct(latencies, 99)), cpu_cores: cpu, ...perRequest };
+  const cpuPerRequest = Object.fromEntries(Object.keys(pids).map((name) => [name, Math.round(((cpuAtEnd[name]! - (cpuAtWindow[name] ?? 0)) * 1e6) / Math.max(1, ok))]));
+  return {
+    req_per_s: Math.round(ok / seconds),
+    failed,
+    latency_p50_ms: round(pct(latencies, 50)),
+    latency_p99_ms: round(pct(latencies, 99)),
+    cpu_cores: cpu,
+    cpu_us_per_request: cpuPerRequest,
+    ...perRequest,
+  };
 }
 
 /** The embedded gateway (SQLite in a data dir) with one provider, as `gateway serve` runs it. */
@@ -260,11 +265,11 @@ async function clusterThroughput(mockUrl: string, nodes: number) {
     cluster.nodes.forEach((node, i) => providers.push(startProvider(`bench-node-${i + 1}`, node.wsUrl, mockUrl, cluster.dataDir)));
     for (const node of cluster.nodes) await routable(node.url, created.api_key, nodes);
     const pg = await sharedPostgres();
-    const pids: Record<string, number[]> = {};
+    const pids: Record<string, CpuSource> = {};
     cluster.nodes.forEach((node) => (pids[`gateway_${node.name}`] = [node.proc.pid]));
     pids.providers = providers.map((p) => p.pid);
     pids.redis = [redisPid(cluster)];
-    pids.postgres = postgresPids(pg.dataDir);
+    pids.postgres = () => postgresCpuSeconds(pg.dataDir);
     // PostgreSQL's own count of transactions (each autocommit statement is one) in the window.
     const stats = new Bun.SQL(cluster.databaseUrl, { max: 1 });
     const transactions = async () => {
