@@ -39,9 +39,10 @@ export function actorHost(options: ActorHostOptions): AnyActorRef {
   const host = createActor(hostLogic(options.unobservedErrors), options.clock ? { clock: options.clock } : {}).start();
   const inspect = options.inspect;
   if (inspect) {
+    const views = new WeakMap<AnyActorRef, AnyActorRef>();
     host.system.inspect((event) => {
       // The host stays silent: its actors' done events reach it, but not the inspector.
-      if (event.actorRef !== host) inspect(asRootActorEvent(host, event));
+      if (event.actorRef !== host) inspect(asRootActorEvent(host, views, event));
     });
   }
   return host;
@@ -50,11 +51,16 @@ export function actorHost(options: ActorHostOptions): AnyActorRef {
 /**
  * The inspector is never told of the host, so its actors are shown as the root actors they were
  * before they shared it: an event of a hosted actor names the actor itself as its root, and its
- * actor no parent (a view of the actor whose `_parent` is unset; everything else reads through).
+ * actor no parent (a view of the actor whose `_parent` is unset; everything else reads through). One
+ * view per actor, so an inspector can still tell actors apart by identity.
  */
-function asRootActorEvent(host: AnyActorRef, event: InspectionEvent): InspectionEvent {
+function asRootActorEvent(host: AnyActorRef, views: WeakMap<AnyActorRef, AnyActorRef>, event: InspectionEvent): InspectionEvent {
   const actor = event.actorRef as AnyActorRef & { _parent?: AnyActorRef };
   if (actor._parent !== host) return event;
-  const rootView = Object.create(actor, { _parent: { value: undefined } }) as AnyActorRef;
-  return { ...event, rootId: actor.sessionId, actorRef: rootView } as InspectionEvent;
+  let view = views.get(actor);
+  if (view === undefined) {
+    view = Object.create(actor, { _parent: { value: undefined } }) as AnyActorRef;
+    views.set(actor, view);
+  }
+  return { ...event, rootId: actor.sessionId, actorRef: view } as InspectionEvent;
 }
