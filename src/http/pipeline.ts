@@ -13,6 +13,7 @@ import type { BodyTemplate, FacadeResponder, StreamFlow } from "./output.ts";
 import type { Log } from "../log.ts";
 import { isStoreUnavailable, type AsyncStore as Store } from "../store/asyncStore.ts";
 import type { Settlements } from "../gateway/settlements.ts";
+import type { AdmittedPricing } from "../gateway/settlement/pricing.ts";
 import { reservationCredits, type Rates } from "../ledger/index.ts";
 import { buyerAccount } from "../store/index.ts";
 import { payerFor, type Payer } from "../ledger/charges.ts";
@@ -266,7 +267,8 @@ async function runHoldingSlot(
     end(false);
     return input.refuse(reserved.error);
   }
-  return startRequest(deps, input, tracker, end, { promptBound, payer: reserved.payer, sticky });
+  const pricing = { rateCardRow: admission.rateCardRow, rates: admission.rates };
+  return startRequest(deps, input, tracker, end, { promptBound, payer: reserved.payer, pricing, sticky });
 }
 
 /**
@@ -289,7 +291,7 @@ function startRequest(
   input: PipelineRequest,
   tracker: RunTracker | null,
   end: (ok: boolean) => void,
-  admitted: { promptBound: number; payer: Payer; sticky: RequestSpec["sticky"] },
+  admitted: { promptBound: number; payer: Payer; pricing: AdmittedPricing; sticky: RequestSpec["sticky"] },
 ): Promise<Response> {
   const { request, ids } = input;
   const cancel = { abort: () => {} };
@@ -305,6 +307,7 @@ function startRequest(
       responder,
       accountId: input.principal.account_id,
       payer: admitted.payer,
+      pricing: admitted.pricing,
       buyerRoute: input.buyerRoute,
       sticky: admitted.sticky,
     });
