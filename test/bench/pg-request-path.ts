@@ -34,6 +34,7 @@ const FUNCTIONS = values.functions === true;
 process.env.GATEWAY_TEST_PG_OPTIONS = [
   STATEMENTS > 0 ? "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all" : "",
   FUNCTIONS ? "-c track_functions=all" : "",
+  STATEMENTS > 0 ? "-c pg_stat_statements.track_planning=on" : "",
 ].join(" ");
 const separate = values.sequence === "separate";
 const CONCURRENCY = Number(values.concurrency);
@@ -142,11 +143,13 @@ try {
   const statements =
     STATEMENTS > 0
       ? (
-          (await stats`SELECT query, calls, total_exec_time, toplevel FROM pg_stat_statements
+          (await stats`SELECT query, calls, plans, total_exec_time, total_plan_time, toplevel FROM pg_stat_statements
             WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT ${STATEMENTS}`) as {
             query: string;
             calls: string | number;
+            plans: string | number;
             total_exec_time: number;
+            total_plan_time: number;
             toplevel: boolean;
           }[]
         ).map((r) => ({
@@ -154,6 +157,8 @@ try {
           toplevel: r.toplevel,
           calls_per_request: Math.round((Number(r.calls) / done) * 100) / 100,
           exec_us_per_request: Math.round((r.total_exec_time * 1000) / done),
+          plans_per_request: Math.round((Number(r.plans) / done) * 100) / 100,
+          plan_us_per_request: Math.round((r.total_plan_time * 1000) / done),
         }))
       : undefined;
   const counters1 = await counters();

@@ -611,36 +611,10 @@ export const postgresMigrations: readonly string[] = [
   `,
   // Fewer statements a settlement (docs/decisions.md, "Fewer statements a settlement"): PostgreSQL's CPU
   // goes per statement run (each trigger's and each nested one's executor), not per transaction.
-  // - ledger_entries' two row triggers become statement triggers over the statement's new rows: one
-  //   upsert of the ledger sums a posting (by account id, the lock order of migration 7) instead of one
-  //   per entry, and one check that every entry's posting is open instead of one per entry. A failed
-  //   check fails the statement as before, with nothing of it written.
-  // - gateway_settle_attempt: the pending check is the UPDATE's own condition (no SELECT … FOR UPDATE
-  //   first), and the request's end and its reservation's resolution are one UPDATE, inline. Same
-  //   locks (the request's, then the row), same outcomes.
+  // gateway_settle_attempt writes the request's end and its reservation's resolution in one UPDATE,
+  // inline (before: an UPDATE for the end, then a nested function call with another). Same locks, same
+  // outcomes.
   `
-  DROP TRIGGER ledger_entries_into_open_posting ON ledger_entries;
-  DROP TRIGGER ledger_entries_total ON ledger_entries;
-  CREATE FUNCTION ledger_entries_into_open_postings() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF EXISTS (SELECT 1 FROM new_entries e LEFT JOIN ledger_postings p ON p.id = e.posting_id
-                  WHERE p.sealed IS DISTINCT FROM false) THEN
-        RAISE EXCEPTION 'posting is sealed' USING ERRCODE = 'integrity_constraint_violation';
-      END IF;
-      RETURN NULL;
-    END $$;
-  CREATE TRIGGER ledger_entries_into_open_postings AFTER INSERT ON ledger_entries
-    REFERENCING NEW TABLE AS new_entries FOR EACH STATEMENT EXECUTE FUNCTION ledger_entries_into_open_postings();
-  CREATE FUNCTION ledger_entries_totals() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      INSERT INTO ledger_account_totals (account_id, balance)
-        SELECT account_id, SUM(amount) FROM new_entries GROUP BY account_id ORDER BY account_id COLLATE "C"
-        ON CONFLICT (account_id) DO UPDATE SET balance = ledger_account_totals.balance + excluded.balance;
-      RETURN NULL;
-    END $$;
-  CREATE TRIGGER ledger_entries_totals AFTER INSERT ON ledger_entries
-    REFERENCING NEW TABLE AS new_entries FOR EACH STATEMENT EXECUTE FUNCTION ledger_entries_totals();
-
   CREATE OR REPLACE FUNCTION gateway_settle_attempt(p_request_id TEXT, p_attempt_n INTEGER, p_lock_account TEXT, p_label TEXT, p_reason TEXT,
                                          p_receipt TEXT, p_receipt_id BIGINT, p_receipt_received_at_ms BIGINT,
                                          p_billed_prompt BIGINT, p_billed_completion BIGINT, p_debit BIGINT, p_provider_credits BIGINT,
@@ -651,12 +625,15 @@ export const postgresMigrations: readonly string[] = [
                                          p_accounts TEXT[], p_kinds TEXT[], p_amounts BIGINT[], p_now BIGINT,
                                          p_accepted_model_hash TEXT, p_end_request BOOLEAN)
     RETURNS TABLE (outcome TEXT, posting_id BIGINT, settlement JSON) LANGUAGE plpgsql AS $$
-    DECLARE v_posting BIGINT; v_row JSON; v_pending BIGINT; v_tokens BIGINT; v_credits BIGINT;
+    DECLARE v_label TEXT; v_ended_at BIGINT; v_posting BIGINT; v_row JSON; v_pending BIGINT; v_tokens BIGINT; v_credits BIGINT;
     BEGIN
       IF p_lock_account IS NOT NULL THEN PERFORM pg_advisory_xact_lock(hashtextextended('a:' || p_lock_account, 0)); END IF;
       PERFORM pg_advisory_xact_lock(hashtextextended('r:' || p_request_id, 0));
-      -- Only a pending attempt settles; the delivered record given with the outcome applies only where
-      -- none was written before (SET reads the row as it was).
+      SELECT label, ended_at_ms INTO v_label, v_ended_at FROM settlements
+        WHERE request_id = p_request_id AND attempt_n = p_attempt_n FOR UPDATE;
+      IF v_label IS DISTINCT FROM 'pending' THEN RETURN QUERY SELECT 'already_settled'::TEXT, NULL::BIGINT, NULL::JSON; RETURN; END IF;
+      -- The delivered record given with the outcome applies only where none was written before.
+      p_ended := p_ended AND v_ended_at IS NULL;
       UPDATE settlements SET label = p_label, reason = p_reason,
              accepted_model_hash = COALESCE(accepted_model_hash, p_accepted_model_hash),
              receipt = COALESCE(p_receipt, receipt), receipt_id = COALESCE(p_receipt_id, receipt_id),
@@ -664,20 +641,19 @@ export const postgresMigrations: readonly string[] = [
              billed_prompt_tokens = p_billed_prompt, billed_completion_tokens = p_billed_completion,
              debit_credits = p_debit, provider_credits = p_provider_credits, platform_credits = p_platform_credits,
              settled_at_ms = p_now,
-             delivered_output_hash = CASE WHEN p_ended AND ended_at_ms IS NULL THEN p_output_hash ELSE delivered_output_hash END,
-             delivered_start_byte = CASE WHEN p_ended AND ended_at_ms IS NULL THEN p_start_byte ELSE delivered_start_byte END,
-             delivered_end_byte = CASE WHEN p_ended AND ended_at_ms IS NULL THEN p_end_byte ELSE delivered_end_byte END,
-             delivered_tokens = CASE WHEN p_ended AND ended_at_ms IS NULL THEN p_tokens ELSE delivered_tokens END,
-             delivered_terminal_state = CASE WHEN p_ended AND ended_at_ms IS NULL THEN p_terminal_state ELSE delivered_terminal_state END,
-             delivered_finish_reason = CASE WHEN p_ended AND ended_at_ms IS NULL THEN p_finish_reason ELSE delivered_finish_reason END,
-             delivered_tool_calls = CASE WHEN p_ended AND ended_at_ms IS NULL THEN p_tool_calls ELSE delivered_tool_calls END,
-             delivered_tool_call_bytes = CASE WHEN p_ended AND ended_at_ms IS NULL THEN p_tool_call_bytes ELSE delivered_tool_call_bytes END,
-             reported_input_tokens = CASE WHEN p_ended AND ended_at_ms IS NULL THEN p_reported_input_tokens ELSE reported_input_tokens END,
-             pending_deadline_at_ms = CASE WHEN p_ended AND ended_at_ms IS NULL THEN p_pending_deadline_at_ms ELSE pending_deadline_at_ms END,
-             ended_at_ms = CASE WHEN p_ended AND ended_at_ms IS NULL THEN p_ended_at_ms ELSE ended_at_ms END
-       WHERE request_id = p_request_id AND attempt_n = p_attempt_n AND label = 'pending'
+             delivered_output_hash = CASE WHEN p_ended THEN p_output_hash ELSE delivered_output_hash END,
+             delivered_start_byte = CASE WHEN p_ended THEN p_start_byte ELSE delivered_start_byte END,
+             delivered_end_byte = CASE WHEN p_ended THEN p_end_byte ELSE delivered_end_byte END,
+             delivered_tokens = CASE WHEN p_ended THEN p_tokens ELSE delivered_tokens END,
+             delivered_terminal_state = CASE WHEN p_ended THEN p_terminal_state ELSE delivered_terminal_state END,
+             delivered_finish_reason = CASE WHEN p_ended THEN p_finish_reason ELSE delivered_finish_reason END,
+             delivered_tool_calls = CASE WHEN p_ended THEN p_tool_calls ELSE delivered_tool_calls END,
+             delivered_tool_call_bytes = CASE WHEN p_ended THEN p_tool_call_bytes ELSE delivered_tool_call_bytes END,
+             reported_input_tokens = CASE WHEN p_ended THEN p_reported_input_tokens ELSE reported_input_tokens END,
+             ended_at_ms = CASE WHEN p_ended THEN p_ended_at_ms ELSE ended_at_ms END,
+             pending_deadline_at_ms = CASE WHEN p_ended THEN p_pending_deadline_at_ms ELSE pending_deadline_at_ms END
+       WHERE request_id = p_request_id AND attempt_n = p_attempt_n
       RETURNING to_json(settlements) INTO v_row;
-      IF NOT FOUND THEN RETURN QUERY SELECT 'already_settled'::TEXT, NULL::BIGINT, NULL::JSON; RETURN; END IF;
       IF p_accounts IS NOT NULL THEN
         v_posting := ledger_post('settlement', p_request_id, p_attempt_n, NULL, p_now, p_accounts, p_kinds, p_amounts);
       END IF;
