@@ -32,6 +32,7 @@ const STATEMENTS = Number(values.statements);
 const FUNCTIONS = values.functions === true;
 // Read by test/support/postgres.ts when it starts the server.
 process.env.GATEWAY_TEST_PG_OPTIONS = [
+  process.env.GATEWAY_TEST_PG_OPTIONS ?? "",
   STATEMENTS > 0 ? "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all" : "",
   FUNCTIONS ? "-c track_functions=all" : "",
   STATEMENTS > 0 ? "-c pg_stat_statements.track_planning=on" : "",
