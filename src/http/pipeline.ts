@@ -295,7 +295,7 @@ function startRequest(
 ): Promise<Response> {
   const { request, ids } = input;
   const cancel = { abort: () => {} };
-  const responder = observeEnd(input.responder(responderContext(deps, ids, tracker, end, cancel)), end);
+  const responder = observeEnd(input.responder(responderContext(deps, ids, tracker, end, cancel)), end, tracker);
   const { signal } = request;
   signal.addEventListener("abort", () => end(false), { once: true });
   let started: { abort: () => void };
@@ -408,8 +408,8 @@ async function reserveForRequest(
  * The facade's responder as the gateway drives it: the gateway's failure codes become this layer's
  * errors (src/http/errors.ts), and how the response ended (success or failure) is reported to `end`.
  */
-function observeEnd(r: FacadeResponder, end: (ok: boolean) => void): ChatResponder {
-  return new EndObserved(r, end);
+function observeEnd(r: FacadeResponder, end: (ok: boolean) => void, tracker: RunTracker | null): ChatResponder {
+  return new EndObserved(r, end, tracker);
 }
 
 /** One per live request, so a class: shared methods instead of closures made per request. */
@@ -417,6 +417,7 @@ class EndObserved implements ChatResponder {
   constructor(
     private readonly r: FacadeResponder,
     private readonly end: (ok: boolean) => void,
+    private readonly tracker: RunTracker | null,
   ) {}
 
   get response(): Promise<Response> {
@@ -429,6 +430,13 @@ class EndObserved implements ChatResponder {
 
   discard(): void {
     this.r.discard();
+  }
+
+  prepare(outcome: ChatOutcome): Response | undefined {
+    const whole = this.r.prepare?.(outcome);
+    // Kept for a retry now, before the commit that charges for it releases the response.
+    if (whole !== undefined) this.tracker?.result(whole);
+    return whole;
   }
 
   succeed(outcome: ChatOutcome): void {
