@@ -1,6 +1,8 @@
 // Who judges receipts: the same pure rules (verify.ts) either on the calling thread, the signature
 // checked with WebCrypto, or on a worker thread of their own. The main thread limits the gateway's
-// throughput and a settlement is not on the buyer's path, so judging runs off it (docs/benchmarks.md).
+// throughput and a settlement is not on the buyer's path, so judging runs off it (docs/benchmarks.md) —
+// except a lone receipt while no request is in flight, which two thread hops would only delay onto the
+// next request's path.
 import type { ReceiptJudgement, ReceiptVerdict, VerifyReceiptInput } from "./verify.ts";
 import { checkReceipt, verdictWithSignature, verifyReceipt } from "./verify.ts";
 import { verifySignatureAsync } from "./envelope.ts";
