@@ -133,7 +133,12 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
   // commit: the request path's ledger writes share one durable commit per event-loop turn.
   const store: AsyncStore =
     config.databaseUrl !== undefined
-      ? await openPostgresStore(config.databaseUrl, { keyPrefix: config.keyPrefix, now })
+      ? await openPostgresStore(config.databaseUrl, {
+          keyPrefix: config.keyPrefix,
+          now,
+          // Each call is retried alone and answered, so nothing is lost; a failing batch is still news.
+          onBatchFailed: (what, size, error) => log.warn("store_batch_failed", { what, size, error: String(error), action: "retried_one_by_one" }),
+        })
       : asyncStore(
           openStore(databasePath(config.dataDir), { keyPrefix: config.keyPrefix, now, randomBytes: random, groupCommit: true, onCommitFailed: failStop, ...ports.storeHooks }),
         );

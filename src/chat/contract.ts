@@ -48,6 +48,12 @@ export interface ChatResponder<Failure = RequestFailure> {
   relay(frame: ChunkFrame): void;
   /** Forgets buffered output of a failed attempt (JSON responses only buffer). */
   discard(): void;
+  /**
+   * The answer is final but may not go out yet (its charge is not committed): a responder that writes
+   * it in one piece builds it now and returns it unsent, so the retry-replay copy can keep it before
+   * the charge does (docs/receipts.md, "Crashes"); `succeed` then sends exactly that response.
+   */
+  prepare?(outcome: ChatOutcome): Response | undefined;
   succeed(outcome: ChatOutcome): void;
   fail(failure: Failure): void;
   failMidStream(failure: Failure): void;

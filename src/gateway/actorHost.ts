@@ -37,6 +37,30 @@ function hostLogic(unobservedErrors: ActorHostOptions["unobservedErrors"]): Acto
 /** A started host: pass it as `parent` to createActor for every actor that should share its system. */
 export function actorHost(options: ActorHostOptions): AnyActorRef {
   const host = createActor(hostLogic(options.unobservedErrors), options.clock ? { clock: options.clock } : {}).start();
-  if (options.inspect) host.system.inspect(options.inspect);
+  const inspect = options.inspect;
+  if (inspect) {
+    const views = new WeakMap<AnyActorRef, AnyActorRef>();
+    host.system.inspect((event) => {
+      // The host stays silent: its actors' done events reach it, but not the inspector.
+      if (event.actorRef !== host) inspect(asRootActorEvent(host, views, event));
+    });
+  }
   return host;
+}
+
+/**
+ * The inspector is never told of the host, so its actors are shown as the root actors they were
+ * before they shared it: an event of a hosted actor names the actor itself as its root, and its
+ * actor no parent (a view of the actor whose `_parent` is unset; everything else reads through). One
+ * view per actor, so an inspector can still tell actors apart by identity.
+ */
+function asRootActorEvent(host: AnyActorRef, views: WeakMap<AnyActorRef, AnyActorRef>, event: InspectionEvent): InspectionEvent {
+  const actor = event.actorRef as AnyActorRef & { _parent?: AnyActorRef };
+  if (actor._parent !== host) return event;
+  let view = views.get(actor);
+  if (view === undefined) {
+    view = Object.create(actor, { _parent: { value: undefined } }) as AnyActorRef;
+    views.set(actor, view);
+  }
+  return { ...event, rootId: actor.sessionId, actorRef: view } as InspectionEvent;
 }

@@ -90,6 +90,7 @@ function dispatchTo(deps: DispatchDeps, handle: RequestHandle, input: DispatchIn
     payer: handle.payer ?? "promotion",
     requestStartedAtMs: handle.startedAtMs,
     promptBound: handle.promptBound,
+    pricing: handle.pricing,
   });
   if (!route) {
     sendBack({ type: "route.unavailable", code: "model_not_available", message: unavailableMessages.model_not_available(chat.model) });

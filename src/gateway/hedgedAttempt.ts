@@ -63,6 +63,7 @@ function sendHedge(deps: DispatchDeps, handle: RequestHandle, primary: LiveAttem
     payer: handle.payer ?? "promotion",
     requestStartedAtMs: handle.startedAtMs,
     promptBound: handle.promptBound,
+    pricing: handle.pricing,
   });
   if (!route) return;
   const job = encodeFrame({

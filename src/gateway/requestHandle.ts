@@ -3,6 +3,7 @@ import type { ActorRefFrom } from "xstate";
 import type { RequestLogic } from "../../actors/request.ts";
 import type { ChatResponder, NormalizedChat } from "../chat/contract.ts";
 import type { Payer } from "../ledger/charges.ts";
+import type { AdmittedPricing } from "./settlement/pricing.ts";
 import type { ChunkFrame, EndFrame } from "../wire/frames.ts";
 import type { ChunkMeter } from "./chunkMeter.ts";
 import type { RequestTiming } from "./requestReport.ts";
@@ -20,6 +21,8 @@ export interface RequestSpec {
   buyerRoute?: string;
   /** Who pays the request's attempts (the reservation was taken at admission). */
   payer?: Payer;
+  /** The price the reservation was taken at; every attempt is charged at it (absent: the price at dispatch). */
+  pricing?: AdmittedPricing;
   /** A tagged conversation (sticky routing on): its key, and the provider it is pinned to, if any. */
   sticky?: { key: string; providerId: string | null };
 }

@@ -189,6 +189,10 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       const promptTokens = Math.min(end?.usage.input_tokens ?? 0, handle.promptBound);
       handle.timing.inputTokens = promptTokens;
       const outcome = { finishReason, usage: { prompt_tokens: promptTokens, completion_tokens: handle.meter.deliveredTokens } };
+      // A body written in one piece is built now, and the retry-replay copy keeps it before the commit
+      // below charges for it: a crash between that commit and the write leaves the buyer's retry an
+      // answer to replay (docs/receipts.md, "Crashes").
+      handle.responder.prepare?.(outcome);
       // The last byte (`[DONE]`, or the whole non-streaming body) waits for the attempt's delivered
       // record, released just before, to be committed (a WAL append): a crash after the buyer has the
       // response can no longer leave its provider unpaid (docs/receipts.md, "Crashes").

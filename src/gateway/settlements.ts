@@ -20,7 +20,7 @@ import type { OpenAttempt, OpenAttempts } from "./settlement/attempt.ts";
 import { accepted, cancelSent, discarded, endReceived, relayerFor, released, type DeliveryDeps } from "./settlement/delivery.ts";
 import { receiptArrived, type ReceiptArrival } from "./settlement/judging.ts";
 import { writeOutcome, type OutcomeDeps } from "./settlement/outcome.ts";
-import { admitModel, expectedHash, pricing, type PricingSources } from "./settlement/pricing.ts";
+import { admitModel, expectedHash, pricing, type AdmittedPricing, type PricingSources } from "./settlement/pricing.ts";
 import { recoverOne, recoverPending } from "./settlement/recovery.ts";
 import { accountScopes, buildRouteSnapshot } from "./settlement/routeSnapshot.ts";
 
@@ -59,6 +59,8 @@ export interface OpenAttemptInput {
   payer: Payer;
   requestStartedAtMs: number;
   promptBound: number;
+  /** The price the request was admitted at (its hold's); absent: the price in force now. */
+  pricing?: AdmittedPricing;
 }
 
 export function createSettlements(deps: SettlementDeps) {
@@ -136,17 +138,20 @@ export function createSettlements(deps: SettlementDeps) {
    * not be persisted.
    */
   function openAttempt(input: OpenAttemptInput): JobRoute | null {
-    const { catalog, row } = pricing(parts, input.chat.model);
+    const { catalog } = pricing(parts, input.chat.model);
+    // Whether the model may route is decided now (a catalog signed since may have dropped it); its
+    // price is the one the request was admitted at, so the charge stays within the hold.
     const admission = admitModel(parts, input.chat.model);
     if (!admission.ok) return null;
+    const { rateCardRow, rates } = input.pricing ?? admission;
     const now = deps.now();
     const snapshot = buildRouteSnapshot({
       ...input,
       accountScope: scopeOf(input.accountId),
       mode: deps.mode,
       catalog,
-      rateCardRow: row.slug,
-      rates: admission.rates,
+      rateCardRow,
+      rates,
       routedAtMs: now,
     });
     // The stored text and the digest come from one canonicalisation (digest = sha256 of JCS).
@@ -164,7 +169,7 @@ export function createSettlements(deps: SettlementDeps) {
         mode: deps.mode,
         snapshot_json: snapshotJson,
         digest,
-        rates: admission.rates,
+        rates,
       },
       now,
     );

@@ -53,6 +53,11 @@ export interface RunTracker {
   readonly recordFilled: (template: BodyTemplate, hole: string) => void;
   /** The responder's success, or anything else (refusal, failure, buyer gone); the first call counts. */
   outcome(ok: boolean): void;
+  /**
+   * The whole successful response, before it is sent (its body already recorded): kept for retries at
+   * once, as a success — sending it can no longer change that.
+   */
+  result(response: Response): void;
 }
 
 // One flat object per request, the result's fields inline: with many small (JSON) results the
@@ -277,6 +282,12 @@ export function createReplayCache(options: ReplayCacheOptions) {
       outcome(succeeded) {
         if (ok !== null) return;
         ok = succeeded;
+        settle();
+      },
+      result(response) {
+        if (ok !== null) return;
+        ok = true;
+        headers = keptHeaders(response);
         settle();
       },
     };

@@ -245,16 +245,24 @@ export function bufferedJsonResponder(o: {
   const response = new Promise<Response>((r) => (resolve = r));
   const collected = new OutputCollector();
   let done = false;
+  // The response built by `prepare` (or `succeed`), once: it is recorded once and sent as built.
+  let prepared: Response | undefined;
+  const prepare = (outcome: ChatOutcome): Response => {
+    if (prepared !== undefined) return prepared;
+    const body = JSON.stringify(o.render(collected, outcome));
+    o.record(body);
+    prepared = new Response(body, { status: 200, headers: { ...o.headers, "content-type": "application/json" } });
+    return prepared;
+  };
   return {
     response,
     relay: (frame) => collected.add(frame),
     discard: () => collected.reset(),
+    prepare: (outcome) => (done ? undefined : prepare(outcome)),
     succeed(outcome) {
       if (done) return;
       done = true;
-      const body = JSON.stringify(o.render(collected, outcome));
-      o.record(body);
-      resolve(new Response(body, { status: 200, headers: { ...o.headers, "content-type": "application/json" } }));
+      resolve(prepare(outcome));
     },
     fail(error) {
       if (done) return;

@@ -13,6 +13,7 @@ import type { BodyTemplate, FacadeResponder, StreamFlow } from "./output.ts";
 import type { Log } from "../log.ts";
 import { isStoreUnavailable, type AsyncStore as Store } from "../store/asyncStore.ts";
 import type { Settlements } from "../gateway/settlements.ts";
+import type { AdmittedPricing } from "../gateway/settlement/pricing.ts";
 import { reservationCredits, type Rates } from "../ledger/index.ts";
 import { buyerAccount } from "../store/index.ts";
 import { payerFor, type Payer } from "../ledger/charges.ts";
@@ -266,7 +267,8 @@ async function runHoldingSlot(
     end(false);
     return input.refuse(reserved.error);
   }
-  return startRequest(deps, input, tracker, end, { promptBound, payer: reserved.payer, sticky });
+  const pricing = { rateCardRow: admission.rateCardRow, rates: admission.rates };
+  return startRequest(deps, input, tracker, end, { promptBound, payer: reserved.payer, pricing, sticky });
 }
 
 /**
@@ -289,11 +291,11 @@ function startRequest(
   input: PipelineRequest,
   tracker: RunTracker | null,
   end: (ok: boolean) => void,
-  admitted: { promptBound: number; payer: Payer; sticky: RequestSpec["sticky"] },
+  admitted: { promptBound: number; payer: Payer; pricing: AdmittedPricing; sticky: RequestSpec["sticky"] },
 ): Promise<Response> {
   const { request, ids } = input;
   const cancel = { abort: () => {} };
-  const responder = observeEnd(input.responder(responderContext(deps, ids, tracker, end, cancel)), end);
+  const responder = observeEnd(input.responder(responderContext(deps, ids, tracker, end, cancel)), end, tracker);
   const { signal } = request;
   signal.addEventListener("abort", () => end(false), { once: true });
   let started: { abort: () => void };
@@ -305,6 +307,7 @@ function startRequest(
       responder,
       accountId: input.principal.account_id,
       payer: admitted.payer,
+      pricing: admitted.pricing,
       buyerRoute: input.buyerRoute,
       sticky: admitted.sticky,
     });
@@ -405,8 +408,8 @@ async function reserveForRequest(
  * The facade's responder as the gateway drives it: the gateway's failure codes become this layer's
  * errors (src/http/errors.ts), and how the response ended (success or failure) is reported to `end`.
  */
-function observeEnd(r: FacadeResponder, end: (ok: boolean) => void): ChatResponder {
-  return new EndObserved(r, end);
+function observeEnd(r: FacadeResponder, end: (ok: boolean) => void, tracker: RunTracker | null): ChatResponder {
+  return new EndObserved(r, end, tracker);
 }
 
 /** One per live request, so a class: shared methods instead of closures made per request. */
@@ -414,6 +417,7 @@ class EndObserved implements ChatResponder {
   constructor(
     private readonly r: FacadeResponder,
     private readonly end: (ok: boolean) => void,
+    private readonly tracker: RunTracker | null,
   ) {}
 
   get response(): Promise<Response> {
@@ -426,6 +430,13 @@ class EndObserved implements ChatResponder {
 
   discard(): void {
     this.r.discard();
+  }
+
+  prepare(outcome: ChatOutcome): Response | undefined {
+    const whole = this.r.prepare?.(outcome);
+    // Kept for a retry now, before the commit that charges for it releases the response.
+    if (whole !== undefined) this.tracker?.result(whole);
+    return whole;
   }
 
   succeed(outcome: ChatOutcome): void {

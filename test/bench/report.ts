@@ -66,7 +66,12 @@ export interface BenchResult {
   derived: Derived;
   /** Issue 22's cluster figures (test/bench/cluster-hop.ts), or why they were not taken. */
   cluster?: ClusterFigures;
+  /** The RSS budget's figures with N streams held live at once (test/bench/memory.ts), or why not taken. */
+  held?: HeldStreamFigures;
 }
+
+/** What test/bench/memory.ts measures per level: a fresh gateway's idle VmRSS, then with N slow streams all live. */
+export type HeldStreamFigures = { skipped: string } | { levels: { streams: number; idle_mb: number; live_mb: number | null; per_stream_kb: number | null }[] };
 
 interface ThroughputFigures {
   req_per_s: number;
@@ -238,6 +243,24 @@ export function derive(p: Results): Derived {
   return out;
 }
 
+/** The RSS budget judged with N streams held live at once (the ladder's rows above may not get all N live). */
+function heldTargets(held: HeldStreamFigures | undefined): TargetRow[] {
+  if (held === undefined) return [];
+  const name = (n: number) => `RSS at ${n.toLocaleString("en")} live streams, held`;
+  if ("skipped" in held) return [{ name: name(4096), full: `not measured: ${held.skipped}`, relay: "–", target: "–", met: null, note: "" }];
+  return held.levels.map((l) => {
+    const budget = rssBudgetMb(l.streams);
+    return {
+      name: name(l.streams),
+      full: l.live_mb === null ? "n/a" : `${fmt(l.live_mb, 1)} MB (idle ${fmt(l.idle_mb, 1)} MB; ${fmt(l.per_stream_kb, 1)} KB a stream)`,
+      relay: "–",
+      target: `≤ ${budget} MB (150 MB + 50 KB × ${l.streams})`,
+      met: l.live_mb === null ? null : l.live_mb <= budget,
+      note: "test/bench/memory.ts after the paths: a fresh gateway, warmed up, then N slow streams all live at once; VmRSS median",
+    };
+  });
+}
+
 export function renderMarkdown(r: BenchResult): string {
   const { meta, paths: p, derived: d } = r;
   const names = (["direct", "relay", "floor", "full"] as const).filter((n) => p[n]);
@@ -254,7 +277,7 @@ export function renderMarkdown(r: BenchResult): string {
   lines.push("");
   lines.push(row(["figure", "full stack", "bare relay", "target", "met"]));
   lines.push(row(["---", "---", "---", "---", "---"]));
-  for (const t of d.targets) lines.push(row([t.name + (t.note ? ` (${t.note})` : ""), t.full, t.relay, t.target, t.met === null ? "–" : t.met ? "yes" : "**no**"]));
+  for (const t of [...d.targets, ...heldTargets(r.held)]) lines.push(row([t.name + (t.note ? ` (${t.note})` : ""), t.full, t.relay, t.target, t.met === null ? "–" : t.met ? "yes" : "**no**"]));
   lines.push("");
   lines.push("**Per path** (latencies in ms; *added* = path − direct)");
   lines.push("");

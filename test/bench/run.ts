@@ -25,14 +25,17 @@
 //   BENCH_PURGE_DELAY=MS     the gateway's MIMALLOC_PURGE_DELAY (default 1000, as the service files set it)
 //   BENCH_CLUSTER=0          skip the cluster figures (issue 22: test/bench/cluster-hop.ts as a child, run
 //                            after the embedded paths when PostgreSQL and Redis are installed; not in --quick)
+//   BENCH_HELD=0             skip the RSS budget's held-stream figures (test/bench/memory.ts as a child at
+//                            1,024 and 4,096 streams, all live at once; not in --quick)
 import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
-import { writeFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import type { LoadResult, LoadSpec, StreamResult, StreamSpec } from "./driver.ts";
 import { loopDelay } from "./loopDelay.ts";
 import { diffBuckets, histogramQuantile, observations, scrapeOverhead } from "./metrics.ts";
 import { FETCH_ENV, Processes, rssMb, startFloor, startGatewayStack, startMock, startRelay } from "./stack.ts";
-import { derive, renderMarkdown, writeMarkdown, type BenchResult, type ClusterFigures, type PathName, type PathResult } from "./report.ts";
+import { derive, renderMarkdown, writeMarkdown, type BenchResult, type ClusterFigures, type HeldStreamFigures, type PathName, type PathResult } from "./report.ts";
 import { postgresMissing } from "../support/postgres.ts";
 import { redisMissing } from "../support/redis.ts";
 
@@ -285,7 +288,29 @@ async function clusterFigures(): Promise<ClusterFigures> {
   return JSON.parse(out.slice(out.indexOf("{"))) as ClusterFigures;
 }
 
+/**
+ * Issue 27's RSS budget at 1,024 and 4,096 live streams, judged with all N live at once: the stream
+ * ladder's paced streams do not all overlap on two cores, so test/bench/memory.ts holds N slow streams
+ * open on a fresh gateway (after its warm-up) and reads VmRSS while every one of them is live.
+ */
+async function heldStreamFigures(): Promise<HeldStreamFigures> {
+  const file = join(tmpdir(), `bench-held-${process.pid}.json`);
+  const child = Bun.spawn(["bun", join(import.meta.dir, "memory.ts")], {
+    env: { ...env, MEM_LEVELS: "1024,4096", MEM_AFTER_LOAD: "0", MEM_JSON: file },
+    stdout: "ignore",
+    stderr: "inherit",
+  });
+  if ((await child.exited) !== 0) return { skipped: `memory.ts exited with code ${child.exitCode}` };
+  const measured = JSON.parse(readFileSync(file, "utf8")) as { levels: { streams: number; idle_mb: number; live_mb: number | null; per_stream_kb: number | null }[] };
+  rmSync(file, { force: true });
+  return { levels: measured.levels };
+}
+
 const result = await main();
+if (!QUICK && env.BENCH_HELD !== "0") {
+  console.error("[bench] RSS with 1,024 and 4,096 streams held live (test/bench/memory.ts) …");
+  result.held = await heldStreamFigures();
+}
 if (!QUICK && env.BENCH_CLUSTER !== "0") {
   console.error("[bench] cluster figures (test/bench/cluster-hop.ts) …");
   result.cluster = await clusterFigures();

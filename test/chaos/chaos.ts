@@ -8,7 +8,11 @@
 //   - no acknowledged posting is lost: every grant whose CLI exited 0 is in the ledger, and every
 //     `settled` frame a provider logged matches the stored settlement (label and provider credits);
 //   - no request is charged twice (at most one charged attempt per request) or beyond what its buyer
-//     received (the charged attempt's delivered bytes ≤ the content bytes the buyer read);
+//     received (the charged attempt's delivered bytes ≤ the content bytes the buyer read). Buyers act
+//     as the official SDKs do: a request whose connection failed before any response is sent once
+//     more after the restart, with the same body and `x-stainless-retry-count: 1`; a replayed answer
+//     carries the first run's request id, so it counts as that request received (docs/receipts.md,
+//     "Crashes");
 //   - the time to recover (restart → healthy → a completion served).
 // Prints one JSON line per run and a summary; exits 1 if any run broke an invariant.
 import { Database } from "bun:sqlite";
@@ -91,14 +95,47 @@ async function killHard(proc: Proc): Promise<void> {
 /** Content bytes each buyer read, by the gateway's request id. */
 type Received = Map<string, number>;
 
-async function oneRequest(port: number, apiKey: string, stream: boolean, received: Received, random: () => number): Promise<boolean> {
+/** A request whose connection failed before any response came: the SDK sends it again. */
+interface Unanswered {
+  body: string;
+  stream: boolean;
+}
+
+/** What the buyers' SDK-style retries after the restart got. */
+interface Retries {
+  unanswered: Unanswered[];
+  sent: number;
+  replayed: number;
+}
+
+async function oneRequest(
+  port: number,
+  apiKey: string,
+  stream: boolean,
+  received: Received,
+  random: () => number,
+  retries: Retries | null,
+  again: Unanswered | null = null,
+): Promise<boolean> {
+  const body = again?.body ?? JSON.stringify({ model: MODEL, messages: [{ role: "user", content: `chaos ${random()}` }], max_tokens: 4 + Math.floor(random() * 30), stream });
+  let response: Response;
   try {
-    const response = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
+    response = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
       method: "POST",
-      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-      body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: `chaos ${random()}` }], max_tokens: 4 + Math.floor(random() * 30), stream }),
+      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", ...(again ? { "x-stainless-retry-count": "1" } : {}) },
+      body,
       signal: AbortSignal.timeout(15_000),
     });
+  } catch {
+    // The gateway died before answering: an SDK retries such a request (once, here, after the restart).
+    if (again === null) retries?.unanswered.push({ body, stream });
+    return false;
+  }
+  if (again !== null && retries !== null) {
+    retries.sent++;
+    if (response.headers.get("idempotent-replayed") === "true") retries.replayed++;
+  }
+  try {
     const id = (response.headers.get("x-request-id") ?? "").replace(/^chatcmpl-/, "");
     if (response.status !== 200) {
       await response.text();
@@ -126,7 +163,7 @@ async function oneRequest(port: number, apiKey: string, stream: boolean, receive
     }
     return true;
   } catch {
-    return false; // the gateway died under the request: expected
+    return false; // the gateway died under the response: expected (an SDK does not retry once it has one)
   }
 }
 
@@ -142,6 +179,9 @@ interface RunResult {
   listeningMs: number;
   /** Restart → a completion served again (providers reconnected). */
   recoverMs: number;
+  /** Requests the crash left unanswered, sent again after the restart, and how many were replayed. */
+  retried: number;
+  replayed: number;
   violations: string[];
 }
 
@@ -172,12 +212,16 @@ async function oneRun(run: number, seed: number, keep: boolean): Promise<RunResu
   for (let i = 0; i < 600 && !(await healthy()); i++) await Bun.sleep(50);
 
   const received: Received = new Map();
+  const retries: Retries = { unanswered: [], sent: 0, replayed: 0 };
   let load = true;
   let requests = 0;
   const loops = Array.from({ length: 6 }, async (_, i) => {
     while (load) {
       requests++;
-      await oneRequest(port, created.api_key, i % 2 === 0, received, random);
+      const unanswered = retries.unanswered.length;
+      await oneRequest(port, created.api_key, i % 2 === 0, received, random, retries);
+      // A buyer whose request went unanswered waits for its retry (after the restart) before the next.
+      if (retries.unanswered.length > unanswered) break;
     }
   });
 
@@ -215,20 +259,22 @@ async function oneRun(run: number, seed: number, keep: boolean): Promise<RunResu
   const listeningMs = Math.round(performance.now() - restartedAt);
   let recoverMs = -1;
   for (let i = 0; i < 2400; i++) {
-    if ((await healthy()) && (await oneRequest(port, created.api_key, false, received, random))) {
+    if ((await healthy()) && (await oneRequest(port, created.api_key, false, received, random, null))) {
       recoverMs = Math.round(performance.now() - restartedAt);
       break;
     }
     await Bun.sleep(50);
   }
   if (recoverMs < 0) violations.push("did not recover within 120 s");
+  // The SDKs' retries of what the crash left unanswered (a replay, or a new run if none was kept).
+  for (const u of retries.unanswered) await oneRequest(port, created.api_key, u.stream, received, random, retries, u);
   grant(`chaos-${run}-after`);
   // A little load after the restart, then let every pending attempt reach its deadline (2 s).
   load = true;
   const after = Array.from({ length: 3 }, async (_, i) => {
     while (load) {
       requests++;
-      await oneRequest(port, created.api_key, i % 2 === 0, received, random);
+      await oneRequest(port, created.api_key, i % 2 === 0, received, random, retries);
     }
   });
   await Bun.sleep(500);
@@ -280,7 +326,7 @@ async function oneRun(run: number, seed: number, keep: boolean): Promise<RunResu
   }
   if (!keep && violations.length === 0) rmSync(dataDir, { recursive: true, force: true });
   else violations.push(`data dir kept: ${dataDir}`);
-  return { run, seed, killed, killAtMs, requests, settlements: settlementCount, grantsAcknowledged: acknowledged.length, listeningMs, recoverMs, violations };
+  return { run, seed, killed, killAtMs, requests, settlements: settlementCount, grantsAcknowledged: acknowledged.length, listeningMs, recoverMs, retried: retries.sent, replayed: retries.replayed, violations };
 }
 
 if (import.meta.main) {
@@ -292,7 +338,7 @@ if (import.meta.main) {
       result = await oneRun(run, args.seed + run, args.keep);
     } catch (error) {
       // The harness itself failed (a process did not start in time): reported, not counted as a pass.
-      result = { run, seed: args.seed + run, killed: [], killAtMs: 0, requests: 0, settlements: 0, grantsAcknowledged: 0, listeningMs: -1, recoverMs: -1, violations: [`harness: ${String(error)}`] };
+      result = { run, seed: args.seed + run, killed: [], killAtMs: 0, requests: 0, settlements: 0, grantsAcknowledged: 0, listeningMs: -1, recoverMs: -1, retried: 0, replayed: 0, violations: [`harness: ${String(error)}`] };
     }
     results.push(result);
     console.log(JSON.stringify(result));
@@ -308,6 +354,8 @@ if (import.meta.main) {
       cli_kills: results.filter((r) => r.killed.includes("cli")).length,
       requests: results.reduce((n, r) => n + r.requests, 0),
       settlements: results.reduce((n, r) => n + r.settlements, 0),
+      retried: results.reduce((n, r) => n + r.retried, 0),
+      replayed: results.reduce((n, r) => n + r.replayed, 0),
       recover_ms: { p50: recover[Math.floor(recover.length / 2)] ?? null, max: recover.at(-1) ?? null },
       listening_ms: { max: Math.max(...results.map((r) => r.listeningMs)) },
     }),

@@ -15,6 +15,8 @@ interface Received {
   /** `@xstate.actor`: the actor logic's `config` as JSON — the statechart the inspector draws. */
   definition?: string;
   sessionId: string;
+  rootId?: string;
+  parentId?: string;
   event?: { type: string };
   snapshot?: { value?: unknown; status?: string };
 }
@@ -102,6 +104,17 @@ test("actor events of the gateway, the provider sessions, each request and each 
     expect(definition.id).toBe(name);
     expect(definition.initial).toBe(machine.config.initial as string);
     expect(Object.keys(definition.states).sort()).toEqual(Object.keys(machine.config.states!).sort());
+  }
+  // The tree the inspector draws is whole: every root and parent an actor names was announced (or is
+  // the actor itself), so each request and settlement actor shows as a root actor of its own.
+  const announced = new Set(events.filter((e) => e.type === "@xstate.actor").map((e) => e.sessionId));
+  for (const e of events) {
+    if (e.rootId !== undefined && e.rootId !== "anonymous") expect(announced).toContain(e.rootId);
+    if (e.type === "@xstate.actor" && e.parentId !== undefined) expect(announced).toContain(e.parentId);
+  }
+  for (const e of events.filter((e) => e.type === "@xstate.actor" && (e.name === "request" || e.name === "settlement"))) {
+    expect(e.parentId).toBeUndefined();
+    expect(e.rootId).toBe(e.sessionId);
   }
   const eventTypes = new Set(events.filter((e) => e.type === "@xstate.event").map((e) => e.event?.type));
   for (const type of ["provider.hello", "provider.auth", "route.dispatched", "provider.chunk", "provider.ended"]) expect(eventTypes).toContain(type);

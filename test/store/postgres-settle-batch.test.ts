@@ -30,7 +30,8 @@ describe("naturalBatcher", () => {
       if (ns.includes(13)) throw new Error("batch with thirteen");
       return ns.map((n) => n * 10);
     };
-    const run = naturalBatcher(one, many, 3);
+    const failed: [number, string][] = [];
+    const run = naturalBatcher(one, many, 3, (size, error) => failed.push([size, (error as Error).message]));
     const first = run(1);
     expect(calls).toEqual(["one 1"]); // at once, alone
     const rest = [2, 3, 4, 13].map((n) => run(n).catch((e: Error) => e.message));
@@ -60,6 +61,8 @@ describe("naturalBatcher", () => {
     expect(calls.at(-1)).toBe("one 13");
     open();
     expect(await Promise.all([five, ...later])).toEqual([50, 60, "thirteen"]);
+    // Each failed batch was told, once, with its size (a lone call's failure is its caller's).
+    expect(failed).toEqual([[2, "batch with thirteen"]]);
   });
 });
 

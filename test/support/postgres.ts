@@ -9,6 +9,7 @@ import { chmodSync, chownSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { migratePostgres } from "../../src/store/postgres/index.ts";
+import { shQuote, stopWhenTestProcessDies } from "./orphanWatchdog.ts";
 import { freePort } from "./ports.ts";
 
 const BIN = process.env.GATEWAY_TEST_PG_BIN ?? "/usr/lib/postgresql/15/bin";
@@ -80,6 +81,10 @@ export async function startPostgres(): Promise<PostgresServer> {
     runPg(["pg_ctl", "-D", dataDir, "-m", "fast", "-w", "stop"]);
   };
   start();
+  // Killed without an exit handler, this process leaves the server to its watchdog: an immediate
+  // shutdown (SIGQUIT to the postmaster named in its pid file), then the directory goes.
+  const pidFile = shQuote(join(dataDir, "postmaster.pid"));
+  stopWhenTestProcessDies(`[ -f ${pidFile} ] && kill -QUIT "$(head -1 ${pidFile})"; sleep 2; rm -rf ${shQuote(root)}`);
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
   let databases = 0;
   let destroyed = false;

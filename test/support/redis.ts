@@ -3,6 +3,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { shQuote, stopWhenTestProcessDies } from "./orphanWatchdog.ts";
 import { freePort } from "./ports.ts";
 
 export const REDIS_SERVER = Bun.which("redis-server") ?? (Bun.file("/usr/bin/redis-server").size > 0 ? "/usr/bin/redis-server" : null);
@@ -50,6 +51,9 @@ export async function startRedis(options: RedisOptions = {}): Promise<TestRedis>
       stdout: "ignore",
       stderr: "ignore",
     });
+    // Killed without an exit handler, this process leaves the server to a watchdog.
+    const pid = proc.pid;
+    stopWhenTestProcessDies(`grep -q redis-server /proc/${pid}/cmdline 2>/dev/null && kill -9 ${pid}; rm -rf ${shQuote(dir)}`);
     for (let i = 0; i < 200; i++) {
       if (proc.exitCode !== null) return false;
       if (await ping(port)) return true;

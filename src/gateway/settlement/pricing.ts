@@ -2,11 +2,20 @@
 import { lookupModel, type CatalogState } from "../../catalog/state.ts";
 import type { SettlementMode } from "../../ledger/charges.ts";
 import { rowFor, type RateCard } from "../../ledger/index.ts";
+import type { Rates } from "../../ledger/money.ts";
+
+/**
+ * The price a request was admitted at: its reservation's hold was computed from these rates, and every
+ * attempt of the request is charged at them, so that a charge never exceeds the hold (a catalog signed
+ * mid-request may move the model to another rate-card row; docs/ledger.md, "Reservations").
+ */
+export interface AdmittedPricing {
+  rateCardRow: string;
+  rates: Rates;
+}
 
 /** What the pipeline needs at admission to price and route a model. */
-export type ModelAdmission =
-  | { ok: true; rates: { prompt_credits_per_million: number; completion_credits_per_million: number; provider_share_bps: number } }
-  | { ok: false; code: "model_not_available" };
+export type ModelAdmission = ({ ok: true } & AdmittedPricing) | { ok: false; code: "model_not_available" };
 
 export interface PricingSources {
   mode: SettlementMode;
@@ -30,6 +39,7 @@ export function admitModel(sources: PricingSources, modelId: string): ModelAdmis
   if (!entry && sources.mode === "enforce") return { ok: false, code: "model_not_available" };
   return {
     ok: true,
+    rateCardRow: row.slug,
     rates: {
       prompt_credits_per_million: row.prompt_credits_per_million,
       completion_credits_per_million: row.completion_credits_per_million,

@@ -17,7 +17,7 @@ import type { SettlementLabel } from "../ledgerTypes.ts";
 import type { AccountUsage, ModelUsage } from "../usage.ts";
 import type { AccountRow, ApiKeyRow, AppendCatalogResult, BindResult, ProviderBinding, StoreOptions } from "../types.ts";
 import { KEY_CHANGES_CHANNEL, pgKeyCache } from "./keyCache.ts";
-import { pgLedgerStore } from "./ledger.ts";
+import { pgLedgerStore, type BatchFailed } from "./ledger.ts";
 import { postgresMigrations } from "./migrations.ts";
 import { bytes, num, numOrNull, toBinding, toCatalogEntry } from "./rows.ts";
 
@@ -29,6 +29,8 @@ export interface PostgresStoreOptions extends StoreOptions {
   maxConnections?: number;
   /** Seconds to wait for a connection before an operation fails. Default 5. */
   connectionTimeoutSeconds?: number;
+  /** Told when a batch of settlements or admissions failed (its calls are then retried one by one). */
+  onBatchFailed?: BatchFailed;
 }
 
 export { isStoreUnavailable };
@@ -106,7 +108,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     await sql.close().catch(() => {});
     throw error;
   }
-  return postgresStore(sql, keyPrefix, clock, random);
+  return postgresStore(sql, keyPrefix, clock, random, options.onBatchFailed);
 }
 
 async function insertAccount(tx: Tx, random: RandomBytes, name: string | null, tier: string, now_ms: number): Promise<string> {
@@ -144,7 +146,7 @@ const PER_REQUEST = new Set(["reserve", "recordRouteSnapshot", "recordAcceptedMe
 /** How often a store whose database went away checks whether it is back. */
 const PROBE_MS = 500;
 
-function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random: RandomBytes): AsyncStore {
+function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random: RandomBytes, onBatchFailed?: BatchFailed): AsyncStore {
   // Writes in flight, all of them and by request: afterCommit runs an effect once those it follows are
   // settled (committed or failed). An effect of one request (its job leaving, its last byte) follows
   // only that request's writes: waiting for all of them made every dispatch wait for other requests'
@@ -238,7 +240,7 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
     void Promise.allSettled([...writes]).then((results) => effect(results.every((r) => r.status === "fulfilled")));
   };
 
-  const ledger = pgLedgerStore(sql, clock);
+  const ledger = pgLedgerStore(sql, clock, onBatchFailed);
   hearKeyChanges();
 
   const store: Omit<AsyncStore, "backend" | "health" | "afterCommit" | "afterLazyCommit" | "flushCommits" | "acquireRequestSlot" | "releaseRequestSlot" | "requestSlotsInUse" | "close"> = {

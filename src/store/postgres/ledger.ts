@@ -193,7 +193,10 @@ async function batchRows(query: Promise<unknown>, count: number): Promise<Row[]>
   return byCall as Row[];
 }
 
-export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
+/** Told when a batch of settlements or admissions failed and its calls are being retried one by one. */
+export type BatchFailed = (what: "settlements" | "admissions", size: number, error: unknown) => void;
+
+export function pgLedgerStore(sql: SQL, clock: () => number, onBatchFailed: BatchFailed = () => {}): PgLedgerStore {
   // The heads of attempts this process opened, so that their settlement reads nothing before its one
   // call (docs/scale-out.md, "Measured"): the row was written with exactly these values and they never
   // change; whether the attempt is still pending is checked under the locks by gateway_settle_attempt.
@@ -212,7 +215,7 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
     return row as Row;
   };
   const settleMany = (calls: SettleCall[]) => batchRows(sql`SELECT * FROM gateway_settle_attempts(${callsJson(calls)}::text::jsonb)`, calls.length);
-  const settle = naturalBatcher(settleOne, settleMany, BATCH_MAX);
+  const settle = naturalBatcher(settleOne, settleMany, BATCH_MAX, (size, error) => onBatchFailed("settlements", size, error));
   // An account's admissions queue on its lock anyway: a node sends one at a time per account, those
   // that wait meanwhile together (the lock is then taken once per batch, not once per request).
   const admitOne = async (c: ReserveCall): Promise<Row> => {
@@ -221,7 +224,7 @@ export function pgLedgerStore(sql: SQL, clock: () => number): PgLedgerStore {
     return row as Row;
   };
   const admitMany = (calls: ReserveCall[]) => batchRows(sql`SELECT * FROM gateway_reserves(${callsJson(calls)}::text::jsonb)`, calls.length);
-  const admit = keyedBatcher(admitOne, admitMany, BATCH_MAX);
+  const admit = keyedBatcher(admitOne, admitMany, BATCH_MAX, (size, error) => onBatchFailed("admissions", size, error));
   const selectSettlement = async (request_id: string, attempt_n: number) => {
     const rows = await sql.unsafe(`${SELECT_SETTLEMENTS} WHERE s.request_id = $1 AND s.attempt_n = $2`, [request_id, attempt_n]);
     return rows.length === 0 ? null : toSettlement(rows[0] as Row);

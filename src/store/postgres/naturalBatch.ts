@@ -1,7 +1,8 @@
 // Natural batching (docs/decisions.md, "Settlements in batches"): a call made while none of its key is
 // in flight goes alone, at once — no timer, no added latency when idle. Calls made while one is in
 // flight wait for it and then go together in one call of `many`, at most `max` at a time. If a batch
-// fails, each of its inputs is tried alone, so one bad input fails only its own caller.
+// fails, each of its inputs is tried alone, so one bad input fails only its own caller; `onBatchFailed`
+// hears of it (a batch should not fail: one that does is a bug or an engine in trouble worth a log line).
 
 interface Waiting<I, O> {
   input: I;
@@ -13,6 +14,7 @@ export function keyedBatcher<I, O>(
   one: (input: I) => Promise<O>,
   many: (inputs: I[]) => Promise<O[]>,
   max: number,
+  onBatchFailed: (size: number, error: unknown) => void = () => {},
 ): (key: string, input: I) => Promise<O> {
   const busy = new Map<string, Waiting<I, O>[]>();
 
@@ -34,8 +36,9 @@ export function keyedBatcher<I, O>(
       let outputs: O[];
       try {
         outputs = await many(batch.map((w) => w.input));
-      } catch {
+      } catch (error) {
         // A failed batch committed nothing (one transaction): each input alone, with its own outcome.
+        onBatchFailed(batch.length, error);
         for (const w of batch) await runAlone(w);
         continue;
       }
@@ -59,7 +62,12 @@ export function keyedBatcher<I, O>(
 }
 
 /** keyedBatcher with one key: one call in flight at a time. */
-export function naturalBatcher<I, O>(one: (input: I) => Promise<O>, many: (inputs: I[]) => Promise<O[]>, max: number): (input: I) => Promise<O> {
-  const run = keyedBatcher(one, many, max);
+export function naturalBatcher<I, O>(
+  one: (input: I) => Promise<O>,
+  many: (inputs: I[]) => Promise<O[]>,
+  max: number,
+  onBatchFailed?: (size: number, error: unknown) => void,
+): (input: I) => Promise<O> {
+  const run = keyedBatcher(one, many, max, onBatchFailed);
   return (input: I) => run("", input);
 }
