@@ -37,6 +37,26 @@ export function cpuSeconds(pid: number, path = `/proc/${pid}/stat`): number {
   }
 }
 
+/**
+ * CPU seconds of a PostgreSQL server: the postmaster's own and its reaped children's (autovacuum workers,
+ * backends that ended), plus every child alive now. Listed afresh at each call, so that a backend or an
+ * autovacuum worker started inside a measured window is counted, which a pid list taken once misses.
+ */
+export function postgresCpuSeconds(dataDir: string): number {
+  const postmaster = Number(readFileSync(`${dataDir}/postmaster.pid`, "utf8").split("\n")[0]);
+  let total = 0;
+  try {
+    const fields = readFileSync(`/proc/${postmaster}/stat`, "utf8").split(") ")[1]!.split(" ");
+    total += (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) / 100; // utime, stime, cutime, cstime
+  } catch {
+    return 0;
+  }
+  for (const line of Bun.spawnSync(["ps", "-o", "pid=", "--ppid", String(postmaster)]).stdout.toString().split("\n")) {
+    if (line.trim()) total += cpuSeconds(Number(line.trim()));
+  }
+  return total;
+}
+
 /** CPU seconds of each of a process's threads, summed by thread name (threads that end meanwhile are skipped). */
 export function threadCpuByName(pid: number): Map<string, number> {
   const byName = new Map<string, number>();

@@ -13,15 +13,16 @@
 // BENCH_CONCURRENCY (default 64), BENCH_PARTS (default "hop,throughput"; "throughput" alone for A/B loops, or any of
 // "embedded", "one", "two" for those throughput runs only), BENCH_PG_STATEMENTS=N (the cluster runs also
 // list PostgreSQL's N costliest statements of the window per request, nested ones included, from
-// pg_stat_statements).
-import { readFileSync, writeFileSync } from "node:fs";
+// pg_stat_statements), BENCH_CPU_PROF=DIR (the embedded gateway and the cluster nodes of the throughput runs profiled, as
+// `bun run bench` profiles its gateway).
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadavg } from "node:os";
 import { modelHash, MAIN, collectJsonLines, waitFor } from "../support/harness.ts";
 import { startCluster, type ClusterNodeProcess, type TestCluster } from "../support/cluster.ts";
 import { sharedPostgres } from "../support/postgres.ts";
 import { settingSpecs } from "../../src/config/settings.ts";
-import { cpuSeconds } from "./children.ts";
+import { cpuSeconds, postgresCpuSeconds } from "./children.ts";
 
 const HOP_STREAMS = Number(process.env.BENCH_HOP_STREAMS ?? 300);
 const LOAD_MS = Number(process.env.BENCH_LOAD_MS ?? 10_000);
@@ -34,6 +35,8 @@ const PARTS = new Set((process.env.BENCH_PARTS ?? "hop,throughput").split(","));
 const runs = (part: "embedded" | "one" | "two") => PARTS.has("throughput") || PARTS.has(part);
 const FETCH_ENV = { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
 const PG_STATEMENTS = Number(process.env.BENCH_PG_STATEMENTS ?? 0);
+// BENCH_CPU_PROF=DIR: the throughput runs' cluster nodes run under `bun --cpu-prof` (Markdown profiles in DIR).
+const PROFILE_DIR = process.env.BENCH_CPU_PROF;
 // Read by test/support/postgres.ts when it starts the shared server (after this module's imports).
 if (PG_STATEMENTS > 0) {
   process.env.GATEWAY_TEST_PG_OPTIONS = "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all";
@@ -47,16 +50,6 @@ const pct = (xs: number[], p: number) => {
 };
 const round = (x: number, digits = 3) => Math.round(x * 10 ** digits) / 10 ** digits;
 
-
-/** The shared PostgreSQL's processes: the postmaster and its children (backends, writers). */
-function postgresPids(dataDir: string): number[] {
-  const postmaster = Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]);
-  const children: number[] = [];
-  for (const entry of Bun.spawnSync(["ps", "-o", "pid=", "--ppid", String(postmaster)]).stdout.toString().split("\n")) {
-    if (entry.trim()) children.push(Number(entry.trim()));
-  }
-  return [postmaster, ...children];
-}
 
 /** The mock upstream as a process of its own. */
 async function startMock(): Promise<{ url: string; proc: Proc }> {
@@ -171,8 +164,11 @@ interface WindowProbe {
   end(requests: number): Promise<Record<string, unknown>>;
 }
 
-async function load(urls: string[], apiKey: string, servers: Record<string, number[]>, probe?: WindowProbe) {
-  const pids = { ...servers, mock: [mockPid], driver: [process.pid] };
+/** A process group's CPU seconds so far: its pids, or a function that lists them afresh (PostgreSQL's). */
+type CpuSource = number[] | (() => number);
+
+async function load(urls: string[], apiKey: string, servers: Record<string, CpuSource>, probe?: WindowProbe) {
+  const pids: Record<string, CpuSource> = { ...servers, mock: [mockPid], driver: [process.pid] };
   const body = JSON.stringify({ model: JSON_MODEL, max_tokens: 16, messages: [{ role: "user", content: "Hello" }] });
   const headers = { authorization: `Bearer ${apiKey}`, "content-type": "application/json" };
   const start = performance.now();
@@ -181,7 +177,10 @@ async function load(urls: string[], apiKey: string, servers: Record<string, numb
   let ok = 0;
   let failed = 0;
   let cpuAtWindow: Record<string, number> = {};
-  const cpuOf = () => Object.fromEntries(Object.entries(pids).map(([name, list]) => [name, list.reduce((sum, pid) => sum + cpuSeconds(pid), 0)]));
+  const cpuOf = () =>
+    Object.fromEntries(
+      Object.entries(pids).map(([name, source]) => [name, typeof source === "function" ? source() : source.reduce((sum, pid) => sum + cpuSeconds(pid), 0)]),
+    );
   let probeStarted: Promise<void> = Promise.resolve();
   const windowTimer = setTimeout(() => {
     cpuAtWindow = cpuOf();
@@ -211,7 +210,16 @@ async function load(urls: string[], apiKey: string, servers: Record<string, numb
   const perRequest = probe ? await probe.end(ok) : {};
   const seconds = LOAD_MS / 1000;
   const cpu = Object.fromEntries(Object.keys(pids).map((name) => [name, round((cpuAtEnd[name]! - (cpuAtWindow[name] ?? 0)) / seconds, 2)]));
-  return { req_per_s: Math.round(ok / seconds), failed, latency_p50_ms: round(pct(latencies, 50)), latency_p99_ms: round(pct(latencies, 99)), cpu_cores: cpu, ...perRequest };
+  const cpuPerRequest = Object.fromEntries(Object.keys(pids).map((name) => [name, Math.round(((cpuAtEnd[name]! - (cpuAtWindow[name] ?? 0)) * 1e6) / Math.max(1, ok))]));
+  return {
+    req_per_s: Math.round(ok / seconds),
+    failed,
+    latency_p50_ms: round(pct(latencies, 50)),
+    latency_p99_ms: round(pct(latencies, 99)),
+    cpu_cores: cpu,
+    cpu_us_per_request: cpuPerRequest,
+    ...perRequest,
+  };
 }
 
 /** The embedded gateway (SQLite in a data dir) with one provider, as `gateway serve` runs it. */
@@ -228,7 +236,8 @@ async function embeddedThroughput(mockUrl: string) {
   cli(["credits", "grant", "--account", account_id, "--credits", String(1e15)]);
   const configFile = join(dataDir, "gateway.json");
   writeFileSync(configFile, JSON.stringify({ port: 0, dataDir, settlementMode: "enforce", logLevel: "info", ...raisedLimits() }));
-  const gateway = Bun.spawn(["bun", MAIN, "serve", "--config", configFile], { stdout: "pipe", stderr: "inherit" });
+  const bun = PROFILE_DIR ? ["bun", "--cpu-prof", "--cpu-prof-md", `--cpu-prof-dir=${PROFILE_DIR}`] : ["bun"];
+  const gateway = Bun.spawn([...bun, MAIN, "serve", "--config", configFile], { stdout: "pipe", stderr: "inherit" });
   const events: Record<string, unknown>[] = [];
   collectJsonLines(gateway.stdout as ReadableStream<Uint8Array>, events);
   try {
@@ -244,6 +253,10 @@ async function embeddedThroughput(mockUrl: string) {
       await provider.exited;
     }
   } finally {
+    if (PROFILE_DIR) {
+      gateway.kill("SIGTERM"); // the profile is written at a clean exit
+      await Promise.race([gateway.exited, Bun.sleep(15_000)]);
+    }
     gateway.kill("SIGKILL");
     await gateway.exited;
     (await import("node:fs")).rmSync(dataDir, { recursive: true, force: true });
@@ -252,7 +265,7 @@ async function embeddedThroughput(mockUrl: string) {
 
 /** A cluster of `nodes` nodes, one provider runtime on each, the load split over the nodes. */
 async function clusterThroughput(mockUrl: string, nodes: number) {
-  const cluster = await startCluster({ nodes, models: MODELS, extraArgs: raisedLimitFlags() });
+  const cluster = await startCluster({ nodes, models: MODELS, extraArgs: raisedLimitFlags(), ...(PROFILE_DIR ? { cpuProfileDir: PROFILE_DIR } : {}) });
   const providers: Proc[] = [];
   try {
     const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "paid", "--name", "bench"]).stdout) as { account_id: string; api_key: string };
@@ -260,11 +273,11 @@ async function clusterThroughput(mockUrl: string, nodes: number) {
     cluster.nodes.forEach((node, i) => providers.push(startProvider(`bench-node-${i + 1}`, node.wsUrl, mockUrl, cluster.dataDir)));
     for (const node of cluster.nodes) await routable(node.url, created.api_key, nodes);
     const pg = await sharedPostgres();
-    const pids: Record<string, number[]> = {};
+    const pids: Record<string, CpuSource> = {};
     cluster.nodes.forEach((node) => (pids[`gateway_${node.name}`] = [node.proc.pid]));
     pids.providers = providers.map((p) => p.pid);
     pids.redis = [redisPid(cluster)];
-    pids.postgres = postgresPids(pg.dataDir);
+    pids.postgres = () => postgresCpuSeconds(pg.dataDir);
     // PostgreSQL's own count of transactions (each autocommit statement is one) in the window.
     const stats = new Bun.SQL(cluster.databaseUrl, { max: 1 });
     const transactions = async () => {
@@ -272,9 +285,17 @@ async function clusterThroughput(mockUrl: string, nodes: number) {
       return Number((row as { n: string | number }).n);
     };
     if (PG_STATEMENTS > 0) await stats`CREATE EXTENSION IF NOT EXISTS pg_stat_statements`;
+    // Redis commands by name (INFO commandstats), to count a request's round trips to Redis.
+    const redis = new Bun.RedisClient(cluster.redis.url);
+    const redisCommands = async () => {
+      const text = String(await redis.send("INFO", ["commandstats"]));
+      return new Map([...text.matchAll(/cmdstat_([a-z|_]+):calls=(\d+)/g)].map((m) => [m[1]!, Number(m[2])]));
+    };
+    let redisAtStart = new Map<string, number>();
     let atStart = 0;
     const probe: WindowProbe = {
       async start() {
+        redisAtStart = await redisCommands();
         atStart = await transactions();
         if (PG_STATEMENTS > 0) await stats`SELECT pg_stat_statements_reset()`;
       },
@@ -282,6 +303,11 @@ async function clusterThroughput(mockUrl: string, nodes: number) {
         const per = Math.max(1, requests);
         const counted = (await transactions()) - atStart;
         const figures: Record<string, unknown> = { pg_transactions_per_request: round(counted / per, 1) };
+        const redisAtEnd = await redisCommands();
+        const redisPer = [...redisAtEnd]
+          .map(([name, calls]) => [name, round((calls - (redisAtStart.get(name) ?? 0)) / per, 2)] as const)
+          .filter(([name, n]) => n > 0 && name !== "info");
+        figures.redis_commands_per_request = Object.fromEntries(redisPer.sort((a, b) => b[1] - a[1]));
         if (PG_STATEMENTS > 0) {
           const rows = (await stats`SELECT query, calls, total_exec_time, total_plan_time, toplevel FROM pg_stat_statements
             WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -305,6 +331,7 @@ async function clusterThroughput(mockUrl: string, nodes: number) {
       );
     } finally {
       await stats.close();
+      redis.close();
     }
   } finally {
     for (const p of providers) p.kill("SIGKILL");

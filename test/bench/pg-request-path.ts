@@ -7,7 +7,8 @@
 // builds that batch waiting settlements and admissions (migrations 7 and 8).
 //   bun test/bench/pg-request-path.ts [--sequence current|separate] [--concurrency N] [--seconds S] [--statements N]
 // --statements N also lists the N statements with the most execution time a request (pg_stat_statements,
-// nested ones included).
+// nested ones included). --functions also lists every function's (triggers' too) calls and self time a
+// request (track_functions) and each table's sequential and index scans a request.
 // `separate` makes the calls as builds before 2026-11-27 10:00 did (accepted measurement and request
 // end as transactions of their own): the A/B of docs/scale-out.md "Measured" runs it in the old tree.
 import { readFileSync } from "node:fs";
@@ -24,11 +25,18 @@ const { values } = parseArgs({
     concurrency: { type: "string", default: "16" },
     seconds: { type: "string", default: "8" },
     statements: { type: "string", default: "0" },
+    functions: { type: "boolean", default: false },
   },
 });
 const STATEMENTS = Number(values.statements);
+const FUNCTIONS = values.functions === true;
 // Read by test/support/postgres.ts when it starts the server.
-if (STATEMENTS > 0) process.env.GATEWAY_TEST_PG_OPTIONS = "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all";
+process.env.GATEWAY_TEST_PG_OPTIONS = [
+  process.env.GATEWAY_TEST_PG_OPTIONS ?? "",
+  STATEMENTS > 0 ? "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all" : "",
+  FUNCTIONS ? "-c track_functions=all" : "",
+  STATEMENTS > 0 ? "-c pg_stat_statements.track_planning=on" : "",
+].join(" ");
 const separate = values.sequence === "separate";
 const CONCURRENCY = Number(values.concurrency);
 const SECONDS = Number(values.seconds);
@@ -105,6 +113,18 @@ try {
     await stats`CREATE EXTENSION IF NOT EXISTS pg_stat_statements`;
     await stats`SELECT pg_stat_statements_reset()`;
   }
+  // Cumulative function and table counters, read before and after the window.
+  const counters = async () => {
+    if (!FUNCTIONS) return new Map<string, number[]>();
+    await stats`SELECT pg_stat_clear_snapshot()`;
+    const functions = (await stats`SELECT funcname AS name, calls, self_time FROM pg_stat_user_functions`) as { name: string; calls: string; self_time: number }[];
+    const tables = (await stats`SELECT relname AS name, seq_scan, idx_scan FROM pg_stat_user_tables`) as { name: string; seq_scan: string; idx_scan: string | null }[];
+    return new Map<string, number[]>([
+      ...functions.map((f) => [`function ${f.name}`, [Number(f.calls), f.self_time]] as [string, number[]]),
+      ...tables.map((t) => [`table ${t.name}`, [Number(t.seq_scan), Number(t.idx_scan ?? 0)]] as [string, number[]]),
+    ]);
+  };
+  const counters0 = await counters();
   const pg0 = postgresCpu(pg.dataDir);
   const self0 = selfCpu();
   const start = performance.now();
@@ -124,11 +144,13 @@ try {
   const statements =
     STATEMENTS > 0
       ? (
-          (await stats`SELECT query, calls, total_exec_time, toplevel FROM pg_stat_statements
+          (await stats`SELECT query, calls, plans, total_exec_time, total_plan_time, toplevel FROM pg_stat_statements
             WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT ${STATEMENTS}`) as {
             query: string;
             calls: string | number;
+            plans: string | number;
             total_exec_time: number;
+            total_plan_time: number;
             toplevel: boolean;
           }[]
         ).map((r) => ({
@@ -136,8 +158,20 @@ try {
           toplevel: r.toplevel,
           calls_per_request: Math.round((Number(r.calls) / done) * 100) / 100,
           exec_us_per_request: Math.round((r.total_exec_time * 1000) / done),
+          plans_per_request: Math.round((Number(r.plans) / done) * 100) / 100,
+          plan_us_per_request: Math.round((r.total_plan_time * 1000) / done),
         }))
       : undefined;
+  const counters1 = await counters();
+  const perRequest = (x: number) => Math.round((x / done) * 100) / 100;
+  const functions = [...counters1].filter(([k]) => k.startsWith("function ")).map(([k, [calls, self]]) => {
+    const [calls0, self0] = counters0.get(k) ?? [0, 0];
+    return { function: k.slice(9), calls_per_request: perRequest(calls! - calls0!), self_us_per_request: Math.round(((self! - self0!) * 1000) / done) };
+  }).filter((f) => f.calls_per_request > 0).sort((a, b) => b.self_us_per_request - a.self_us_per_request);
+  const tables = [...counters1].filter(([k]) => k.startsWith("table ")).map(([k, [seq, idx]]) => {
+    const [seq0, idx0] = counters0.get(k) ?? [0, 0];
+    return { table: k.slice(6), seq_scans_per_request: perRequest(seq! - seq0!), index_scans_per_request: perRequest(idx! - idx0!) };
+  }).filter((t) => t.seq_scans_per_request + t.index_scans_per_request > 0);
   console.log(
     JSON.stringify({
       sequence: values.sequence,
@@ -146,7 +180,8 @@ try {
       postgres_cpu_us_per_request: Math.round((pgCpu * 1e6) / done),
       client_cpu_us_per_request: Math.round((clientCpu * 1e6) / done),
       ...(statements ? { statements } : {}),
-    }),
+      ...(FUNCTIONS ? { functions, tables } : {}),
+    }, null, 1),
   );
   await stats.close();
   await store.close();

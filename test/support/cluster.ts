@@ -38,6 +38,8 @@ export interface ClusterOptions {
   leaseMs?: number;
   models?: string[];
   extraArgs?: string[];
+  /** Runs each node under `bun --cpu-prof` writing Markdown profiles here; close() then stops nodes with SIGTERM so the profile is written. */
+  cpuProfileDir?: string;
 }
 
 export async function startCluster(options: ClusterOptions): Promise<TestCluster> {
@@ -59,10 +61,19 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
   }
 
   async function startNode(name: string, extraArgs: string[] = []): Promise<ClusterNodeProcess> {
-    const args = ["bun", MAIN, "serve", "--data-dir", dataDir, "--port", "0", "--database-url", databaseUrl, "--redis-url", redis.url, "--node-id", name];
+    const bun = options.cpuProfileDir ? ["bun", "--cpu-prof", "--cpu-prof-md", `--cpu-prof-dir=${options.cpuProfileDir}`] : ["bun"];
+    const args = [...bun, MAIN, "serve", "--data-dir", dataDir, "--port", "0", "--database-url", databaseUrl, "--redis-url", redis.url, "--node-id", name];
     args.push("--cluster-lease-ms", String(leaseMs), "--settlement-mode", "enforce", "--heartbeat-interval-ms", "500", ...(options.extraArgs ?? []), ...extraArgs);
     const child = spawnLogging(args);
-    procs.push(child);
+    if (options.cpuProfileDir) {
+      procs.push({
+        async kill() {
+          child.proc.kill("SIGTERM");
+          await Promise.race([child.proc.exited, Bun.sleep(15_000)]);
+          await child.kill();
+        },
+      });
+    } else procs.push(child);
     return { name, ...child, ...(await listeningAddress(child, "cluster_joined", 30_000, `node ${name}`)) };
   }
 

@@ -70,9 +70,12 @@ export async function startPostgres(): Promise<PostgresServer> {
   if (!init.ok) throw new Error(`initdb failed: ${init.output}`);
   const port = await freePort();
   // Test settings: no fsync (a test server's data dies with it), sockets only on loopback TCP and in
-  // the data directory (the system socket directory may not be writable). GATEWAY_TEST_PG_OPTIONS adds
-  // more (the cluster bench's pg_stat_statements).
-  const options = `-c listen_addresses=127.0.0.1 -p ${port} -c unix_socket_directories=${root} -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 ${process.env.GATEWAY_TEST_PG_OPTIONS ?? ""}`;
+  // the data directory (the system socket directory may not be writable). synchronous_commit stays at
+  // its default (on), as in production (docs/postgres-store.md): without fsync a synchronous commit is a
+  // write() by the committing backend, cheaper in CPU than an asynchronous one, which wakes the WAL
+  // writer (docs/benchmarks.md, "Cluster node CPU pass"). GATEWAY_TEST_PG_OPTIONS adds more (the
+  // cluster bench's pg_stat_statements).
+  const options = `-c listen_addresses=127.0.0.1 -p ${port} -c unix_socket_directories=${root} -c fsync=off -c full_page_writes=off -c max_connections=200 ${process.env.GATEWAY_TEST_PG_OPTIONS ?? ""}`;
   const start = () => {
     const started = runPg(["pg_ctl", "-D", dataDir, "-o", options, "-l", join(root, "log"), "-w", "-t", "30", "start"]);
     if (!started.ok) throw new Error(`pg_ctl start failed: ${started.output}`);
