@@ -234,7 +234,8 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
       routing.settled(providerId, label);
     },
     onIgnoredReceipt: (why) => registry.ignoredReceipts[why]++,
-    judge: ports.judge ?? workerJudge((error) => log.warn("receipt_judge_thread_failed", { error })),
+    // With no request in flight a lone receipt is judged on the main thread (src/receipts/judge.ts).
+    judge: ports.judge ?? workerJudge((error) => log.warn("receipt_judge_thread_failed", { error }), undefined, () => runner.liveRequests() === 0),
     clock: timers,
     ownership: node
       ? { opened: (key, ttlMs) => node.own(key, false, ttlMs), settled: (key) => node.own(key, true) }

@@ -1,8 +1,10 @@
 // Who judges receipts: the same pure rules (verify.ts) either on the calling thread, the signature
 // checked with WebCrypto, or on a worker thread of their own. The main thread limits the gateway's
-// throughput and a settlement is not on the buyer's path, so judging runs off it (docs/benchmarks.md).
+// throughput and a settlement is not on the buyer's path, so judging runs off it (docs/benchmarks.md) —
+// except a lone receipt while no request is in flight, which two thread hops would only delay onto the
+// next request's path.
 import type { ReceiptJudgement, ReceiptVerdict, VerifyReceiptInput } from "./verify.ts";
-import { checkReceipt, verdictWithSignature } from "./verify.ts";
+import { checkReceipt, verdictWithSignature, verifyReceipt } from "./verify.ts";
 import { verifySignatureAsync } from "./envelope.ts";
 
 /** A receipt's verdict, and the billable usage its body claims (null when no body could be read). */
@@ -73,7 +75,7 @@ const JUDGE_WORKER_URL = new URL(import.meta.url.startsWith("file:///$bunfs/") ?
  * dies, the receipts it held are judged inline (no receipt is lost: each is in memory until its answer
  * comes), and so is everything after the third failure. `onFailure` hears of each failure (logging).
  */
-export function workerJudge(onFailure: (error: string) => void = () => {}, workerUrl = JUDGE_WORKER_URL): ReceiptJudge {
+export function workerJudge(onFailure: (error: string) => void = () => {}, workerUrl = JUDGE_WORKER_URL, idle: () => boolean = () => false): ReceiptJudge {
   let worker: Worker | null = null;
   let failures = 0;
   let nextId = 0;
@@ -89,6 +91,20 @@ export function workerJudge(onFailure: (error: string) => void = () => {}, worke
     return text;
   };
   const judgeInline = (input: VerifyReceiptInput, done: (result: JudgedReceipt) => void) => void inlineJudge.judge(input, done);
+  /** Judges a waiting receipt here, synchronously, as the thread would (node:crypto's signature check). */
+  const judgeHere = (id: number) => {
+    const job = waiting.get(id);
+    if (job === undefined) return;
+    waiting.delete(id);
+    let result: JudgedReceipt;
+    try {
+      result = judgedOf(verifyReceipt(job.input));
+    } catch {
+      // As the thread's null answer: the rules threw on this input (a bug); WebCrypto's path decides.
+      return judgeInline(job.input, job.done);
+    }
+    job.done(result);
+  };
   /** Judges these waiting receipts inline instead (no thread to answer them). */
   const judgeWaitingInline = (ids: Iterable<number>) => {
     for (const id of ids) {
@@ -144,6 +160,10 @@ export function workerJudge(onFailure: (error: string) => void = () => {}, worke
     queued = [];
     if (jobs.length === 0) return;
     if (worker === null) judgeWaitingInline(jobs.map((job) => job.id));
+    // A lone receipt while no request is being served (one request at a time): judged here, in the turn
+    // after its response went out, rather than by two thread hops whose answer lands on the next
+    // request's path (docs/benchmarks.md, "Concurrency 1 pass").
+    else if (jobs.length === 1 && idle()) judgeHere(jobs[0]!.id);
     else worker.postMessage(JSON.stringify(jobs));
   };
 

@@ -1,6 +1,7 @@
 // The gateway's receipt judges (src/receipts/judge.ts): the judging thread answers every receipt of a
 // burst with the verifier's verdict, and a thread that cannot start or dies loses no receipt — those
-// it held are judged on the calling thread, with the same verdicts.
+// it held are judged on the calling thread, with the same verdicts; a lone receipt while the gateway
+// serves nothing is judged on the calling thread too.
 import { afterEach, expect, test } from "bun:test";
 import { verifyReceipt, type VerifyReceiptInput } from "../../src/receipts/index.ts";
 import { judgedOf, workerJudge, type JudgedReceipt, type ReceiptJudge } from "../../src/receipts/judge.ts";
@@ -65,6 +66,30 @@ test("a thread that dies holding receipts: those are judged inline, and so is ev
     expect(results).toEqual(expected);
     expect(failures.length).toBe(Math.min(round, 3));
   }
+});
+
+test("a lone receipt while nothing is served is judged on the calling thread, a turn later; a burst, or a receipt while busy, goes to the thread", async () => {
+  let idle = false;
+  // The thread never answers: whatever is answered was judged here.
+  const judge = judgeOf(() => {}, new URL("../support/silentJudgeWorker.ts", import.meta.url).href, () => idle);
+  const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+  let answeredByThread = 0;
+  judge.judge(goldenInput(), () => answeredByThread++);
+  await nextTurn();
+  idle = true;
+  for (const input of burst.slice(0, 3)) judge.judge(input, () => answeredByThread++);
+  await nextTurn();
+  for (const input of [goldenInput(), forged]) {
+    let returned = false;
+    const result = await new Promise<JudgedReceipt>((resolve) => {
+      returned = judge.judge(input, (r) => {
+        expect(returned).toBe(true);
+        resolve(r);
+      });
+    });
+    expect(result).toEqual(judgedOf(verifyReceipt(input)));
+  }
+  expect(answeredByThread).toBe(0);
 });
 
 test("stop(): receipts still being judged never answer", async () => {
