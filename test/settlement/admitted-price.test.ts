@@ -8,7 +8,7 @@ import { ScriptedProvider, type Script } from "../support/scriptedProvider.ts";
 import { cli, ledgerAudit, paidBuyer, settledRow } from "./support.ts";
 
 const MODEL = "moving-model";
-const PREMIUM = { slug: "premium", prompt_credits_per_million: 5_000_000, completion_credits_per_million: 5_000_000 };
+const PREMIUM = { slug: "premium", prompt_credits_per_million: 10_000_000, completion_credits_per_million: 10_000_000 };
 const messages = [{ role: "user" as const, content: "Price me." }];
 
 let gw: TestGateway;
@@ -67,6 +67,9 @@ test("a catalog signed mid-request moves the model to a dearer row: the failover
   // The admission's row (default: 1,000,000 credits a million tokens each way), not premium's.
   expect(served.rates).toEqual({ prompt_credits_per_million: 1_000_000, completion_credits_per_million: 1_000_000, provider_share_bps: 9000 });
   expect(served.debit_credits).toBe(5 + 2);
+  // The hold: the prompt bound (9 bytes + 8 + 16) and max_tokens at the admission's row. Priced at the
+  // premium row instead, this attempt would have cost (5 + 2) × 10 = 70.
+  expect(hold).toBe(33 + 2);
   expect(served.debit_credits).toBeLessThanOrEqual(hold);
   await waitFor(async () => (await gw.gateway.store.getReservation(requestId))?.state === "finalised", 5000, "the reservation to resolve");
   expect((await gw.gateway.store.getReservation(requestId))!.used_credits).toBe(served.debit_credits);
@@ -77,6 +80,6 @@ test("a catalog signed mid-request moves the model to a dearer row: the failover
   const laterId = providers.flatMap((p) => p.jobs).at(-1)!.request_id;
   const later = await settledRow(gw, laterId, 0);
   expect(later.rates.prompt_credits_per_million).toBe(PREMIUM.prompt_credits_per_million);
-  expect(later.debit_credits).toBe((5 + 2) * 5);
+  expect(later.debit_credits).toBe((5 + 2) * 10);
   expect(ledgerAudit(gw.dataDir).report.clean).toBe(true);
 });
