@@ -20,7 +20,7 @@ import type { OpenAttempt, OpenAttempts } from "./settlement/attempt.ts";
 import { accepted, cancelSent, discarded, endReceived, relayerFor, released, type DeliveryDeps } from "./settlement/delivery.ts";
 import { receiptArrived, type ReceiptArrival } from "./settlement/judging.ts";
 import { writeOutcome, type OutcomeDeps } from "./settlement/outcome.ts";
-import { admitModel, expectedHash, pricing, type AdmittedPricing, type PricingSources } from "./settlement/pricing.ts";
+import { admitModel, expectedHash, type AdmittedPricing, type PricingSources } from "./settlement/pricing.ts";
 import { recoverOne, recoverPending } from "./settlement/recovery.ts";
 import { accountScopes, buildRouteSnapshot } from "./settlement/routeSnapshot.ts";
 
@@ -138,7 +138,7 @@ export function createSettlements(deps: SettlementDeps) {
    * not be persisted.
    */
   function openAttempt(input: OpenAttemptInput): JobRoute | null {
-    const { catalog } = pricing(parts, input.chat.model);
+    const catalog = parts.catalog();
     // Whether the model may route is decided now (a catalog signed since may have dropped it); its
     // price is the one the request was admitted at, so the charge stays within the hold.
     const admission = admitModel(parts, input.chat.model);

@@ -267,8 +267,7 @@ async function runHoldingSlot(
     end(false);
     return input.refuse(reserved.error);
   }
-  const pricing = { rateCardRow: admission.rateCardRow, rates: admission.rates };
-  return startRequest(deps, input, tracker, end, { promptBound, payer: reserved.payer, pricing, sticky });
+  return startRequest(deps, input, tracker, end, { promptBound, payer: reserved.payer, pricing: admission, sticky });
 }
 
 /**
