@@ -289,6 +289,10 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
       if (others.ok && others.value === 0) {
         const resumed = await settlements.resumePending();
         if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
+      } else {
+        // Restarted under its id while the others live (its lease may not have lapsed, so none of them
+        // took over): what its previous process owned is this one's to resolve.
+        await bridge.resolvePredecessor();
       }
       log.info("cluster_joined", { node_id: node.nodeId });
     });
