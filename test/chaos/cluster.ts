@@ -258,9 +258,21 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
     // Every settlement resolves by its deadline (a dead node's by the survivor that reaps it).
     const sql = new Bun.SQL(databaseUrl, { max: 1 });
     try {
-      const pending = async () => Number((await sql`SELECT count(*)::int AS n FROM settlements WHERE label = 'pending'`)[0].n);
+      // Read while every node still runs: a node's clean stop hands its leftovers to the others, which
+      // would hide what nobody resolved.
+      const unresolved = async () =>
+        (await sql`SELECT (SELECT count(*)::int FROM settlements WHERE label = 'pending') AS pending, (SELECT count(*)::int FROM reservations WHERE state = 'held') AS held`)[0] as {
+          pending: number;
+          held: number;
+        };
       const settleBy = performance.now() + PENDING_DEADLINE_MS + LEASE_MS * 3 + 5000;
-      while ((await pending()) > 0 && performance.now() < settleBy) await Bun.sleep(100);
+      let left = await unresolved();
+      while ((left.pending > 0 || left.held > 0) && performance.now() < settleBy) {
+        await Bun.sleep(100);
+        left = await unresolved();
+      }
+      if (left.pending > 0) violations.push(`${left.pending} settlements still pending ${Math.round((PENDING_DEADLINE_MS + LEASE_MS * 3 + 5000) / 1000)} s after the load stopped`);
+      if (left.held > 0) violations.push(`${left.held} reservations still held after the load stopped`);
       // Once quiet, no slot is held (the embedded run's I5, on Redis's count).
       const slotsLeft = Number(await monitor.send("EVAL", [COUNTED, "1", `gw:slots:${created.account_id}`]));
       if (slotsLeft > 0) violations.push(`${slotsLeft} concurrency slots still held once the load stopped`);
