@@ -12,6 +12,7 @@ import { createMemoryStickyMap } from "./store/sticky.ts";
 import { Registry } from "./gateway/registry.ts";
 import { createRequestRunner } from "./gateway/requests.ts";
 import { createHttpApp } from "./http/app.ts";
+import { admissionGate } from "./http/admissionGate.ts";
 import { createReplayCache } from "./http/idempotency.ts";
 import { quotaPolicy } from "./http/quotas.ts";
 import { createBuyerSurface } from "./http/signup/index.ts";
@@ -341,6 +342,12 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     maxBodyBytes: config.maxBodyBytes,
     requestBodyTimeoutMs: config.requestBodyTimeoutMs,
     stream: { maxBufferedBytes: config.streamBufferBytes, stallMs: config.streamStallMs },
+    admission: admissionGate({
+      perTurn: config.admissionsPerTurn,
+      maxWaitMs: config.admissionQueueMs,
+      now: monotonicNow,
+      nextTurn: timers ? timers.setImmediate : (turn) => void setImmediate(turn),
+    }),
     requestTokenCap: config.requestTokenCap,
     sticky: sticky ? { map: sticky, secret: gatewaySecret } : undefined,
     routingStatus: () => ({ queued: routing.queue.depth, cooldowns: routing.cooldownList() }),
