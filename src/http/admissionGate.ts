@@ -4,8 +4,9 @@
 // loop reads its sockets, so the frames of streams already admitted are relayed between slices of a
 // burst instead of behind all of it: a burst raises the new requests' time to first token, not the
 // gaps of the live ones. Under overload the turns lengthen and admissions per second fall with them.
-// With `maxWaitMs`, a request is refused at once (503 coordinator_unavailable, retryable) while the
-// oldest waiting one has waited longer: the queue, and what admitted streams hold, stay bounded.
+// With `maxWaitMs`, no request waits longer than that for its turn: one that did is refused at its
+// turn, and a new one at once while the oldest waiting one has waited longer (503
+// coordinator_unavailable, retryable): the queue, and the buyers' wait, stay bounded.
 
 export interface AdmissionGateOptions {
   /** Admissions that may start in one turn; 0 = no limit (the gate is off). */
@@ -22,6 +23,8 @@ export interface AdmissionGate {
   enter(): true | false | Promise<boolean>;
   /** Requests waiting for a turn. */
   readonly waiting: number;
+  /** Since start: requests that waited for a later turn, and requests shed. */
+  readonly counts: { waited: number; shed: number };
 }
 
 interface Waiter {
@@ -34,7 +37,7 @@ export function admissionGate(o: AdmissionGateOptions): AdmissionGate {
   return o.perTurn > 0 ? new TurnGate(o) : OPEN;
 }
 
-const OPEN: AdmissionGate = { enter: () => true, waiting: 0 };
+const OPEN: AdmissionGate = { enter: () => true, waiting: 0, counts: { waited: 0, shed: 0 } };
 
 /** One per gateway; a class so that the turn callback is made once, not per turn. */
 class TurnGate implements AdmissionGate {
@@ -44,6 +47,7 @@ class TurnGate implements AdmissionGate {
   private queue: Waiter[] = [];
   private head = 0;
   private readonly turn = () => this.nextTurn();
+  readonly counts = { waited: 0, shed: 0 };
 
   constructor(private readonly o: AdmissionGateOptions) {}
 
@@ -58,17 +62,27 @@ class TurnGate implements AdmissionGate {
       return true;
     }
     const now = this.o.now();
-    if (this.o.maxWaitMs > 0 && this.waiting > 0 && now - this.queue[this.head]!.since > this.o.maxWaitMs) return false;
+    if (this.o.maxWaitMs > 0 && this.waiting > 0 && now - this.queue[this.head]!.since > this.o.maxWaitMs) {
+      this.counts.shed++;
+      return false;
+    }
+    this.counts.waited++;
     return new Promise<boolean>((resolve) => this.queue.push({ since: now, resolve }));
   }
 
-  /** A new turn: its budget goes to the oldest waiting requests first. */
+  /** A new turn: waiters past `maxWaitMs` are shed, then the budget goes to the oldest ones left. */
   private nextTurn(): void {
     this.scheduled = false;
     this.used = 0;
-    while (this.used < this.o.perTurn && this.head < this.queue.length) {
+    const oldest = this.o.maxWaitMs > 0 ? this.o.now() - this.o.maxWaitMs : -Infinity;
+    while (this.head < this.queue.length && (this.used < this.o.perTurn || this.queue[this.head]!.since < oldest)) {
       const w = this.queue[this.head]!;
       this.queue[this.head++] = undefined as unknown as Waiter;
+      if (w.since < oldest) {
+        this.counts.shed++;
+        w.resolve(false);
+        continue;
+      }
       this.used++;
       w.resolve(true);
     }

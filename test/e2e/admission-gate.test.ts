@@ -72,6 +72,13 @@ test("a burst admitted one request a turn is answered in full, and a live stream
     expect(a.body).toContain("data: [DONE]");
   });
   expect(provider.errors).toEqual([]);
+  // The burst's requests arrived together: all but one a turn waited for a later turn, none was shed.
+  const metrics = await (await fetch(`${gw.url}/metrics`)).text();
+  const waited = Number(/gateway_admission_turn_total\{outcome="waited"\} (\d+)/.exec(metrics)?.[1]);
+  expect(waited).toBeGreaterThan(0);
+  expect(waited).toBeLessThan(BURST);
+  expect(metrics).toContain('gateway_admission_turn_total{outcome="shed"} 0');
+  expect(metrics).toContain("gateway_admission_turn_waiting 0");
 });
 
 test("a request shed by the gate gets 503 coordinator_unavailable, retryable, with Retry-After, before any other check", async () => {

@@ -92,25 +92,40 @@ describe("admission gate", () => {
     expect(started).toEqual([...Array(1000).keys()]);
   });
 
-  test("with maxWaitMs, a request is shed at once while the oldest waiting one has waited longer", async () => {
+  test("with maxWaitMs, a new request is shed at once while the oldest waiting one has waited longer", async () => {
     const g = steppedGate(1, 100);
     const started: number[] = [];
     const shed: number[] = [];
     burst(g.gate, 3, started, shed); // 0 starts, 1 and 2 wait
     g.advance(100);
-    burst(g.gate, 1, started, shed); // the oldest waited exactly 100 ms: not yet past the bound
+    const late: number[] = [];
+    burst(g.gate, 1, late, shed); // the oldest waited exactly 100 ms: not yet past the bound, so it queues
     expect(shed).toEqual([]);
     g.advance(1);
-    const turn = g.gate.enter();
-    expect(turn).toBe(false);
-    // Those already waiting keep their place and start in their turns.
+    expect(g.gate.enter()).toBe(false);
+    // At the next turn the two that waited 101 ms are shed too; the one that waited 1 ms starts.
     await g.turn();
-    await g.turn();
-    await g.turn();
-    expect(started).toEqual([0, 1, 2, 0]);
+    expect(started).toEqual([0]);
+    expect(shed).toEqual([1, 2]);
+    expect(late).toEqual([0]);
+    expect(g.gate.counts).toEqual({ waited: 3, shed: 3 });
     // Once the queue is drained, requests are taken again (from the next turn: this one's budget is spent).
     await g.turn();
     expect(g.gate.enter()).toBe(true);
+  });
+
+  test("with maxWaitMs, a waiter still waiting past it at its turn is shed, not admitted", async () => {
+    const g = steppedGate(2, 100);
+    const started: number[] = [];
+    const shed: number[] = [];
+    burst(g.gate, 6, started, shed); // 0 and 1 start, 2–5 wait
+    await g.turn(); // 2 and 3 start
+    g.advance(101);
+    await g.turn(); // 4 and 5 have waited 101 ms: shed, oldest first
+    expect(started).toEqual([0, 1, 2, 3]);
+    expect(shed).toEqual([4, 5]);
+    expect(g.gate.counts).toEqual({ waited: 4, shed: 2 });
+    expect(g.gate.waiting).toBe(0);
   });
 
   test("perTurn 0 is no gate: every request starts at once", () => {
