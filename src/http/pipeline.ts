@@ -443,11 +443,10 @@ class EndObserved implements ChatResponder {
     this.r.discard();
   }
 
-  prepare(outcome: ChatOutcome): Response | undefined {
+  prepare(outcome: ChatOutcome): void | Promise<void> {
     const whole = this.r.prepare?.(outcome);
     // Kept for a retry now, before the commit that charges for it releases the response.
-    if (whole !== undefined) this.tracker?.result(whole);
-    return whole;
+    if (whole !== undefined) return this.tracker?.result(whole);
   }
 
   succeed(outcome: ChatOutcome): void {
