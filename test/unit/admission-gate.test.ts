@@ -136,3 +136,39 @@ describe("admission gate", () => {
     expect(g.scheduled()).toBe(0);
   });
 });
+
+// What the gate relies on: between two `setImmediate` turns Bun's loop reads its sockets, so a frame
+// already on a socket is handled after at most one slice of a burst. Were Bun to run every queued
+// immediate before polling, the gate would only reorder the burst and this test would say so.
+test("Bun reads a socket's pending messages between two setImmediate turns", async () => {
+  const order: string[] = [];
+  const server = Bun.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    fetch: (req, srv) => (srv.upgrade(req) ? undefined : new Response("no", { status: 400 })),
+    websocket: { message: () => void order.push("frame") },
+  });
+  const ws = new WebSocket(`ws://127.0.0.1:${server.port}`);
+  await new Promise((resolve) => (ws.onopen = resolve));
+  try {
+    // The frames are on the socket before the first turn of the chain runs.
+    for (let i = 0; i < 5; i++) ws.send("x");
+    const turns = 200;
+    await new Promise<void>((resolve) => {
+      let n = 0;
+      const turn = () => {
+        order.push("turn");
+        if (++n < turns) setImmediate(turn);
+        else resolve();
+      };
+      setImmediate(turn);
+    });
+    const firstFrame = order.indexOf("frame");
+    expect(firstFrame).toBeGreaterThanOrEqual(0);
+    // Handled within the chain, not after all of it.
+    expect(firstFrame).toBeLessThan(turns);
+  } finally {
+    ws.close();
+    server.stop(true);
+  }
+});
