@@ -102,7 +102,6 @@ export function createSettlements(deps: SettlementDeps) {
       if (!att) return;
       open.delete(key);
       const endsRequest = closed(att.requestId) && endingWithSettlement.delete(att.requestId);
-      deps.ownership?.settled(key);
       writeOutcome(
         parts,
         att,

@@ -8,6 +8,7 @@ import type { AsyncStore as Store } from "../../store/asyncStore.ts";
 import type { DurableWrites } from "./durableWrites.ts";
 import { encodeFrame } from "../../wire/codec.ts";
 import type { OpenAttempt } from "./attempt.ts";
+import { attemptKey } from "../registry.ts";
 
 export interface OutcomeDeps {
   store: Store;
@@ -19,6 +20,8 @@ export interface OutcomeDeps {
   sendToProvider: (providerId: string, frame: Uint8Array) => void;
   /** Called once per attempt with its final label (metrics). */
   onSettled?: (label: FinalLabel, providerId: string) => void;
+  /** A cluster node's record that it owns the attempt (src/cluster/node.ts, `own`), given up here. */
+  ownership?: { settled(key: string): void };
 }
 
 /** What the attempt is charged for: the usage the gateway observed, or the verified receipt's. */
@@ -90,6 +93,8 @@ export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLa
 /** The settlement transaction's answer: the outcome is announced once it is durable. */
 function outcomeWritten(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null, result: SettleResult): void {
   if (!result.ok) {
+    // Final already (another node settled it): nothing is left to own.
+    if (result.code === "already_settled") deps.ownership?.settled(attemptKey(att.requestId, att.attemptN));
     deps.log.error("settlement_not_written", { request_id: att.requestId, attempt_n: att.attemptN, code: result.code });
     // Nothing was written: the delivered record still is, as it would have been without the outcome.
     writeDeliveredRecord(deps, att);
@@ -103,6 +108,9 @@ function outcomeWritten(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, 
       deps.log.error("settlement_not_written", { request_id: att.requestId, attempt_n: att.attemptN, code: "commit_failed" });
       return;
     }
+    // Owned until the outcome is durable: a node killed before leaves the attempt pending in the store,
+    // and only the owned set tells a survivor to resolve it (docs/scale-out.md, "Leases and failure").
+    deps.ownership?.settled(attemptKey(att.requestId, att.attemptN));
     announceSettled(deps, att, label, reason, result.settlement);
   }, att.requestId);
 }
