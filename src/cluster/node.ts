@@ -74,7 +74,9 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   private readonly now: () => number;
   private handlers: ClusterHandlers<V> | null = null;
   /** Other nodes' sessions: node → (session id → view), with when the node's last broadcast expires and the incarnation that sent it. */
-  private readonly mirror = new Map<string, { expiresAt: number; incarnation: string | undefined; views: Map<string, V> }>();
+  private readonly mirror = new Map<string, { expiresAt: number; incarnation: string | undefined; heard: number; views: Map<string, V> }>();
+  /** Registry messages applied so far: an entry's `heard` is this count when its node was last heard from. */
+  private heard = 0;
   private predecessor: Promise<string[]> = Promise.resolve([]);
   private readonly timers: ReturnType<typeof setInterval>[] = [];
   private readonly dead = new Set<string>();
@@ -259,9 +261,10 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
       this.safely("node_death_failed", () => this.handlers!.nodeDied(message.node, false));
     }
     if (!entry || message.full) {
-      entry = { expiresAt: 0, incarnation: message.incarnation, views: new Map() };
+      entry = { expiresAt: 0, incarnation: message.incarnation, heard: 0, views: new Map() };
       this.mirror.set(message.node, entry);
     }
+    entry.heard = ++this.heard;
     if (message.full) {
       // A full broadcast without a link address: the node left, or reaches us over pub/sub only.
       if (message.link) this.links?.connect(message.node, message.link);
@@ -283,9 +286,13 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   }
 
   private async findDeadNodes(): Promise<void> {
+    const asked = this.heard;
     const result = await this.redis.call<string[]>("EVAL", [DEAD_NODES, 1, NODES]);
     if (!result.ok) return;
     for (const nodeId of result.value) {
+      // Heard from since the script ran (its answer and the node's broadcasts come on different
+      // connections): it is back, restarted under its id; the verdict is stale.
+      if ((this.mirror.get(nodeId)?.heard ?? 0) > asked) continue;
       if (nodeId === this.nodeId) {
         // Our own lease lapsed (Redis was unreachable for longer than it): take it again.
         this.refreshLease();

@@ -273,6 +273,14 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       }
       if (left.pending > 0) violations.push(`${left.pending} settlements still pending ${Math.round((PENDING_DEADLINE_MS + LEASE_MS * 3 + 5000) / 1000)} s after the load stopped`);
       if (left.held > 0) violations.push(`${left.held} reservations still held after the load stopped`);
+      // What was left, for finding the cause (the database goes with the invocation's server).
+      const leftRows =
+        left.pending + left.held > 0
+          ? [
+              ...(await sql`SELECT 'settlement' AS kind, request_id, attempt_n, provider_id, created_at_ms, ended_at_ms, pending_deadline_at_ms FROM settlements WHERE label = 'pending'`),
+              ...(await sql`SELECT 'reservation' AS kind, request_id, created_at_ms, request_ended FROM reservations WHERE state = 'held'`),
+            ]
+          : [];
       // Once quiet, no slot is held (the embedded run's I5, on Redis's count).
       const slotsLeft = Number(await monitor.send("EVAL", [COUNTED, "1", `gw:slots:${created.account_id}`]));
       if (slotsLeft > 0) violations.push(`${slotsLeft} concurrency slots still held once the load stopped`);
@@ -297,6 +305,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
         providers.forEach((p, i) => writeFileSync(join(dataDir, `provider-${i}.log`), p.events.map((e) => JSON.stringify(e)).join("\n")));
         writeFileSync(join(dataDir, "settlements.json"), JSON.stringify(settlements, null, 1));
         writeFileSync(join(dataDir, "received.json"), JSON.stringify([...received]));
+        writeFileSync(join(dataDir, "unresolved.json"), JSON.stringify(leftRows, null, 1));
         keepDir = true;
         violations.push(`data dir kept: ${dataDir}`);
       }
