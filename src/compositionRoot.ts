@@ -184,7 +184,9 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
   const replayBackend = node
     ? redisReplays(node.redis, { nodeId: node.nodeId, windowMs: REPLAY_WINDOW_MS, inFlightMs: config.requestDeadlineMs, nodeAlive: (id) => node.alive(id) })
     : replayFile!;
-  const slots = node ? sharedSlots(node.redis, config.clusterLeaseMs) : null;
+  // A request is recorded as this node's with its slot, before its reservation is written: a node killed
+  // in between leaves a survivor the request to resolve (docs/scale-out.md, "Leases and failure").
+  const slots = node ? sharedSlots(node.redis, config.clusterLeaseMs, node.ownedKey) : null;
   const replays = createReplayCache({ now, backend: replayBackend });
 
   let stopped: () => void = () => {};
@@ -346,8 +348,6 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
         // While running, the supervisor is not told (the drain brings the live count); once it left
         // `running`, each request is counted so the drain waits for it too.
         if (!accepting()) supervisor.send({ type: "request.opened" });
-        // A cluster node records its requests, so a survivor resolves their reservations if it dies.
-        if (node) node.own(`r:${spec.requestId}`, false);
         return runner.start(spec);
       },
     },

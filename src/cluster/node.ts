@@ -326,6 +326,11 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     else this.redis.fire("SET", [`gw:att:${member}`, this.nodeId, "PX", Math.max(1, ttlMs)]);
   }
 
+  /** This node's set of what it owns (attempt keys and `r:` request ids): what a survivor takes over. */
+  get ownedKey(): string {
+    return `gw:owned:${this.nodeId}`;
+  }
+
   /** The node that owns an attempt, when one is recorded. */
   async ownerOf(key: string): Promise<string | null> {
     const result = await this.redis.call<string | null>("GET", [`gw:att:${key}`]);

@@ -8,6 +8,8 @@ import type { ClusterRedis } from "./redis.ts";
 export type SharedSlotResult = AcquireSlotResult | { ok: false; code: "engine_unavailable"; in_use: 0 };
 
 // ARGV: request id, limit, lease ms. Expired members go first; taking a held slot again is a no-op.
+// KEYS[2], when given: the node's owned set, which gets the request (`r:` + id) with its slot, so it
+// is recorded before anything of the request is written (its reservation comes next).
 const ACQUIRE = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -15,6 +17,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {1, redis.call('ZCARD', KEYS[1])} end
 local n = redis.call('ZCARD', KEYS[1])
 if n >= tonumber(ARGV[2]) then return {0, n} end
+if KEYS[2] then redis.call('SADD', KEYS[2], 'r:' .. ARGV[1]) end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2)
 return {1, n + 1}`;
@@ -47,7 +50,8 @@ export interface SharedSlots {
 
 const slotKey = (account_id: string) => `gw:slots:${account_id}`;
 
-export function sharedSlots(redis: ClusterRedis, leaseMs: number): SharedSlots {
+/** `ownedKey`: the node's set of what it owns (src/cluster/node.ts), which each request joins with its slot. */
+export function sharedSlots(redis: ClusterRedis, leaseMs: number, ownedKey?: string): SharedSlots {
   const accountOf = new Map<string, string>();
   const refresh = setInterval(() => {
     if (accountOf.size === 0) return;
@@ -62,7 +66,8 @@ export function sharedSlots(redis: ClusterRedis, leaseMs: number): SharedSlots {
   refresh.unref?.();
   return {
     async acquire(account_id, request_id, limit) {
-      const result = await redis.call<[number, number]>("EVAL", [ACQUIRE, 1, slotKey(account_id), request_id, limit, leaseMs]);
+      const keys = ownedKey === undefined ? [slotKey(account_id)] : [slotKey(account_id), ownedKey];
+      const result = await redis.call<[number, number]>("EVAL", [ACQUIRE, keys.length, ...keys, request_id, limit, leaseMs]);
       if (!result.ok) return { ok: false, code: "engine_unavailable", in_use: 0 };
       const [taken, inUse] = result.value;
       if (taken !== 1) return { ok: false, code: "concurrency_exhausted", in_use: inUse };
