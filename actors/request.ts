@@ -119,7 +119,7 @@ export type RequestSnapshot = Snapshot<undefined> & { value: RequestState; conte
 type CancelReason = "buyer_cancel" | "gateway_timeout";
 
 /** The edge's actions that take no parameters. */
-type PlainAction = "abandonDispatch" | "openProgressWindow" | "discardPartialOutput" | "finishSuccess" | "finishFailure" | "finishMidStreamError" | "releaseAttempt";
+type PlainAction = "abandonDispatch" | "openProgressWindow" | "discardPartialOutput" | "keepAnswer" | "finishSuccess" | "finishFailure" | "finishMidStreamError" | "releaseAttempt";
 
 /** An effect of a step, in the order the machine ran it; an action sees the context as it was then. */
 export type RequestEffect =
@@ -192,6 +192,8 @@ export const requestMachine = setup({
     /** Lets the edge report the next chunk as progress: a new idle-check window starts. */
     openProgressWindow: () => {},
     discardPartialOutput: () => {},
+    /** The answer is final: the edge builds it and keeps it for retries before its delivery is recorded. */
+    keepAnswer: () => {},
     finishSuccess: () => {},
     finishFailure: () => {},
     finishMidStreamError: () => {},
@@ -290,7 +292,7 @@ export const requestMachine = setup({
       entry: ["releaseAttempt", "excludeCurrentProvider"],
       always: [{ guard: "mayRetry", target: "routing" }, { target: "failed", actions: "recordAttemptsExhausted" }],
     },
-    succeeded: { type: "final", entry: ["releaseAttempt", "finishSuccess"] },
+    succeeded: { type: "final", entry: ["keepAnswer", "releaseAttempt", "finishSuccess"] },
     failed: { type: "final", entry: ["releaseAttempt", "finishFailure"] },
     failedMidStream: { type: "final", entry: ["releaseAttempt", "finishMidStreamError"] },
     cancelled: { type: "final", entry: ["releaseAttempt"] },
@@ -365,7 +367,7 @@ class Transition {
         return this.enter("failed");
       }
       case "succeeded":
-        this.act("releaseAttempt").act("finishSuccess");
+        this.act("keepAnswer").act("releaseAttempt").act("finishSuccess");
         return state;
       case "failed":
         this.act("releaseAttempt").act("finishFailure");
@@ -479,6 +481,7 @@ export interface RequestActions {
   relayChunk: (args: ActionArgs, params: { frame: ChunkFrame }) => void;
   openProgressWindow: (args: ActionArgs) => void;
   discardPartialOutput: (args: ActionArgs) => void;
+  keepAnswer: (args: ActionArgs) => void;
   finishSuccess: (args: ActionArgs) => void;
   finishFailure: (args: ActionArgs) => void;
   finishMidStreamError: (args: ActionArgs) => void;

@@ -12,6 +12,7 @@ import { createMemoryStickyMap } from "./store/sticky.ts";
 import { Registry } from "./gateway/registry.ts";
 import { createRequestRunner } from "./gateway/requests.ts";
 import { createHttpApp } from "./http/app.ts";
+import { admissionGate } from "./http/admissionGate.ts";
 import { createReplayCache } from "./http/idempotency.ts";
 import { quotaPolicy } from "./http/quotas.ts";
 import { createBuyerSurface } from "./http/signup/index.ts";
@@ -202,6 +203,13 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
   ).start();
   const accepting = () => supervisor.getSnapshot().matches("running");
   const monotonicNow = ports.monotonicNow ?? (() => performance.now());
+  // Live streams first: new requests' admission work, a bounded number a turn (docs/architecture.md).
+  const admission = admissionGate({
+    perTurn: config.admissionsPerTurn,
+    maxWaitMs: config.admissionQueueMs,
+    now: monotonicNow,
+    nextTurn: timers ? timers.setImmediate : (turn) => void setImmediate(turn),
+  });
   const prometheus = createPrometheusMetrics({
     providerViews: () => registry.providerViews(),
     handshakingSessions: () => registry.sessions.size - registry.admittedByProvider.size,
@@ -213,6 +221,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     engines: node ? () => ({ redis: node.redis.up }) : undefined,
     storeUp: () => store.health().up,
     waitingRetries: () => replays.waitingRetries(),
+    admissionGate: () => ({ waiting: admission.waiting, ...admission.counts }),
   });
 
   const settlements = createSettlements({
@@ -289,6 +298,10 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
       if (others.ok && others.value === 0) {
         const resumed = await settlements.resumePending();
         if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
+      } else {
+        // Restarted under its id while the others live (its lease may not have lapsed, so none of them
+        // took over): what its previous process owned is this one's to resolve.
+        await bridge.resolvePredecessor();
       }
       log.info("cluster_joined", { node_id: node.nodeId });
     });
@@ -341,6 +354,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     maxBodyBytes: config.maxBodyBytes,
     requestBodyTimeoutMs: config.requestBodyTimeoutMs,
     stream: { maxBufferedBytes: config.streamBufferBytes, stallMs: config.streamStallMs },
+    admission,
     requestTokenCap: config.requestTokenCap,
     sticky: sticky ? { map: sticky, secret: gatewaySecret } : undefined,
     routingStatus: () => ({ queued: routing.queue.depth, cooldowns: routing.cooldownList() }),

@@ -116,6 +116,8 @@ export interface MetricsSources {
   storeUp?(): boolean;
   /** Retries waiting for the result of an identical request in flight (docs/buyer-api.md). */
   waitingRetries?(): number;
+  /** The admission gate (src/http/admissionGate.ts): requests waiting for a turn now, and counts since start. */
+  admissionGate?(): { waiting: number; waited: number; shed: number };
 }
 
 /** What routing shows in /metrics: gauges now, and counters since start. */
@@ -316,6 +318,26 @@ export function createPrometheusMetrics(sources: MetricsSources): PrometheusMetr
     registers,
     collect() {
       this.set(sources.waitingRetries?.() ?? 0);
+    },
+  });
+  new Gauge({
+    name: "gateway_admission_turn_waiting",
+    help: "New inference requests waiting for an admission turn (more than admissionsPerTurn arrived in one event-loop turn).",
+    registers,
+    collect() {
+      this.set(sources.admissionGate?.().waiting ?? 0);
+    },
+  });
+  new Counter({
+    name: "gateway_admission_turn_total",
+    help: "New inference requests that did not start in the turn they arrived: waited (for a later turn), shed (503 coordinator_unavailable at once, the oldest waiter past admissionQueueMs).",
+    labelNames: ["outcome"] as const,
+    registers,
+    collect() {
+      const gate = sources.admissionGate?.();
+      this.reset();
+      this.inc({ outcome: "waited" }, gate?.waited ?? 0);
+      this.inc({ outcome: "shed" }, gate?.shed ?? 0);
     },
   });
   new Counter({

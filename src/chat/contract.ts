@@ -51,9 +51,11 @@ export interface ChatResponder<Failure = RequestFailure> {
   /**
    * The answer is final but may not go out yet (its charge is not committed): a responder that writes
    * it in one piece builds it now and returns it unsent, so the retry-replay copy can keep it before
-   * the charge does (docs/receipts.md, "Crashes"); `succeed` then sends exactly that response.
+   * the charge does (docs/receipts.md, "Crashes"); `succeed` then sends exactly that response. Returns a
+   * promise when that copy is kept in another process (a cluster node's Redis) and answered later: it
+   * settles, never rejecting, once it is, and the request's writes that charge wait for it.
    */
-  prepare?(outcome: ChatOutcome): Response | undefined;
+  prepare?(outcome: ChatOutcome): void | Promise<void>;
   succeed(outcome: ChatOutcome): void;
   fail(failure: Failure): void;
   failMidStream(failure: Failure): void;

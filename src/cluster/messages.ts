@@ -28,6 +28,8 @@ export type NodeMessage =
 /** Registry broadcasts: a node's sessions, whole (`full`) or only those that changed. */
 export interface RegistryMessage<V extends SharedSessionView = SharedSessionView> {
   node: string;
+  /** The sending process's incarnation of `node` (a node restarted under its id sends a new one). */
+  incarnation?: string;
   full: boolean;
   /** With `full`: where the node's link server listens (none: reach it over pub/sub only). */
   link?: { url: string; token: string };

@@ -23,8 +23,12 @@ export interface ClusterNodeOptions {
 export interface ClusterHandlers<V extends SharedSessionView> {
   /** A message from another node to this one, with the provider frame it carries. */
   message(header: NodeMessage, frame: Uint8Array | null): void;
-  /** A node's membership lease expired: it died (or lost Redis for longer than a lease). */
-  nodeDied(nodeId: string, reaper: boolean): void;
+  /**
+   * A node's process died: its membership lease expired (`takeOver`: then try to take over what it
+   * owned, `takeOwned`), or it came back under its own id before the lease lapsed (a new incarnation,
+   * which resolves what its predecessor owned itself: nothing to take over).
+   */
+  nodeDied(nodeId: string, takeOver: boolean): void;
   /** Something changed that every node must apply (key revoked, provider banned, …). */
   changed(change: ChangeMessage): void;
   /** This node's own provider sessions, as the other nodes route to them. */
@@ -46,15 +50,32 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 end
 return dead`;
 
+// Takes (reads and deletes) a node's set of owned attempts, only while its membership key is gone:
+// a node that starts sets its membership before it owns anything (one connection, in order), so
+// what this returns was never its new process's.
+const TAKE_OWNED = `
+if redis.call('EXISTS', KEYS[2]) == 1 then return {} end
+local owned = redis.call('SMEMBERS', KEYS[1])
+redis.call('DEL', KEYS[1])
+return owned`;
+// The same, unconditionally: a starting node takes what its predecessor under its id left.
+const TAKE_PREDECESSOR = `
+local owned = redis.call('SMEMBERS', KEYS[1])
+redis.call('DEL', KEYS[1])
+return owned`;
+
 export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   readonly nodeId: string;
   readonly redis: ClusterRedis;
   readonly leaseMs: number;
+  /** This process's incarnation of `nodeId`: a node restarted under its id gets a new one. */
+  readonly incarnation = crypto.randomUUID();
   private readonly log: Log;
   private readonly now: () => number;
   private handlers: ClusterHandlers<V> | null = null;
-  /** Other nodes' sessions: node → (session id → view), with when the node's last broadcast expires. */
-  private readonly mirror = new Map<string, { expiresAt: number; views: Map<string, V> }>();
+  /** Other nodes' sessions: node → (session id → view), with when the node's last broadcast expires and the incarnation that sent it. */
+  private readonly mirror = new Map<string, { expiresAt: number; incarnation: string | undefined; views: Map<string, V> }>();
+  private predecessor: Promise<string[]> = Promise.resolve([]);
   private readonly timers: ReturnType<typeof setInterval>[] = [];
   private readonly dead = new Set<string>();
   private changedSessions = new Set<string>();
@@ -78,6 +99,9 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   async start(handlers: ClusterHandlers<V>): Promise<void> {
     this.handlers = handlers;
     const r = this.redis;
+    // First, in this order on the connection: what a previous process under this id left unsettled
+    // becomes this one's to resolve (`predecessorOwned`), then the membership lease.
+    this.predecessor = r.call<string[]>("EVAL", [TAKE_PREDECESSOR, 1, `gw:owned:${this.nodeId}`]).then((result) => (result.ok ? result.value : []));
     if (this.linkListen) {
       const links = new NodeLinks({
         nodeId: this.nodeId,
@@ -94,6 +118,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
         this.log.warn("cluster_link_listen_failed", { error: String(error) });
       }
     }
+    this.refreshLease();
     await r.subscribe(r.channel(inbox(this.nodeId)), (text) => {
       const decoded = decodeMessage(text);
       if (!decoded) return;
@@ -102,7 +127,6 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     });
     await r.subscribe(r.channel(REGISTRY_CHANNEL), (text) => this.safely("registry_message_failed", () => this.applyRegistry(JSON.parse(text) as RegistryMessage<V>)));
     await r.subscribe(r.channel(CHANGES_CHANNEL), (text) => this.safely("change_message_failed", () => handlers.changed(JSON.parse(text) as ChangeMessage)));
-    this.refreshLease();
     await this.loadRegistries();
     // Membership lives for 70 % of a lease and is checked every tenth: a dead node is noticed within
     // 80 % of a lease of its last refresh, so the work it held is cancelled within the lease.
@@ -201,7 +225,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
 
   private refreshLease(): void {
     const views = this.handlers!.localViews();
-    const full: RegistryMessage<V> = { node: this.nodeId, full: true, views, gone: [], ...(this.linkAddress ? { link: this.linkAddress } : {}) };
+    const full: RegistryMessage<V> = { node: this.nodeId, incarnation: this.incarnation, full: true, views, gone: [], ...(this.linkAddress ? { link: this.linkAddress } : {}) };
     const text = JSON.stringify(full);
     const r = this.redis;
     r.fire("SET", [memberKey(this.nodeId), String(this.now()), "PX", Math.max(1, Math.floor(this.leaseMs * 0.7))]);
@@ -215,7 +239,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     if (this.changedSessions.size === 0 && this.goneSessions.size === 0) return;
     const changed = this.changedSessions;
     const views = this.handlers!.localViews().filter((v) => changed.has(v.sessionId));
-    const message: RegistryMessage<V> = { node: this.nodeId, full: false, views, gone: [...this.goneSessions] };
+    const message: RegistryMessage<V> = { node: this.nodeId, incarnation: this.incarnation, full: false, views, gone: [...this.goneSessions] };
     this.changedSessions = new Set();
     this.goneSessions = new Set();
     this.redis.fire("PUBLISH", [this.redis.channel(REGISTRY_CHANNEL), JSON.stringify(message)]);
@@ -224,8 +248,18 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   private applyRegistry(message: RegistryMessage<V>): void {
     if (message.node === this.nodeId) return;
     let entry = this.mirror.get(message.node);
+    if (entry?.incarnation !== undefined && message.incarnation !== undefined && entry.incarnation !== message.incarnation) {
+      // The node was restarted under its id before its membership lapsed: its previous process is
+      // gone, with its sessions and jobs. Let go of them as for a death; the new process resolves
+      // what the old one owned (predecessorOwned).
+      this.mirror.delete(message.node);
+      entry = undefined;
+      this.links?.forget(message.node);
+      this.log.warn("cluster_node_restarted", { node_id: message.node });
+      this.safely("node_death_failed", () => this.handlers!.nodeDied(message.node, false));
+    }
     if (!entry || message.full) {
-      entry = { expiresAt: 0, views: new Map() };
+      entry = { expiresAt: 0, incarnation: message.incarnation, views: new Map() };
       this.mirror.set(message.node, entry);
     }
     if (message.full) {
@@ -261,11 +295,12 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
       this.dead.add(nodeId);
       this.mirror.delete(nodeId);
       this.links?.forget(nodeId);
-      // One survivor resolves the dead node's settlements; every survivor lets go of its work with it.
+      // Every survivor lets go of its work with it and tries to take over what it owned (takeOwned:
+      // one of them gets it). One removes it from the member set.
       const won = await this.redis.call("SET", [`gw:reaped:${nodeId}`, this.nodeId, "NX", "PX", this.leaseMs * 6]);
       const reaper = won.ok && won.value === "OK";
       this.log.warn("cluster_node_died", { node_id: nodeId, reaper });
-      this.safely("node_death_failed", () => this.handlers!.nodeDied(nodeId, reaper));
+      this.safely("node_death_failed", () => this.handlers!.nodeDied(nodeId, true));
       // Every node must see it dead first (they look every tenth of a lease), so it leaves the member
       // set only a few leases later.
       if (reaper) setTimeout(() => this.redis.fire("SREM", [NODES, nodeId]), this.leaseMs * 3).unref?.();
@@ -290,13 +325,17 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     return result.ok ? result.value : null;
   }
 
-  /** What a dead node owned (attempt keys and `r:` request ids). */
-  async ownedBy(nodeId: string): Promise<string[]> {
-    const result = await this.redis.call<string[]>("SMEMBERS", [`gw:owned:${nodeId}`]);
+  /**
+   * What a dead node owned (attempt keys and `r:` request ids), taken: the first caller gets it, later
+   * ones nothing; nothing either once the node is a member again (it then resolves it itself).
+   */
+  async takeOwned(nodeId: string): Promise<string[]> {
+    const result = await this.redis.call<string[]>("EVAL", [TAKE_OWNED, 2, `gw:owned:${nodeId}`, memberKey(nodeId)]);
     return result.ok ? result.value : [];
   }
 
-  forgetOwned(nodeId: string): void {
-    this.redis.fire("DEL", [`gw:owned:${nodeId}`]);
+  /** What the previous process under this node's id owned and left unsettled (taken at start). */
+  predecessorOwned(): Promise<string[]> {
+    return this.predecessor;
   }
 }

@@ -91,8 +91,10 @@ export function redisReplays(redis: ClusterRedis, options: RedisReplayOptions): 
         return;
       }
       const text = resultText(result);
-      if (keyId !== null) redis.fire("SET", [keyEntry(keyId), text, "PX", options.windowMs]);
-      redis.fire("SET", [bodyEntry(fingerprint), text, "PX", options.windowMs]);
+      const kept = [redis.call("SET", [bodyEntry(fingerprint), text, "PX", options.windowMs])];
+      if (keyId !== null) kept.push(redis.call("SET", [keyEntry(keyId), text, "PX", options.windowMs]));
+      // Answered (or failed: Redis is then down, and buyers are refused anyway): the charge may follow.
+      return Promise.all(kept).then(() => {});
     },
   };
 }

@@ -78,6 +78,8 @@ export const settingSpecs = [
   s("cooldownMaxMs", "integer", 300_000, "Longest cooldown of a (provider, model) pair.", { min: 1 }),
   s("queueWaitMs", "integer", 5_000, "How long a request may wait for a free provider slot before 503 coordinator_unavailable (0 = answer at once).", { min: 0 }),
   s("queueMaxDepth", "integer", 1_000, "Requests that may wait for a slot at once; beyond, 503 coordinator_unavailable at once.", { min: 0 }),
+  s("admissionsPerTurn", "integer", 32, "New inference requests whose admission work (auth, reservation, routing, job) may start in one event-loop turn; the rest wait for the next turns, so a burst of new requests does not hold up the frames of live streams (docs/architecture.md). 0 = no limit.", { min: 0 }),
+  s("admissionQueueMs", "integer", 0, "Longest a new inference request may wait for its admission turn: past it, it is refused with 503 coordinator_unavailable (retryable), and so is every new one at once while the oldest waiting one is past it (docs/reliability.md); 0 = requests wait as long as it takes.", { min: 0 }),
   s("stickyRouting", "boolean", false, "Route requests tagged with X-Conversation-ID to the provider that served the conversation before, when it can (docs/routing.md)."),
   s("stickyTtlMs", "integer", 600_000, "How long a sticky conversation entry lives without use.", { min: 1_000 }),
   s("hedgeAfterMs", "integer", 0, "Send a hedge (a second attempt to another provider) when an attempt has no first byte after this many ms; 0 = off. With hedgeAdaptive: the earliest a hedge may go.", { min: 0 }),
@@ -144,6 +146,8 @@ export interface GatewayConfig {
   cooldownMaxMs: number;
   queueWaitMs: number;
   queueMaxDepth: number;
+  admissionsPerTurn: number;
+  admissionQueueMs: number;
   stickyRouting: boolean;
   stickyTtlMs: number;
   hedgeAfterMs: number;

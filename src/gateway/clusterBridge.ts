@@ -41,6 +41,8 @@ export interface ClusterBridge {
   handlers: ClusterHandlers<SharedProviderView>;
   endpoint: EndpointCluster;
   remote: RemoteProviders;
+  /** Resolves what a previous process under this node's id left unsettled (a restart before its lease lapsed). */
+  resolvePredecessor(): Promise<void>;
   /** Where a `settled` frame goes when the provider's session is on another node. */
   sendToProvider(providerId: string, frame: Uint8Array): void;
 }
@@ -259,7 +261,7 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
     },
   };
 
-  function nodeDied(nodeId: string, reaper: boolean): void {
+  function nodeDied(nodeId: string, takeOver: boolean): void {
     // This node's requests streaming from there: lost, as a dropped socket is (in-band error mid-stream).
     for (const [key, attempt] of [...registry.attempts]) {
       if (isRemote(attempt.session) && attempt.session.nodeId === nodeId) lose(key);
@@ -276,12 +278,12 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
       }
       registry.releaseForwarded(key);
     }
-    if (reaper) void reap(nodeId);
+    if (takeOver) void node.takeOwned(nodeId).then((owned) => resolveOwned(nodeId, owned));
   }
 
-  /** Resolves a dead node's settlements and reservations, as a restart resolves its own. */
-  async function reap(nodeId: string): Promise<void> {
-    const owned = await node.ownedBy(nodeId);
+  /** Resolves a dead process's settlements and reservations (`owned`: what it left), as a restart resolves its own. */
+  async function resolveOwned(nodeId: string, owned: string[]): Promise<void> {
+    if (owned.length === 0) return;
     let resumed = 0;
     let interrupted = 0;
     const requests = new Set<string>();
@@ -297,12 +299,12 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
       else interrupted++;
     }
     for (const requestId of requests) deps.requestEnded(requestId);
-    node.forgetOwned(nodeId);
     log.info("cluster_node_reaped", { node_id: nodeId, resumed, interrupted, requests: requests.size });
   }
 
   return {
     handlers: { message, nodeDied, changed: deps.changed, localViews },
+    resolvePredecessor: async () => resolveOwned(me, await node.predecessorOwned()),
     endpoint,
     remote,
     sendToProvider(providerId, frame) {

@@ -4,8 +4,8 @@
 // and counts them with the attempt's ChunkMeter and relays them here, sending the actor only what
 // changes its state. Failures reach the responder as codes (src/chat/contract.ts); http/ maps them.
 import { createActor, type ActorOptions, type AnyActorLogic, type InspectionEvent } from "xstate";
-import { requestLogic, streamIdleCheckMs, type RequestContext, type RequestLogic } from "../../actors/request.ts";
-import type { FailureCode, NormalizedChat, RequestFailure } from "../chat/contract.ts";
+import { requestLogic, streamIdleCheckMs, type RequestContext, type RequestEvent, type RequestLogic } from "../../actors/request.ts";
+import type { ChatOutcome, FailureCode, NormalizedChat, RequestFailure } from "../chat/contract.ts";
 import { cancelAbandonsOutput } from "../ledger/charges.ts";
 import { encodeFrame } from "../wire/codec.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
@@ -179,20 +179,22 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       const live = liveOf(handle, context);
       if (live) settlements.discarded(context.requestId, live.attemptN);
     },
+    keepAnswer: ({ context, event }) => {
+      const handle = handles.get(context.requestId);
+      if (!handle) return;
+      // A body written in one piece is built now, and the retry-replay copy keeps it before the
+      // attempt's delivered record (released next) can charge for it: a crash between that record and
+      // the write leaves the buyer's retry an answer to replay (docs/receipts.md, "Crashes"). A copy
+      // kept in Redis (a cluster node) is answered later: the request's writes wait for it.
+      const kept = handle.responder.prepare?.(successOutcome(handle, context, event));
+      if (kept !== undefined) settlements.writesAfter(context.requestId, kept);
+    },
     finishSuccess: ({ context, event }) => {
       const handle = handles.get(context.requestId);
       if (!handle) return;
       stopWaiting(handle.timing, clock());
-      const end = event.type === "provider.ended" ? event.frame : null;
-      const finishReason = context.lengthLimited ? "length" : (end?.finish_reason ?? "stop");
-      // Prompt tokens as the provider reports them, never above the gateway's own bound.
-      const promptTokens = Math.min(end?.usage.input_tokens ?? 0, handle.promptBound);
-      handle.timing.inputTokens = promptTokens;
-      const outcome = { finishReason, usage: { prompt_tokens: promptTokens, completion_tokens: handle.meter.deliveredTokens } };
-      // A body written in one piece is built now, and the retry-replay copy keeps it before the commit
-      // below charges for it: a crash between that commit and the write leaves the buyer's retry an
-      // answer to replay (docs/receipts.md, "Crashes").
-      handle.responder.prepare?.(outcome);
+      const outcome = successOutcome(handle, context, event);
+      handle.timing.inputTokens = outcome.usage.prompt_tokens;
       // The last byte (`[DONE]`, or the whole non-streaming body) waits for the attempt's delivered
       // record, released just before, to be committed (a WAL append): a crash after the buyer has the
       // response can no longer leave its provider unpaid (docs/receipts.md, "Crashes").
@@ -368,3 +370,12 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
 }
 
 export type RequestRunner = ReturnType<typeof createRequestRunner>;
+
+/** A successful request's outcome: how it finished and the usage billed to the buyer's view of it. */
+function successOutcome(handle: RequestHandle, context: RequestContext, event: RequestEvent): ChatOutcome {
+  const end = event.type === "provider.ended" ? event.frame : null;
+  const finishReason = context.lengthLimited ? "length" : (end?.finish_reason ?? "stop");
+  // Prompt tokens as the provider reports them, never above the gateway's own bound.
+  const promptTokens = Math.min(end?.usage.input_tokens ?? 0, handle.promptBound);
+  return { finishReason, usage: { prompt_tokens: promptTokens, completion_tokens: handle.meter.deliveredTokens } };
+}

@@ -249,6 +249,8 @@ export function createSettlements(deps: SettlementDeps) {
     isOpen: (requestId: string, attemptN: number) => open.has(attemptKey(requestId, attemptN)),
     /** Runs `effect` once the writes made so far are durable (group commit; see src/store/groupCommit.ts). */
     afterCommit: (effect: (committed: boolean) => void, requestId?: string) => deps.store.afterCommit(effect, requestId),
+    /** The request's writes from now on (its delivered record, its outcome) wait for `gate` (see AsyncStore). */
+    writesAfter: (requestId: string, gate: Promise<void>) => deps.store.writesAfter?.(requestId, gate),
     /** Attempts not settled yet (metrics, tests). */
     openCount: () => open.size,
     /** The live settlement actors by attempt key (the operator console counts and follows them). */

@@ -55,9 +55,10 @@ export interface RunTracker {
   outcome(ok: boolean): void;
   /**
    * The whole successful response, before it is sent (its body already recorded): kept for retries at
-   * once, as a success — sending it can no longer change that.
+   * once, as a success — sending it can no longer change that. A promise when the copy every node sees
+   * is answered later (Redis): it settles, never rejecting, once it is.
    */
-  result(response: Response): void;
+  result(response: Response): void | Promise<void>;
 }
 
 // One flat object per request, the result's fields inline: with many small (JSON) results the
@@ -174,7 +175,7 @@ export function createReplayCache(options: ReplayCacheOptions) {
     return e;
   }
 
-  function finish(e: Entry, result: { status: number; headers: string[]; body: ArrayBuffer } | null): void {
+  function finish(e: Entry, result: { status: number; headers: string[]; body: ArrayBuffer } | null): void | Promise<void> {
     if (e.state !== "in_flight") return;
     e.recording = null;
     finished++;
@@ -192,7 +193,7 @@ export function createReplayCache(options: ReplayCacheOptions) {
     // A run superseded by a newer identical one (unreachable) tells the backend nothing: the newer run
     // owns the body's entry there, and its own end writes or removes it (an end here used to delete
     // it — in Redis, the newer run's in-flight mark — for every superseded run).
-    if (reachable(e)) options.backend?.finished(e.keyId, e.fingerprint, result ? { fingerprint: e.fingerprint, ...result } : null);
+    const shared = reachable(e) ? options.backend?.finished(e.keyId, e.fingerprint, result ? { fingerprint: e.fingerprint, ...result } : null) : undefined;
     const waiters = e.waiters;
     e.waiters = null;
     if (waiters) {
@@ -202,6 +203,7 @@ export function createReplayCache(options: ReplayCacheOptions) {
     // Waiters hold the entry itself, so an unreachable one can go at once.
     if (!reachable(e)) forget(e);
     prune(e.at_ms);
+    return shared;
   }
 
   const settled = (e: Entry) =>
@@ -271,10 +273,10 @@ export function createReplayCache(options: ReplayCacheOptions) {
     let ok: boolean | null = null;
     // Only the kept headers of the response, not the response itself.
     let headers: string[] | null = null;
-    const settle = () => {
+    const settle = (): void | Promise<void> => {
       if (ok === null || headers === null) return;
       const body = ok ? entry.recording?.bytes() : undefined;
-      finish(entry, body ? { status: 200, headers, body } : null);
+      return finish(entry, body ? { status: 200, headers, body } : null);
     };
     const tracker: RunTracker = {
       record: (text) => entry.recording?.add(text),
@@ -288,7 +290,7 @@ export function createReplayCache(options: ReplayCacheOptions) {
         if (ok !== null) return;
         ok = true;
         headers = keptHeaders(response);
-        settle();
+        return settle();
       },
     };
     const responded = (response: Response) => {

@@ -7,7 +7,8 @@ import type { ChatOutcome, ChatResponder } from "../chat/contract.ts";
 import type { GatewayError } from "./errors.ts";
 
 /** A facade's responder: the contract the gateway drives, failing with the HTTP layer's error values. */
-export type FacadeResponder = ChatResponder<GatewayError>;
+/** An entrypoint's responder: its `prepare` returns the built response, which the pipeline keeps for retries. */
+export type FacadeResponder = Omit<ChatResponder<GatewayError>, "prepare"> & { prepare?(outcome: ChatOutcome): Response | undefined };
 
 /**
  * Body text written many times with only a middle part changing (a stream's content deltas): the

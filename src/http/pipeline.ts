@@ -21,6 +21,7 @@ import { balanceRefusal, concurrencyRefusal, dailyQuotaRefusal, limitsFor, utcDa
 import { replayIdentity, type ReplayCache, type RunTracker } from "./idempotency.ts";
 import { CONVERSATION_HEADER, conversationKey, conversationTag } from "../gateway/sticky.ts";
 import type { StickyMap } from "../store/sticky.ts";
+import type { AdmissionGate } from "./admissionGate.ts";
 
 /** Sticky conversation affinity (docs/routing.md): on when given. */
 export interface StickyRouting {
@@ -51,6 +52,8 @@ export interface PipelineDeps {
   requestBodyTimeoutMs?: number;
   /** Bounds on a stream's output waiting for a buyer that does not read (absent = unbounded). */
   stream?: { maxBufferedBytes: number; stallMs: number };
+  /** Admissions a turn, live streams first (src/http/admissionGate.ts); absent = no limit. */
+  admission?: AdmissionGate;
   log?: Log;
 }
 
@@ -98,6 +101,11 @@ export async function admitBuyerRequest(
   if (!deps.accepting()) {
     return { ok: false, error: gatewayError("coordinator_unavailable", "The gateway is shutting down. Retry shortly.", { retryAfterSeconds: 5 }) };
   }
+  // Live streams first: past this turn's admissions, the request waits for a later turn (or is shed).
+  const turn = deps.admission?.enter() ?? true;
+  if (turn !== true && !(turn !== false && (await turn))) return { ok: false, error: overloaded() };
+  // A buyer who hung up while waiting costs no admission work.
+  if (turn !== true && request.signal.aborted) return { ok: false, error: bodyReadError("aborted", deps.maxBodyBytes) };
   // Credentials first: a client without them never gets to hold a connection open with a slow body.
   let auth: AuthResult;
   try {
@@ -115,6 +123,10 @@ export async function admitBuyerRequest(
   rawBodies.set(request, body);
   return { ok: true, principal: auth.principal, json: parsed.json };
 }
+
+/** The refusal of a request shed because admissions are far behind (`admissionQueueMs`): nothing was taken. */
+const overloaded = () =>
+  gatewayError("coordinator_unavailable", "The gateway is at capacity right now. Nothing was charged; retry shortly.", { retryAfterSeconds: 1 });
 
 /** The `requestBodyTimeoutMs` setting's default, for apps built without it. */
 const DEFAULT_BODY_TIMEOUT_MS = 30_000;
@@ -431,11 +443,10 @@ class EndObserved implements ChatResponder {
     this.r.discard();
   }
 
-  prepare(outcome: ChatOutcome): Response | undefined {
+  prepare(outcome: ChatOutcome): void | Promise<void> {
     const whole = this.r.prepare?.(outcome);
     // Kept for a retry now, before the commit that charges for it releases the response.
-    if (whole !== undefined) this.tracker?.result(whole);
-    return whole;
+    if (whole !== undefined) return this.tracker?.result(whole);
   }
 
   succeed(outcome: ChatOutcome): void {

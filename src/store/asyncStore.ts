@@ -44,6 +44,12 @@ export type AsyncStore = Promised<Omit<Store, Sync>> &
     readonly backend: StoreBackend;
     health(): StoreHealth;
     close(): Promise<void>;
+    /**
+     * The request's writes made after this call wait for `gate` (which never rejects), and so do the
+     * effects waiting on them (`afterCommit`). Only a store whose writes leave at once needs it (the
+     * PostgreSQL store); the embedded store's group commit runs at the end of the turn anyway.
+     */
+    writesAfter?(request_id: string, gate: Promise<void>): void;
   };
 
 /** Methods of the synchronous store that stay synchronous in the async face. */

@@ -24,6 +24,10 @@ export interface ReplayBackend {
   latest(fingerprint: string): Promise<SharedEntry | null | "unavailable">;
   /** A run without a key started: retries of its body now find it in flight. */
   started(fingerprint: string): void;
-  /** A run ended: its result when it may be replayed, else null (the key and body run fresh next time). */
-  finished(keyId: string | null, fingerprint: string, result: StoredResult | null): void;
+  /**
+   * A run ended: its result when it may be replayed, else null (the key and body run fresh next time).
+   * A backend that keeps it in another process returns a promise that settles once that process has
+   * answered (never rejecting); the caller may order its own writes after it.
+   */
+  finished(keyId: string | null, fingerprint: string, result: StoredResult | null): void | Promise<void>;
 }

@@ -24,6 +24,7 @@ const ACTIONS = [
   "relayChunk",
   "openProgressWindow",
   "discardPartialOutput",
+  "keepAnswer",
   "finishSuccess",
   "finishFailure",
   "finishMidStreamError",

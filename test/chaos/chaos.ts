@@ -19,33 +19,29 @@ import { Database } from "bun:sqlite";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { collectJsonLines, MAIN, modelHash, waitFor } from "../support/harness.ts";
+import { collectJsonLines, MAIN, waitFor } from "../support/harness.ts";
 import { rng } from "../support/seededRandom.ts";
-
-const MODEL = "chaos-model";
+import { cli as gatewayCli, failedRun, killHard, ledgerViolations, oneRequest, realViolations, SETTLEMENT_COLUMNS, startProvider as startProviderProcess, summary, type Logged, type Received, type Retries, type RunResult, type SettlementRow } from "./common.ts";
 
 interface Args {
   runs: number;
   seed: number;
   keep: boolean;
+  cluster: boolean;
 }
 
 function parseArgs(argv: string[]): Args {
-  const args: Args = { runs: 5, seed: Date.now() % 1_000_000, keep: false };
+  const args: Args = { runs: 5, seed: Date.now() % 1_000_000, keep: false, cluster: false };
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === "--runs") args.runs = Number(argv[++i]);
     else if (argv[i] === "--seed") args.seed = Number(argv[++i]);
     else if (argv[i] === "--keep") args.keep = true;
+    else if (argv[i] === "--cluster") args.cluster = true;
   }
   return args;
 }
 
-type Proc = ReturnType<typeof Bun.spawn>;
-
-function cli(dataDir: string, args: string[]): { exitCode: number; stdout: string } {
-  const r = Bun.spawnSync(["bun", MAIN, ...args, "--data-dir", dataDir], { stdout: "pipe", stderr: "pipe" });
-  return { exitCode: r.exitCode ?? -1, stdout: r.stdout.toString() };
-}
+const cli = (dataDir: string, args: string[]) => gatewayCli([...args, "--data-dir", dataDir]);
 
 async function freePort(): Promise<number> {
   const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
@@ -54,10 +50,7 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-interface Gateway {
-  proc: Proc;
-  events: Record<string, unknown>[];
-}
+type Gateway = Logged;
 
 async function startGatewayProcess(dataDir: string, port: number): Promise<Gateway> {
   const proc = Bun.spawn(
@@ -72,118 +65,8 @@ async function startGatewayProcess(dataDir: string, port: number): Promise<Gatew
   return { proc, events };
 }
 
-function startProvider(dataDir: string, port: number, id: string): { proc: Proc; events: Record<string, unknown>[] } {
-  const proc = Bun.spawn(
-    [
-      "bun", MAIN, "provider", "--gateway", `ws://127.0.0.1:${port}/v1/provider/connect`, "--id", id,
-      "--key-file", join(dataDir, `${id}.key`), "--engine", "synthetic", "--backoff-min-ms", "20", "--backoff-max-ms", "200",
-      "--max-concurrency", "4", "--synthetic-ttft-ms", "5", "--synthetic-tokens-per-second", "400",
-      "--model", `${MODEL}=${modelHash(MODEL)}`, "--advertise-uncatalogued",
-    ],
-    { stdout: "pipe", stderr: "ignore" },
-  );
-  const events: Record<string, unknown>[] = [];
-  collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
-  return { proc, events };
-}
-
-async function killHard(proc: Proc): Promise<void> {
-  if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL");
-  await proc.exited;
-}
-
-/** Content bytes each buyer read, by the gateway's request id. */
-type Received = Map<string, number>;
-
-/** A request whose connection failed before any response came: the SDK sends it again. */
-interface Unanswered {
-  body: string;
-  stream: boolean;
-}
-
-/** What the buyers' SDK-style retries after the restart got. */
-interface Retries {
-  unanswered: Unanswered[];
-  sent: number;
-  replayed: number;
-}
-
-async function oneRequest(
-  port: number,
-  apiKey: string,
-  stream: boolean,
-  received: Received,
-  random: () => number,
-  retries: Retries | null,
-  again: Unanswered | null = null,
-): Promise<boolean> {
-  const body = again?.body ?? JSON.stringify({ model: MODEL, messages: [{ role: "user", content: `chaos ${random()}` }], max_tokens: 4 + Math.floor(random() * 30), stream });
-  let response: Response;
-  try {
-    response = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", ...(again ? { "x-stainless-retry-count": "1" } : {}) },
-      body,
-      signal: AbortSignal.timeout(15_000),
-    });
-  } catch {
-    // The gateway died before answering: an SDK retries such a request (once, here, after the restart).
-    if (again === null) retries?.unanswered.push({ body, stream });
-    return false;
-  }
-  if (again !== null && retries !== null) {
-    retries.sent++;
-    if (response.headers.get("idempotent-replayed") === "true") retries.replayed++;
-  }
-  try {
-    const id = (response.headers.get("x-request-id") ?? "").replace(/^chatcmpl-/, "");
-    if (response.status !== 200) {
-      await response.text();
-      return false;
-    }
-    const utf8 = new TextEncoder();
-    if (!stream) {
-      const body = (await response.json()) as { choices: { message: { content: string | null } }[] };
-      received.set(id, utf8.encode(body.choices[0]?.message.content ?? "").byteLength);
-      return true;
-    }
-    received.set(id, 0);
-    const decoder = new TextDecoder();
-    let buffered = "";
-    for await (const bytes of response.body as ReadableStream<Uint8Array>) {
-      buffered += decoder.decode(bytes, { stream: true });
-      let nl: number;
-      while ((nl = buffered.indexOf("\n\n")) >= 0) {
-        const event = buffered.slice(0, nl);
-        buffered = buffered.slice(nl + 2);
-        if (!event.startsWith("data: {")) continue;
-        const delta = (JSON.parse(event.slice(6)) as { choices?: { delta?: { content?: string } }[] }).choices?.[0]?.delta?.content;
-        if (delta) received.set(id, (received.get(id) ?? 0) + utf8.encode(delta).byteLength);
-      }
-    }
-    return true;
-  } catch {
-    return false; // the gateway died under the response: expected (an SDK does not retry once it has one)
-  }
-}
-
-interface RunResult {
-  run: number;
-  seed: number;
-  killed: string[];
-  killAtMs: number;
-  requests: number;
-  settlements: number;
-  grantsAcknowledged: number;
-  /** Restart → listening (the store opened, pending settlements resumed). */
-  listeningMs: number;
-  /** Restart → a completion served again (providers reconnected). */
-  recoverMs: number;
-  /** Requests the crash left unanswered, sent again after the restart, and how many were replayed. */
-  retried: number;
-  replayed: number;
-  violations: string[];
-}
+const startProvider = (dataDir: string, port: number, id: string) =>
+  startProviderProcess(dataDir, [`ws://127.0.0.1:${port}/v1/provider/connect`], id, ["--advertise-uncatalogued"]);
 
 async function oneRun(run: number, seed: number, keep: boolean): Promise<RunResult> {
   const random = rng(seed).next;
@@ -191,6 +74,7 @@ async function oneRun(run: number, seed: number, keep: boolean): Promise<RunResu
   const violations: string[] = [];
   const killed: string[] = [];
   const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
   const created = JSON.parse(cli(dataDir, ["accounts", "create", "--tier", "paid", "--name", "chaos"]).stdout) as { account_id: string; api_key: string };
   const acknowledged: string[] = [];
   const grant = (memo: string) => {
@@ -212,14 +96,14 @@ async function oneRun(run: number, seed: number, keep: boolean): Promise<RunResu
   for (let i = 0; i < 600 && !(await healthy()); i++) await Bun.sleep(50);
 
   const received: Received = new Map();
-  const retries: Retries = { unanswered: [], sent: 0, replayed: 0 };
+  const retries: Retries = { unanswered: [], sent: 0, replayed: 0, timedOut: 0 };
   let load = true;
   let requests = 0;
   const loops = Array.from({ length: 6 }, async (_, i) => {
     while (load) {
       requests++;
       const unanswered = retries.unanswered.length;
-      await oneRequest(port, created.api_key, i % 2 === 0, received, random, retries);
+      await oneRequest(base, created.api_key, i % 2 === 0, received, random, retries);
       // A buyer whose request went unanswered waits for its retry (after the restart) before the next.
       if (retries.unanswered.length > unanswered) break;
     }
@@ -259,7 +143,7 @@ async function oneRun(run: number, seed: number, keep: boolean): Promise<RunResu
   const listeningMs = Math.round(performance.now() - restartedAt);
   let recoverMs = -1;
   for (let i = 0; i < 2400; i++) {
-    if ((await healthy()) && (await oneRequest(port, created.api_key, false, received, random, null))) {
+    if ((await healthy()) && (await oneRequest(base, created.api_key, false, received, random, null))) {
       recoverMs = Math.round(performance.now() - restartedAt);
       break;
     }
@@ -267,14 +151,14 @@ async function oneRun(run: number, seed: number, keep: boolean): Promise<RunResu
   }
   if (recoverMs < 0) violations.push("did not recover within 120 s");
   // The SDKs' retries of what the crash left unanswered (a replay, or a new run if none was kept).
-  for (const u of retries.unanswered) await oneRequest(port, created.api_key, u.stream, received, random, retries, u);
+  for (const u of retries.unanswered) await oneRequest(base, created.api_key, u.stream, received, random, retries, u);
   grant(`chaos-${run}-after`);
   // A little load after the restart, then let every pending attempt reach its deadline (2 s).
   load = true;
   const after = Array.from({ length: 3 }, async (_, i) => {
     while (load) {
       requests++;
-      await oneRequest(port, created.api_key, i % 2 === 0, received, random, retries);
+      await oneRequest(base, created.api_key, i % 2 === 0, received, random, retries);
     }
   });
   await Bun.sleep(500);
@@ -291,36 +175,10 @@ async function oneRun(run: number, seed: number, keep: boolean): Promise<RunResu
   const db = new Database(join(dataDir, "gateway.db"), { readonly: true });
   let settlementCount = 0;
   try {
-    const memos = new Set((db.query("SELECT memo FROM ledger_postings WHERE kind = 'grant'").all() as { memo: string }[]).map((r) => r.memo));
-    for (const memo of acknowledged) if (!memos.has(memo)) violations.push(`acknowledged grant lost: ${memo}`);
-    const rows = db.query("SELECT request_id, attempt_n, label, provider_credits, debit_credits, delivered_start_byte, delivered_end_byte FROM settlements").all() as {
-      request_id: string;
-      attempt_n: number;
-      label: string;
-      provider_credits: number;
-      debit_credits: number;
-      delivered_start_byte: number | null;
-      delivered_end_byte: number | null;
-    }[];
-    settlementCount = rows.length;
-    const byKey = new Map(rows.map((r) => [`${r.request_id}#${r.attempt_n}`, r]));
-    for (const e of providerEvents()) {
-      if (e.event !== "settled") continue;
-      const row = byKey.get(`${e.request_id}#${e.attempt_n}`);
-      if (!row) violations.push(`settled frame without a settlement: ${e.request_id}#${e.attempt_n}`);
-      else if (row.label !== e.label || row.provider_credits !== e.provider_credits) violations.push(`settled frame differs from the ledger: ${e.request_id}#${e.attempt_n}`);
-    }
-    const charged = new Map<string, number>();
-    for (const r of rows) {
-      if (r.label === "pending") violations.push(`still pending after its deadline: ${r.request_id}#${r.attempt_n}`);
-      if (r.debit_credits <= 0) continue;
-      charged.set(r.request_id, (charged.get(r.request_id) ?? 0) + 1);
-      const bytes = (r.delivered_end_byte ?? 0) - (r.delivered_start_byte ?? 0);
-      const got = received.get(r.request_id);
-      if (got === undefined) violations.push(`charged, but no buyer saw the request: ${r.request_id}`);
-      else if (bytes > got) violations.push(`charged for ${bytes} bytes, buyer read ${got}: ${r.request_id}`);
-    }
-    for (const [id, n] of charged) if (n > 1) violations.push(`charged ${n} times: ${id}`);
+    const settlements = db.query(`SELECT ${SETTLEMENT_COLUMNS} FROM settlements`).all() as SettlementRow[];
+    settlementCount = settlements.length;
+    const storedGrantMemos = new Set((db.query("SELECT memo FROM ledger_postings WHERE kind = 'grant'").all() as { memo: string }[]).map((r) => r.memo));
+    violations.push(...ledgerViolations({ acknowledgedGrants: acknowledged, storedGrantMemos, settlements, providerEvents: providerEvents(), received }));
   } finally {
     db.close();
   }
@@ -332,35 +190,27 @@ async function oneRun(run: number, seed: number, keep: boolean): Promise<RunResu
 if (import.meta.main) {
   const args = parseArgs(process.argv.slice(2));
   const results: RunResult[] = [];
-  for (let run = 0; run < args.runs; run++) {
-    let result: RunResult;
-    try {
-      result = await oneRun(run, args.seed + run, args.keep);
-    } catch (error) {
-      // The harness itself failed (a process did not start in time): reported, not counted as a pass.
-      result = { run, seed: args.seed + run, killed: [], killAtMs: 0, requests: 0, settlements: 0, grantsAcknowledged: 0, listeningMs: -1, recoverMs: -1, retried: 0, replayed: 0, violations: [`harness: ${String(error)}`] };
+  // --cluster: the same checks on cluster nodes over PostgreSQL and Redis (test/chaos/cluster.ts).
+  const cluster = args.cluster ? await import("./cluster.ts") : null;
+  const engines = cluster ? await cluster.startEngines() : null;
+  try {
+    for (let run = 0; run < args.runs; run++) {
+      let result: RunResult;
+      const startedAt = performance.now();
+      try {
+        result = cluster && engines ? await cluster.oneClusterRun(run, args.seed + run, args.keep, engines) : await oneRun(run, args.seed + run, args.keep);
+      } catch (error) {
+        result = failedRun(run, args.seed + run, error);
+      }
+      result.durationMs = Math.round(performance.now() - startedAt);
+      results.push(result);
+      console.log(JSON.stringify(result));
     }
-    results.push(result);
-    console.log(JSON.stringify(result));
+  } finally {
+    engines?.stop();
   }
-  const recover = results.map((r) => r.recoverMs).filter((n) => n >= 0).sort((a, b) => a - b);
-  const failed = results.filter((r) => r.violations.some((v) => !v.startsWith("data dir kept")));
-  console.log(
-    JSON.stringify({
-      runs: results.length,
-      failed: failed.length,
-      gateway_kills: results.filter((r) => r.killed.includes("gateway")).length,
-      provider_kills: results.filter((r) => r.killed.includes("provider")).length,
-      cli_kills: results.filter((r) => r.killed.includes("cli")).length,
-      requests: results.reduce((n, r) => n + r.requests, 0),
-      settlements: results.reduce((n, r) => n + r.settlements, 0),
-      retried: results.reduce((n, r) => n + r.retried, 0),
-      replayed: results.reduce((n, r) => n + r.replayed, 0),
-      recover_ms: { p50: recover[Math.floor(recover.length / 2)] ?? null, max: recover.at(-1) ?? null },
-      listening_ms: { max: Math.max(...results.map((r) => r.listeningMs)) },
-    }),
-  );
-  process.exit(failed.length === 0 ? 0 : 1);
+  console.log(JSON.stringify(summary(results)));
+  process.exit(results.every((r) => realViolations(r).length === 0) ? 0 : 1);
 }
 
 export { oneRun };

@@ -607,7 +607,7 @@ describe.each(VARIANTS)("%s alone", (_, logic) => {
   // still ignore them anywhere else.
   test("stream events outside `receiving` change nothing", () => {
     const ran: string[] = [];
-    const names: (keyof RequestActions)[] = ["dispatchAttempt", "abandonDispatch", "relayChunk", "openProgressWindow", "discardPartialOutput", "finishSuccess", "finishFailure", "finishMidStreamError", "cancelAttempt", "releaseAttempt"];
+    const names: (keyof RequestActions)[] = ["dispatchAttempt", "abandonDispatch", "relayChunk", "openProgressWindow", "discardPartialOutput", "keepAnswer", "finishSuccess", "finishFailure", "finishMidStreamError", "cancelAttempt", "releaseAttempt"];
     const actions = Object.fromEntries(names.map((name) => [name, () => void ran.push(name)])) as unknown as RequestActions;
     const delays: RequestDelays = { firstByteTimeout: FIRST_BYTE_MS, streamIdleCheck: streamIdleCheckMs(120_000), requestDeadline: DEADLINE_MS };
     const actor = createActor(logic(actions, delays), { input: { requestId: "req_1", streaming: true, maxTokens: 100, maxAttempts: 3 } }).start();

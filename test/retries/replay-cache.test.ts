@@ -95,7 +95,7 @@ describe("replay cache", () => {
       claim: async () => null,
       latest: async () => null,
       started: () => {},
-      finished: (keyId, _fingerprint, result) => calls.push(`finished ${keyId} ${result === null ? "failed" : "succeeded"}`),
+      finished: (keyId, _fingerprint, result) => void calls.push(`finished ${keyId} ${result === null ? "failed" : "succeeded"}`),
     };
     const cache = createReplayCache({ now: () => 0, backend });
     const held: ((value: Response) => void)[] = [];

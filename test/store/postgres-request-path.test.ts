@@ -82,6 +82,26 @@ describe.skipIf(postgresMissing !== null)("PostgreSQL request path", () => {
     expect(order.sort()).toEqual(["a:true", "all", "b:true"]);
   });
 
+  test("writesAfter: the request's later writes wait for the gate, and so do its effects; another request's do not", async () => {
+    await store.recordRouteSnapshot(attempt("gated"));
+    const gate = Promise.withResolvers<void>();
+    store.writesAfter!("gated", gate.promise);
+    const order: string[] = [];
+    const delivered = { output_hash: "1".repeat(64), start_byte: 0, end_byte: 18, tokens: 8, terminal_state: "normal_done" as const, finish_reason: "stop", tool_calls_delivered: false, tool_call_bytes: 0, reported_input_tokens: 31 };
+    const ended = store.recordAttemptEnd("gated", 0, delivered, 2_000, 1_500).then((written) => order.push(`written:${written}`));
+    store.afterCommit((committed) => order.push(`effect:${committed}`), "gated");
+    // Another request's write goes through meanwhile; the gated one has not been sent.
+    await store.recordRouteSnapshot(attempt("not-gated"));
+    const endedAt = async () => ((await side`SELECT ended_at_ms FROM settlements WHERE request_id = 'gated'`)[0] as { ended_at_ms: unknown }).ended_at_ms;
+    expect(await endedAt()).toBeNull();
+    expect(order).toEqual([]);
+    gate.resolve();
+    await ended;
+    await Bun.sleep(0);
+    expect(order).toEqual(["written:true", "effect:true"]);
+    expect(Number(await endedAt())).toBe(1_500);
+  });
+
   test("the settlement prices the charge, posts it and resolves the reservation in one call", async () => {
     expect((await store.reserve({ request_id: "one-call", account_id: "acct_1", payer: "buyer", day: "2026-11-27", tokens: 100, credits: 1_000 })).ok).toBe(true);
     await store.recordRouteSnapshot(attempt("one-call"));

@@ -647,6 +647,7 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
     forgetCachedKeys: keys.forget,
     afterCommit,
     afterLazyCommit: afterCommit,
+    writesAfter: (request_id: string, gate: Promise<void>) => void track(inOrder(request_id, () => gate), request_id),
     flushCommits: () => {},
     close: async () => {
       if (probe !== null) clearInterval(probe);
