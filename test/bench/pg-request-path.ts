@@ -8,7 +8,8 @@
 //   bun test/bench/pg-request-path.ts [--sequence current|separate] [--concurrency N] [--seconds S] [--statements N]
 // --statements N also lists the N statements with the most execution time a request (pg_stat_statements,
 // nested ones included). --functions also lists every function's (triggers' too) calls and self time a
-// request (track_functions) and each table's sequential and index scans a request.
+// request (track_functions) and each table's sequential and index scans and row updates (HOT ones too) a
+// request.
 // `separate` makes the calls as builds before 2026-11-27 10:00 did (accepted measurement and request
 // end as transactions of their own): the A/B of docs/scale-out.md "Measured" runs it in the old tree.
 import { readFileSync } from "node:fs";
@@ -78,6 +79,8 @@ try {
     reported_input_tokens: 31,
   };
   const modelHash = "a".repeat(64);
+  // A receipt envelope the size of a real one (test/fixtures/receipts/receipt.env: 1,826 characters).
+  const ENVELOPE = `${"e".repeat(1_739)}.${"s".repeat(86)}`;
   let seq = 0;
   const oneRequest = async () => {
     const request_id = `req_${process.pid}_${++seq}`;
@@ -89,14 +92,14 @@ try {
     if (separate) await store.recordAcceptedMeasurement(request_id, 0, modelHash);
     await store.recordAttemptEnd(request_id, 0, delivered, now + 60_000, now, ...(separate ? [] : [modelHash]));
     if (separate) await store.markRequestEnded(request_id, now);
-    const arrival_id = await store.recordReceiptArrival({ request_id, attempt_n: 0, provider_id: "p", envelope: "{}", disposition: "judged" }, now);
+    const arrival_id = await store.recordReceiptArrival({ request_id, attempt_n: 0, provider_id: "p", envelope: ENVELOPE, disposition: "judged" }, now);
     const settled = await store.settleAttempt(
       {
         request_id,
         attempt_n: 0,
         label: "verified",
         reason: null,
-        receipt: { envelope: "{}", received_at_ms: now, arrival_id },
+        receipt: { envelope: ENVELOPE, received_at_ms: now, arrival_id },
         billed: { prompt_tokens: 31, completion_tokens: 8 },
         ...(separate ? {} : { end_request: true }),
       },
@@ -118,10 +121,16 @@ try {
     if (!FUNCTIONS) return new Map<string, number[]>();
     await stats`SELECT pg_stat_clear_snapshot()`;
     const functions = (await stats`SELECT funcname AS name, calls, self_time FROM pg_stat_user_functions`) as { name: string; calls: string; self_time: number }[];
-    const tables = (await stats`SELECT relname AS name, seq_scan, idx_scan FROM pg_stat_user_tables`) as { name: string; seq_scan: string; idx_scan: string | null }[];
+    const tables = (await stats`SELECT relname AS name, seq_scan, idx_scan, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables`) as {
+      name: string;
+      seq_scan: string;
+      idx_scan: string | null;
+      n_tup_upd: string;
+      n_tup_hot_upd: string;
+    }[];
     return new Map<string, number[]>([
       ...functions.map((f) => [`function ${f.name}`, [Number(f.calls), f.self_time]] as [string, number[]]),
-      ...tables.map((t) => [`table ${t.name}`, [Number(t.seq_scan), Number(t.idx_scan ?? 0)]] as [string, number[]]),
+      ...tables.map((t) => [`table ${t.name}`, [Number(t.seq_scan), Number(t.idx_scan ?? 0), Number(t.n_tup_upd), Number(t.n_tup_hot_upd)]] as [string, number[]]),
     ]);
   };
   const counters0 = await counters();
@@ -168,10 +177,17 @@ try {
     const [calls0, self0] = counters0.get(k) ?? [0, 0];
     return { function: k.slice(9), calls_per_request: perRequest(calls! - calls0!), self_us_per_request: Math.round(((self! - self0!) * 1000) / done) };
   }).filter((f) => f.calls_per_request > 0).sort((a, b) => b.self_us_per_request - a.self_us_per_request);
-  const tables = [...counters1].filter(([k]) => k.startsWith("table ")).map(([k, [seq, idx]]) => {
-    const [seq0, idx0] = counters0.get(k) ?? [0, 0];
-    return { table: k.slice(6), seq_scans_per_request: perRequest(seq! - seq0!), index_scans_per_request: perRequest(idx! - idx0!) };
-  }).filter((t) => t.seq_scans_per_request + t.index_scans_per_request > 0);
+  const tables = [...counters1].filter(([k]) => k.startsWith("table ")).map(([k, [seq, idx, upd, hot]]) => {
+    const [seq0, idx0, upd0, hot0] = counters0.get(k) ?? [0, 0, 0, 0];
+    return {
+      table: k.slice(6),
+      seq_scans_per_request: perRequest(seq! - seq0!),
+      index_scans_per_request: perRequest(idx! - idx0!),
+      // Row updates a request, and those that were HOT (no index entry written: the page had room).
+      updates_per_request: perRequest(upd! - upd0!),
+      hot_updates_per_request: perRequest(hot! - hot0!),
+    };
+  }).filter((t) => t.seq_scans_per_request + t.index_scans_per_request + t.updates_per_request > 0);
   console.log(
     JSON.stringify({
       sequence: values.sequence,
