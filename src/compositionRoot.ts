@@ -249,7 +249,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     judge: ports.judge ?? workerJudge((error) => log.warn("receipt_judge_thread_failed", { error }), undefined, () => runner.liveRequests() === 0),
     clock: timers,
     ownership: node
-      ? { opened: (key, ttlMs) => node.own(key, false, ttlMs), settled: (key) => node.own(key, true) }
+      ? { opened: (key, ttlMs) => node.own(key, false, ttlMs), settled: (key) => node.own(key, true), requestEnded: (id) => node.own(`r:${id}`, true) }
       : undefined,
   });
   // The operator console (/console) sees what the metrics see: the prometheus port, teed.

@@ -44,8 +44,11 @@ export interface SettlementDeps {
   clock?: ActorOptions<AnyActorLogic>["clock"];
   /** Called for each receipt frame counted and not stored, with why (metrics), whichever node path it took. */
   onIgnoredReceipt?: (why: Exclude<ReceiptArrival, "stored">) => void;
-  /** A cluster node records which attempts it owns until they settle, so a survivor can resolve them. */
-  ownership?: { opened(key: string, ttlMs: number): void; settled(key: string): void };
+  /**
+   * A cluster node records which attempts it owns until they settle, and which requests until their
+   * end is written (`requestEnded`), so a survivor can resolve them.
+   */
+  ownership?: { opened(key: string, ttlMs: number): void; settled(key: string): void; requestEnded(requestId: string): void };
 }
 
 export interface OpenAttemptInput {
@@ -86,7 +89,11 @@ export function createSettlements(deps: SettlementDeps) {
   };
   const writeRequestEnd = (requestId: string) => {
     const now = deps.now();
-    void writes.run("request_ended", { request_id: requestId }, () => deps.store.markRequestEnded(requestId, now));
+    void writes
+      .run("request_ended", { request_id: requestId }, () => deps.store.markRequestEnded(requestId, now))
+      .then((written) => {
+        if (written !== null) deps.store.afterLazyCommit((committed) => committed && deps.ownership?.requestEnded(requestId), requestId);
+      });
   };
   const parts: DeliveryDeps & OutcomeDeps & PricingSources = { ...deps, judge: deps.judge ?? inlineJudge, open, writes };
   const scopeOf = accountScopes(deps.gatewaySecret);

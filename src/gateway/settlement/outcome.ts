@@ -20,8 +20,8 @@ export interface OutcomeDeps {
   sendToProvider: (providerId: string, frame: Uint8Array) => void;
   /** Called once per attempt with its final label (metrics). */
   onSettled?: (label: FinalLabel, providerId: string) => void;
-  /** A cluster node's record that it owns the attempt (src/cluster/node.ts, `own`), given up here. */
-  ownership?: { settled(key: string): void };
+  /** A cluster node's record that it owns the attempt and its request (src/cluster/node.ts, `own`), given up here. */
+  ownership?: { settled(key: string): void; requestEnded(requestId: string): void };
 }
 
 /** What the attempt is charged for: the usage the gateway observed, or the verified receipt's. */
@@ -81,7 +81,7 @@ export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLa
       .run("settlement", { request_id: att.requestId, attempt_n: att.attemptN }, () => deps.store.settleAttempt(input, settledAt))
       .then((result) => {
         if (endRequest !== null && result?.ok !== true) endRequest();
-        if (result !== null) outcomeWritten(deps, att, label, reason, result);
+        if (result !== null) outcomeWritten(deps, att, label, reason, result, endRequest !== null);
       });
   };
   // The receipt's arrival row is referred to once it is written.
@@ -91,7 +91,7 @@ export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLa
 }
 
 /** The settlement transaction's answer: the outcome is announced once it is durable. */
-function outcomeWritten(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null, result: SettleResult): void {
+function outcomeWritten(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null, result: SettleResult, endsRequest: boolean): void {
   if (!result.ok) {
     // Final already (another node settled it): nothing is left to own.
     if (result.code === "already_settled") deps.ownership?.settled(attemptKey(att.requestId, att.attemptN));
@@ -111,6 +111,7 @@ function outcomeWritten(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, 
     // Owned until the outcome is durable: a node killed before leaves the attempt pending in the store,
     // and only the owned set tells a survivor to resolve it (docs/scale-out.md, "Leases and failure").
     deps.ownership?.settled(attemptKey(att.requestId, att.attemptN));
+    if (endsRequest) deps.ownership?.requestEnded(att.requestId);
     announceSettled(deps, att, label, reason, result.settlement);
   }, att.requestId);
 }
