@@ -182,7 +182,13 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
   // Retry results outlive the process: in Redis for a cluster, else in a SQLite file beside the store.
   const replayFile = node ? null : openReplayFile(join(config.dataDir, "replays.db"), { now, windowMs: REPLAY_WINDOW_MS });
   const replayBackend = node
-    ? redisReplays(node.redis, { nodeId: node.nodeId, windowMs: REPLAY_WINDOW_MS, inFlightMs: config.requestDeadlineMs, nodeAlive: (id) => node.alive(id) })
+    ? redisReplays(node.redis, {
+        nodeId: node.nodeId,
+        incarnation: node.incarnation,
+        windowMs: REPLAY_WINDOW_MS,
+        inFlightMs: config.requestDeadlineMs,
+        nodeAlive: (id, incarnation) => node.alive(id, incarnation),
+      })
     : replayFile!;
   // A request is recorded as this node's with its slot, before its reservation is written: a node killed
   // in between leaves a survivor the request to resolve (docs/scale-out.md, "Leases and failure").

@@ -177,11 +177,12 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   }
 
   /** Whether a node holds its membership lease (asks Redis; false when Redis cannot say). */
-  async alive(nodeId: string): Promise<boolean> {
-    if (nodeId === this.nodeId) return true;
+  /** Whether `nodeId` holds its membership lease — and, given `incarnation`, holds it as that process. */
+  async alive(nodeId: string, incarnation?: string): Promise<boolean> {
+    if (nodeId === this.nodeId) return incarnation === undefined || incarnation === this.incarnation;
     if (this.dead.has(nodeId)) return false;
-    const result = await this.redis.call<number>("EXISTS", [memberKey(nodeId)]);
-    return result.ok && result.value === 1;
+    const result = await this.redis.call<string | null>("GET", [memberKey(nodeId)]);
+    return result.ok && result.value !== null && (incarnation === undefined || result.value === incarnation);
   }
 
   /** Whether this node already knows `nodeId` died (no Redis round trip). */
@@ -230,7 +231,8 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     const full: RegistryMessage<V> = { node: this.nodeId, incarnation: this.incarnation, full: true, views, gone: [], ...(this.linkAddress ? { link: this.linkAddress } : {}) };
     const text = JSON.stringify(full);
     const r = this.redis;
-    r.fire("SET", [memberKey(this.nodeId), String(this.now()), "PX", Math.max(1, Math.floor(this.leaseMs * 0.7))]);
+    // The lease names the process holding it (alive(): a claim of an earlier process is not its).
+    r.fire("SET", [memberKey(this.nodeId), this.incarnation, "PX", Math.max(1, Math.floor(this.leaseMs * 0.7))]);
     r.fire("SADD", [NODES, this.nodeId]);
     r.fire("SET", [registryKey(this.nodeId), text, "PX", this.leaseMs]);
     r.fire("PUBLISH", [r.channel(REGISTRY_CHANNEL), text]);

@@ -9,6 +9,8 @@ interface Stored {
   s: "in_flight" | "succeeded";
   fp: string;
   node?: string;
+  /** The claiming process's incarnation of `node`: a node restarted under its id does not own it. */
+  inc?: string;
   status?: number;
   headers?: string[];
   body?: string;
@@ -25,11 +27,13 @@ const bodyEntry = (fingerprint: string) => `gw:replay:b:${Buffer.from(fingerprin
 
 export interface RedisReplayOptions {
   nodeId: string;
+  /** This process's incarnation of `nodeId` (a node restarted under its id gets a new one). */
+  incarnation: string;
   windowMs: number;
   /** The longest a run can be in flight (the request deadline): a claim outlives no run. */
   inFlightMs: number;
-  /** Whether a node still holds its membership lease. */
-  nodeAlive: (nodeId: string) => Promise<boolean>;
+  /** Whether a node still holds its membership lease — held by that incarnation of it, when given. */
+  nodeAlive: (nodeId: string, incarnation?: string) => Promise<boolean>;
 }
 
 export function redisReplays(redis: ClusterRedis, options: RedisReplayOptions): ReplayBackend {
@@ -51,14 +55,19 @@ export function redisReplays(redis: ClusterRedis, options: RedisReplayOptions): 
           headers: stored.headers ?? [],
           body: new Uint8Array(Buffer.from(stored.body ?? "", "base64")).buffer,
         };
-  const claimText = (fingerprint: string) => JSON.stringify({ s: "in_flight", fp: fingerprint, node: options.nodeId } satisfies Stored);
+  const claimText = (fingerprint: string) => JSON.stringify({ s: "in_flight", fp: fingerprint, node: options.nodeId, inc: options.incarnation } satisfies Stored);
   const resultText = (result: StoredResult) =>
     JSON.stringify({ s: "succeeded", fp: result.fingerprint, status: result.status, headers: result.headers, body: Buffer.from(result.body).toString("base64") } satisfies Stored);
 
-  /** A stored claim of a dead node counts as nothing. */
+  /**
+   * A stored claim of a dead node counts as nothing — nor does one of a node's earlier process, this
+   * node's included, when it was restarted under its id: that run can never finish, and a retry
+   * waiting for it would wait out REMOTE_WAIT_MS (found by the cluster crash chaos).
+   */
   const current = async (stored: Stored | null): Promise<Stored | null> => {
-    if (stored?.s === "in_flight" && stored.node && stored.node !== options.nodeId && !(await options.nodeAlive(stored.node))) return null;
-    return stored;
+    if (stored?.s !== "in_flight" || !stored.node) return stored;
+    const alive = stored.node === options.nodeId ? stored.inc === undefined || stored.inc === options.incarnation : await options.nodeAlive(stored.node, stored.inc);
+    return alive ? stored : null;
   };
 
   return {
