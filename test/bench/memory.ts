@@ -164,7 +164,10 @@ async function holdStreams(s: Stack, n: number): Promise<{ stop: () => Promise<v
     stderr: "inherit",
     ipc: (m) => ready(m as { ok: number; failed: number }),
   });
-  const r = await Promise.race([readyP, Bun.sleep(60_000).then(() => ({ ok: -1, failed: -1 }))]);
+  // The admission gate starts a burst 32 requests a turn (docs/decisions.md, "Live streams first"):
+  // 4,096 slow streams, busy the whole time, take over a minute to all have a first frame here. The
+  // slow stream lasts 200 s, so every one is still live once the last has started.
+  const r = await Promise.race([readyP, Bun.sleep(180_000).then(() => ({ ok: -1, failed: -1 }))]);
   if (r.failed !== 0) throw new Error(`holder: ${JSON.stringify(r)}`);
   return {
     async stop() {
