@@ -9,16 +9,9 @@
 // transaction, and the node's Redis client is wrapped so that, when the node removes the attempt from
 // its owned set, the test reads the row on another connection: it must be final already.
 import { afterAll, describe, expect, test } from "bun:test";
-import { SQL } from "bun";
-import { rmSync } from "node:fs";
-import { loadConfig } from "../../src/config/index.ts";
-import { connectRedis, type ClusterRedis } from "../../src/cluster/redis.ts";
-import { silentLog } from "../../src/log.ts";
-import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "../../src/compositionRoot.ts";
-import { spawnProvider, tempDir, waitFor, type TestGateway } from "../support/harness.ts";
-import { startRedis, type TestRedis } from "../support/redis.ts";
+import { waitFor } from "../support/harness.ts";
 import { clusterMissing } from "../support/cluster.ts";
-import { sharedPostgres } from "../support/postgres.ts";
+import { probedClusterNode } from "../support/probedNode.ts";
 
 describe.skipIf(clusterMissing !== null)("a cluster node owns an attempt until its outcome is durable", () => {
   const cleanup: (() => Promise<void> | void)[] = [];
@@ -27,59 +20,31 @@ describe.skipIf(clusterMissing !== null)("a cluster node owns an attempt until i
   });
 
   test("the attempt leaves the owned set only after the settlement's commit", async () => {
-    const redis: TestRedis = await startRedis();
-    cleanup.push(() => redis.stop());
-    const dataDir = tempDir("gw-cluster-own-");
-    cleanup.push(() => rmSync(dataDir, { recursive: true, force: true }));
-    const databaseUrl = await (await sharedPostgres()).freshDatabase();
-    const probe = new SQL(databaseUrl);
-    cleanup.push(() => probe.close());
-    await probe.unsafe(`
-      CREATE FUNCTION probe_slow_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN
-        PERFORM pg_sleep(1);
-        RETURN NEW;
-      END $$;
-      CREATE TRIGGER probe_slow_outcome BEFORE UPDATE ON settlements FOR EACH ROW
-        WHEN (OLD.label = 'pending' AND NEW.label <> 'pending') EXECUTE FUNCTION probe_slow_outcome();`);
-
-    const client = await connectRedis({ url: redis.url, log: silentLog });
     /** The attempt's stored label each time the node gave up owning it. */
     const labelsWhenReleased: string[] = [];
-    const wrapped: ClusterRedis = Object.assign(Object.create(client) as ClusterRedis, {
-      async call<T>(command: string, args: (string | number)[]) {
+    const { client, ask } = await probedClusterNode({
+      name: "own",
+      cleanup,
+      schema: `
+        CREATE FUNCTION probe_slow_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          PERFORM pg_sleep(1);
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER probe_slow_outcome BEFORE UPDATE ON settlements FOR EACH ROW
+          WHEN (OLD.label = 'pending' AND NEW.label <> 'pending') EXECUTE FUNCTION probe_slow_outcome();`,
+      wrap: (probe) => async (command, args, send) => {
         const member = String(args[1] ?? "");
         if (command === "SREM" && String(args[0]).startsWith("gw:owned:") && member.includes("#")) {
           const cut = member.lastIndexOf("#");
           const [row] = await probe`SELECT label FROM settlements WHERE request_id = ${member.slice(0, cut)} AND attempt_n = ${Number(member.slice(cut + 1))}`;
           labelsWhenReleased.push(row?.label ?? "missing");
         }
-        return client.call<T>(command, args);
-      },
-      fire(command: string, args: (string | number)[]) {
-        void wrapped.call(command, args);
+        return send();
       },
     });
-    const loaded = loadConfig([], {});
-    if (!loaded.ok) throw new Error(loaded.message);
-    const gateway: RunningGateway = await startGateway(
-      { ...loaded.config, port: 0, dataDir, logLevel: "error", settlementMode: "observe", databaseUrl, redisUrl: redis.url },
-      { log: silentLog, redis: wrapped },
-    );
-    cleanup.push(() => gateway.stop());
-    await gateway.cluster!.ready;
-    const { account_id } = await gateway.store.createAccount({ name: "own", tier: "paid" });
-    expect((await gateway.store.grantCredits(account_id, 100_000)).ok).toBe(true);
-    const { api_key } = await gateway.store.createApiKey({ account_id });
-    const provider = spawnProvider({ wsUrl: `ws://127.0.0.1:${gateway.port}${PROVIDER_CONNECT_PATH}`, dataDir } as TestGateway, { id: "own-prov" });
-    cleanup.push(() => provider.kill());
-    await provider.waitForEvent("welcome", () => true, 30_000);
 
-    const answer = await fetch(`${gateway.url}/v1/chat/completions`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${api_key}`, "content-type": "application/json" },
-      body: JSON.stringify({ model: "test-model", max_tokens: 4, messages: [{ role: "user", content: "settle me" }] }),
-    });
+    const answer = await ask("settle me");
     expect(answer.status).toBe(200);
     await answer.text();
     await waitFor(() => labelsWhenReleased.length === 1, 15_000, "the node to give up the attempt");
