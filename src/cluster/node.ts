@@ -50,16 +50,12 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 end
 return dead`;
 
-// Takes (reads and deletes) a node's set of owned attempts, only while its membership key is gone:
-// a node that starts sets its membership before it owns anything (one connection, in order), so
-// what this returns was never its new process's.
+// Takes (reads and deletes) a node's set of owned attempts. Given its membership key (KEYS[2]), only
+// while that is gone: a node that starts sets its membership before it owns anything (one connection,
+// in order), so what this returns was never its new process's. Without it (a starting node taking
+// what its predecessor under its id left), unconditionally.
 const TAKE_OWNED = `
-if redis.call('EXISTS', KEYS[2]) == 1 then return {} end
-local owned = redis.call('SMEMBERS', KEYS[1])
-redis.call('DEL', KEYS[1])
-return owned`;
-// The same, unconditionally: a starting node takes what its predecessor under its id left.
-const TAKE_PREDECESSOR = `
+if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then return {} end
 local owned = redis.call('SMEMBERS', KEYS[1])
 redis.call('DEL', KEYS[1])
 return owned`;
@@ -103,7 +99,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     const r = this.redis;
     // First, in this order on the connection: what a previous process under this id left unsettled
     // becomes this one's to resolve (`predecessorOwned`), then the membership lease.
-    this.predecessor = r.call<string[]>("EVAL", [TAKE_PREDECESSOR, 1, `gw:owned:${this.nodeId}`]).then((result) => (result.ok ? result.value : []));
+    this.predecessor = r.call<string[]>("EVAL", [TAKE_OWNED, 1, this.ownedKey]).then((result) => (result.ok ? result.value : []));
     if (this.linkListen) {
       const links = new NodeLinks({
         nodeId: this.nodeId,
@@ -322,7 +318,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
    * knowing whose it is (`ownerOf`). `ttlMs` bounds how long an attempt's owner is looked up.
    */
   own(member: string, done: boolean, ttlMs = 0): void {
-    this.redis.fire(done ? "SREM" : "SADD", [`gw:owned:${this.nodeId}`, member]);
+    this.redis.fire(done ? "SREM" : "SADD", [this.ownedKey, member]);
     if (member.startsWith("r:")) return;
     if (done) this.redis.fire("DEL", [`gw:att:${member}`]);
     else this.redis.fire("SET", [`gw:att:${member}`, this.nodeId, "PX", Math.max(1, ttlMs)]);

@@ -103,9 +103,11 @@ export async function admitBuyerRequest(
   }
   // Live streams first: past this turn's admissions, the request waits for a later turn (or is shed).
   const turn = deps.admission?.enter() ?? true;
-  if (turn !== true && !(turn !== false && (await turn))) return { ok: false, error: overloaded() };
-  // A buyer who hung up while waiting costs no admission work.
-  if (turn !== true && request.signal.aborted) return { ok: false, error: bodyReadError("aborted", deps.maxBodyBytes) };
+  if (turn !== true) {
+    if (!(await turn)) return { ok: false, error: overloaded() };
+    // A buyer who hung up while waiting costs no admission work.
+    if (request.signal.aborted) return { ok: false, error: bodyReadError("aborted", deps.maxBodyBytes) };
+  }
   // Credentials first: a client without them never gets to hold a connection open with a slow body.
   let auth: AuthResult;
   try {
