@@ -28,8 +28,9 @@
 //                            after the embedded paths when PostgreSQL and Redis are installed; not in --quick)
 //   BENCH_PHASES=a,b         only these of latency,load,stream_c1,throughput,streams (default all; after the
 //                            warm-up): prints each path's figures as JSON, writes no docs, no held or
-//                            cluster figures. `BENCH_PHASES=throughput BENCH_PATHS=relay,full` is the
-//                            deltas/s figure alone (~2 minutes)
+//                            cluster figures. `BENCH_PHASES=stream_c1,throughput BENCH_PATHS=relay,full`
+//                            is the deltas/s figure with the streaming phase the full run has before it
+//                            (~3 minutes)
 //   BENCH_HELD=0             skip the RSS budget's held-stream figures (test/bench/memory.ts as a child at
 //                            1,024 and 4,096 streams, all live at once; not in --quick)
 import { cpus, loadavg } from "node:os";
