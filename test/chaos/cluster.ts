@@ -23,6 +23,8 @@ import { startRedis, type TestRedis } from "../support/redis.ts";
 import { rng } from "../support/seededRandom.ts";
 import {
   cli as gatewayCli,
+  exitReason,
+  keepTail,
   killHard,
   ledgerViolations,
   MODEL,
@@ -120,12 +122,13 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       "--paid-concurrent-requests", "16",
     ];
     const startNode = async (i: number): Promise<Node> => {
-      const proc = Bun.spawn(nodeArgs(i), { stdout: "pipe", stderr: "ignore" });
+      const proc = Bun.spawn(nodeArgs(i), { stdout: "pipe", stderr: "pipe" });
       const events: Record<string, unknown>[] = [];
       collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
+      const stderr = keepTail(proc.stderr as ReadableStream<Uint8Array>);
       // Generous: on a loaded shared machine a process start has taken 20 s.
       await waitFor(() => events.some((e) => e.event === "cluster_joined") || proc.exitCode !== null, 120_000, `node n${i + 1} joined`);
-      if (proc.exitCode !== null) throw new Error(`node n${i + 1} exited with ${proc.exitCode}`);
+      if (proc.exitCode !== null) throw new Error(await exitReason(`node n${i + 1}`, proc, stderr, events));
       return { proc, events, name: `n${i + 1}`, port: ports[i]!, base: `http://127.0.0.1:${ports[i]}`, ws: `ws://127.0.0.1:${ports[i]}/v1/provider/connect` };
     };
     for (let i = 0; i < NODES; i++) nodes.push(await startNode(i));
