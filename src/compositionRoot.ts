@@ -288,7 +288,16 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     }
   };
   const bridge = node
-    ? clusterBridge({ node, registry, settlements, log, requestEnded: (id) => settlements.requestEnded(id), changed: applyChange })
+    ? clusterBridge({
+        node,
+        registry,
+        settlements,
+        log,
+        requestEnded: (id) => settlements.requestEnded(id),
+        changed: applyChange,
+        // Called only once the node runs (a lease later at the earliest), after the runner below exists.
+        fenced: () => runner.fence(),
+      })
     : null;
   let clusterReady: Promise<void> = Promise.resolve();
   if (node && bridge) {
@@ -340,6 +349,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     monotonicNow,
     settlements,
     remote: bridge?.remote,
+    fenced: node ? () => node.fenced : undefined,
     failureStatus: (code) => errorTable[code].status,
     routing,
     sticky,

@@ -33,9 +33,18 @@ export interface ClusterHandlers<V extends SharedSessionView> {
   changed(change: ChangeMessage): void;
   /** This node's own provider sessions, as the other nodes route to them. */
   localViews(): V[];
+  /** This node is fenced (its lease could not be renewed in time): every request in flight must end now; the count ended. */
+  fenced(): number;
 }
 
 const memberKey = (nodeId: string) => `gw:node:${nodeId}`;
+/**
+ * A node whose membership was last renewed longer ago than this share of a lease fences itself. The
+ * membership key lives 70 % of a lease from its renewal, and only once it is gone do the others take the
+ * node for dead, take over what it owned and stop counting on its slots (which live a whole lease): so
+ * the node's requests have ended before anyone acts on its death (docs/scale-out.md, "Fencing").
+ */
+const FENCE_AFTER = 0.5;
 const registryKey = (nodeId: string) => `gw:registry:${nodeId}`;
 const NODES = "gw:nodes";
 // Channels are named through ClusterRedis.channel: pub/sub is shared by every database of a server.
@@ -83,6 +92,9 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   private readonly linkListen: { host: string; port: number } | null;
   private links: NodeLinks | null = null;
   private linkAddress: LinkAddress | undefined;
+  /** When (monotonic ms) the last renewal that Redis acknowledged was sent: the lease holds 70 % of a lease from then at least. */
+  private leaseSentAt = 0;
+  private isFenced = false;
 
   constructor(options: ClusterNodeOptions) {
     this.nodeId = options.nodeId;
@@ -96,6 +108,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   /** Joins: subscribes, takes the membership lease, reads every live node's registry. */
   async start(handlers: ClusterHandlers<V>): Promise<void> {
     this.handlers = handlers;
+    this.leaseSentAt = performance.now();
     const r = this.redis;
     // First, in this order on the connection: what a previous process under this id left unsettled
     // becomes this one's to resolve (`predecessorOwned`), then the membership lease.
@@ -130,6 +143,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     // 80 % of a lease of its last refresh, so the work it held is cancelled within the lease.
     this.every(Math.max(20, Math.floor(this.leaseMs / 5)), () => this.refreshLease());
     this.every(Math.max(20, Math.floor(this.leaseMs / 10)), () => void this.findDeadNodes());
+    this.every(Math.max(20, Math.floor(this.leaseMs / 20)), () => this.checkFence());
     // Back after a Redis outage: the lease and registry again at once, and the registries missed.
     r.onChange((up) => {
       if (!up || this.stopped) return;
@@ -181,6 +195,15 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     return result.ok && result.value !== null && (incarnation === undefined || result.value === incarnation);
   }
 
+  /**
+   * Whether this node is fenced: its membership lease was not renewed for half a lease (Redis unreachable
+   * from here), so the other nodes may soon take it for dead. Its requests end and new ones are refused
+   * until a renewal is acknowledged again.
+   */
+  get fenced(): boolean {
+    return this.isFenced;
+  }
+
   /** Whether this node already knows `nodeId` died (no Redis round trip). */
   knownDead(nodeId: string): boolean {
     return this.dead.has(nodeId);
@@ -228,10 +251,27 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     const text = JSON.stringify(full);
     const r = this.redis;
     // The lease names the process holding it (alive(): a claim of an earlier process is not its).
-    r.fire("SET", [memberKey(this.nodeId), this.incarnation, "PX", Math.max(1, Math.floor(this.leaseMs * 0.7))]);
+    const sentAt = performance.now();
+    void r.call("SET", [memberKey(this.nodeId), this.incarnation, "PX", Math.max(1, Math.floor(this.leaseMs * 0.7))]).then((result) => {
+      if (result.ok) this.leaseRenewed(sentAt);
+    });
     r.fire("SADD", [NODES, this.nodeId]);
     r.fire("SET", [registryKey(this.nodeId), text, "PX", this.leaseMs]);
     r.fire("PUBLISH", [r.channel(REGISTRY_CHANNEL), text]);
+  }
+
+  private leaseRenewed(sentAt: number): void {
+    if (sentAt > this.leaseSentAt) this.leaseSentAt = sentAt;
+    if (!this.isFenced || this.stopped) return;
+    this.isFenced = false;
+    this.log.info("cluster_node_unfenced", { node_id: this.nodeId });
+  }
+
+  private checkFence(): void {
+    if (this.isFenced || performance.now() - this.leaseSentAt <= this.leaseMs * FENCE_AFTER) return;
+    this.isFenced = true;
+    const ended = this.handlers!.fenced();
+    this.log.warn("cluster_node_fenced", { node_id: this.nodeId, lease_renewed_ms_ago: Math.round(performance.now() - this.leaseSentAt), requests_ended: ended });
   }
 
   private publishChanges(): void {

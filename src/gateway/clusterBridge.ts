@@ -35,6 +35,8 @@ export interface ClusterBridgeDeps {
   requestEnded: (requestId: string) => void;
   /** Applies a change another node announced (key caches, catalog, bans). */
   changed: (change: ChangeMessage) => void;
+  /** Ends every request in flight on this node (it is fenced); the count ended. */
+  fenced: () => number;
 }
 
 export interface ClusterBridge {
@@ -303,7 +305,7 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
   }
 
   return {
-    handlers: { message, nodeDied, changed: deps.changed, localViews },
+    handlers: { message, nodeDied, changed: deps.changed, localViews, fenced: deps.fenced },
     resolvePredecessor: async () => resolveOwned(me, await node.predecessorOwned()),
     endpoint,
     remote,
