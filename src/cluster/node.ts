@@ -35,6 +35,12 @@ export interface ClusterHandlers<V extends SharedSessionView> {
   localViews(): V[];
   /** This node is fenced (its lease could not be renewed in time): every request in flight must end now; the count ended. */
   fenced(): number;
+  /**
+   * Redis lost its data (restarted empty) and this node won the sweep: resolve what the store holds
+   * unresolved that no live node owns (`liveOwned` reads the live nodes' owned sets; call it after
+   * reading the store, since a node records what it owns before writing it).
+   */
+  sweepOrphans(liveOwned: () => Promise<Set<string> | null>): Promise<void>;
 }
 
 const memberKey = (nodeId: string) => `gw:node:${nodeId}`;
@@ -45,6 +51,8 @@ const memberKey = (nodeId: string) => `gw:node:${nodeId}`;
  * the node's requests have ended before anyone acts on its death (docs/scale-out.md, "Fencing").
  */
 const FENCE_AFTER = 0.5;
+/** A value Redis keeps for as long as its data lives: a different one (or none) after a reconnect means it lost everything. */
+const EPOCH = "gw:epoch";
 const registryKey = (nodeId: string) => `gw:registry:${nodeId}`;
 const NODES = "gw:nodes";
 // Channels are named through ClusterRedis.channel: pub/sub is shared by every database of a server.
@@ -58,6 +66,16 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   if redis.call('EXISTS', 'gw:node:' .. id) == 0 then table.insert(dead, id) end
 end
 return dead`;
+
+// What the live members (gw:nodes with their membership key) own, together.
+const LIVE_OWNED = `
+local owned = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('EXISTS', 'gw:node:' .. id) == 1 then
+    for _, m in ipairs(redis.call('SMEMBERS', 'gw:owned:' .. id)) do table.insert(owned, m) end
+  end
+end
+return owned`;
 
 // Takes (reads and deletes) a node's set of owned attempts. Given its membership key (KEYS[2]), only
 // while that is gone: a node that starts sets its membership before it owns anything (one connection,
@@ -95,6 +113,9 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   /** When (monotonic ms) the last renewal that Redis acknowledged was sent: the lease holds 70 % of a lease from then at least. */
   private leaseSentAt = 0;
   private isFenced = false;
+  /** The Redis data this node last saw (EPOCH), and what it owns there (gw:owned:<id>), kept here to be written again after a loss. */
+  private epoch: string | null = null;
+  private readonly owned = new Set<string>();
 
   constructor(options: ClusterNodeOptions) {
     this.nodeId = options.nodeId;
@@ -139,6 +160,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     await r.subscribe(r.channel(REGISTRY_CHANNEL), (text) => this.safely("registry_message_failed", () => this.applyRegistry(JSON.parse(text) as RegistryMessage<V>)));
     await r.subscribe(r.channel(CHANGES_CHANNEL), (text) => this.safely("change_message_failed", () => handlers.changed(JSON.parse(text) as ChangeMessage)));
     await this.loadRegistries();
+    await this.checkEpoch();
     // Membership lives for 70 % of a lease and is checked every tenth: a dead node is noticed within
     // 80 % of a lease of its last refresh, so the work it held is cancelled within the lease.
     this.every(Math.max(20, Math.floor(this.leaseMs / 5)), () => this.refreshLease());
@@ -149,6 +171,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
       if (!up || this.stopped) return;
       this.refreshLease();
       void this.loadRegistries();
+      void this.checkEpoch();
     });
   }
 
@@ -274,6 +297,36 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     this.log.warn("cluster_node_fenced", { node_id: this.nodeId, lease_renewed_ms_ago: Math.round(performance.now() - this.leaseSentAt), requests_ended: ended });
   }
 
+  /**
+   * Whether Redis still holds the data this node saw: after a restart without persistence it holds
+   * nothing, and with it went every node's owned set — a node that died around then would leave its
+   * attempts pending and its reservations held for good. Each live node writes its owned set again,
+   * and a lease later (every live node has looked by then) one of them resolves what nobody owns.
+   */
+  private async checkEpoch(): Promise<void> {
+    const r = this.redis;
+    await r.call("SET", [EPOCH, crypto.randomUUID(), "NX"]);
+    const current = await r.call<string | null>("GET", [EPOCH]);
+    if (!current.ok || current.value === null) return;
+    const seen = this.epoch;
+    this.epoch = current.value;
+    if (seen === null || seen === current.value || this.stopped) return;
+    this.log.warn("redis_data_lost", { node_id: this.nodeId, owned: this.owned.size });
+    if (this.owned.size > 0) r.fire("SADD", [this.ownedKey, ...this.owned]);
+    const epoch = current.value;
+    setTimeout(() => void this.sweep(epoch), this.leaseMs).unref?.();
+  }
+
+  private async sweep(epoch: string): Promise<void> {
+    if (this.stopped || this.epoch !== epoch) return;
+    const won = await this.redis.call("SET", [`gw:swept:${epoch}`, this.nodeId, "NX", "PX", this.leaseMs * 6]);
+    if (!won.ok || won.value !== "OK") return;
+    await this.handlers!.sweepOrphans(async () => {
+      const result = await this.redis.call<string[]>("EVAL", [LIVE_OWNED, 1, NODES]);
+      return result.ok ? new Set(result.value) : null;
+    }).catch((error) => this.log.error("cluster_sweep_failed", { error: String(error) }));
+  }
+
   private publishChanges(): void {
     this.publishScheduled = false;
     if (this.changedSessions.size === 0 && this.goneSessions.size === 0) return;
@@ -358,10 +411,17 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
    * knowing whose it is (`ownerOf`). `ttlMs` bounds how long an attempt's owner is looked up.
    */
   own(member: string, done: boolean, ttlMs = 0): void {
+    if (done) this.owned.delete(member);
+    else this.owned.add(member);
     this.redis.fire(done ? "SREM" : "SADD", [this.ownedKey, member]);
     if (member.startsWith("r:")) return;
     if (done) this.redis.fire("DEL", [`gw:att:${member}`]);
     else this.redis.fire("SET", [`gw:att:${member}`, this.nodeId, "PX", Math.max(1, ttlMs)]);
+  }
+
+  /** A request this node recorded in its owned set itself (with its slot, src/cluster/slots.ts). */
+  ownedRequest(requestId: string): void {
+    this.owned.add(`r:${requestId}`);
   }
 
   /** This node's set of what it owns (attempt keys and `r:` request ids): what a survivor takes over. */

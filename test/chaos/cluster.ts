@@ -130,14 +130,14 @@ function longPrompt(tokens: number): string {
   }
 }
 
-async function timedStream(base: string, node: string, apiKey: string, model: string, content: string, received: Received, into: TimedStream[]): Promise<TimedStream> {
+async function timedStream(base: string, node: string, apiKey: string, model: string, content: string, received: Received, into: TimedStream[], maxTokens = 1000): Promise<TimedStream> {
   const t: TimedStream = { node, model, status: 0, okAt: null, endAt: null, bytes: 0, ended: null };
   into.push(t);
   try {
     const response = await fetch(`${base}/v1/chat/completions`, {
       method: "POST",
       headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-      body: JSON.stringify({ model, messages: [{ role: "user", content }], max_tokens: 1000, stream: true }),
+      body: JSON.stringify({ model, messages: [{ role: "user", content }], max_tokens: maxTokens, stream: true }),
       signal: AbortSignal.timeout(30_000),
     });
     t.status = response.status;
@@ -331,11 +331,11 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       for (const p of proxies) await p.cut(split.style);
       const cutAt = performance.now();
       killed.push(`split:${victim.name}:${split.engines}:${split.style}`);
-      // Once the cut outlived a lease, the account asks a survivor for two more streams: the split
-      // node's two must no longer run by then (or must still count), or the account has four at once.
+      // Once the cut outlived a lease, the account asks a survivor for two more (short) streams: the
+      // split node's two must no longer run by then (or must still count), or the account has four at once.
       await Bun.sleep(LEASE_MS * 1.3);
       const survivor = nodes[(victimIndex + 1) % NODES]!;
-      const probes = Array.from({ length: FREE_LIMIT }, () => timedStream(survivor.base, survivor.name, free!.api_key, slowModels[1]!, content, received, limited));
+      const probes = Array.from({ length: FREE_LIMIT }, () => timedStream(survivor.base, survivor.name, free!.api_key, slowModels[1]!, content, received, limited, 5));
       await Bun.sleep(Math.max(0, cutMs - (performance.now() - cutAt)));
       for (const p of proxies) await p.restore();
       const restoredAt = performance.now();
