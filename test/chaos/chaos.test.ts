@@ -20,6 +20,7 @@ if (CLUSTER_RUNS > 0 && clusterMissing !== null) console.warn(`[skipped] cluster
 test.skipIf(RUNS === 0)(`crash chaos: ${RUNS} runs of kill -9 under load`, async () => {
   for (let run = 0; run < RUNS; run++) {
     const result = await oneRun(run, 26_000 + run, false);
+    if (result.violations.length > 0) console.error(JSON.stringify(result));
     expect(result.violations).toEqual([]);
     expect(result.killed).toContain("gateway");
   }
@@ -31,6 +32,7 @@ test.skipIf(CLUSTER_RUNS === 0 || clusterMissing !== null)(`cluster crash chaos:
   try {
     for (let run = 0; run < CLUSTER_RUNS; run++) {
       const result = await oneClusterRun(run, 22_100 + run, false, engines);
+      if (result.violations.length > 0) console.error(JSON.stringify(result));
       expect(result.violations).toEqual([]);
       expect(result.killed.some((k) => k.startsWith("node:") || k.startsWith("split:"))).toBe(true);
     }

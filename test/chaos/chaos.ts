@@ -21,7 +21,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { collectJsonLines, MAIN, waitFor } from "../support/harness.ts";
 import { rng } from "../support/seededRandom.ts";
-import { cli as gatewayCli, failedRun, killHard, ledgerViolations, oneRequest, realViolations, SETTLEMENT_COLUMNS, startProvider as startProviderProcess, summary, type Logged, type Received, type Retries, type RunResult, type SettlementRow } from "./common.ts";
+import { cli as gatewayCli, exitReason, failedRun, keepTail, killHard, ledgerViolations, oneRequest, realViolations, SETTLEMENT_COLUMNS, startProvider as startProviderProcess, summary, type Logged, type Received, type Retries, type RunResult, type SettlementRow } from "./common.ts";
 
 interface Args {
   runs: number;
@@ -60,13 +60,14 @@ type Gateway = Logged;
 async function startGatewayProcess(dataDir: string, port: number): Promise<Gateway> {
   const proc = Bun.spawn(
     ["bun", MAIN, "serve", "--data-dir", dataDir, "--port", String(port), "--settlement-mode", "observe", "--pending-deadline-ms", "2000", "--heartbeat-interval-ms", "500"],
-    { stdout: "pipe", stderr: "ignore" },
+    { stdout: "pipe", stderr: "pipe" },
   );
   const events: Record<string, unknown>[] = [];
   collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
+  const stderr = keepTail(proc.stderr as ReadableStream<Uint8Array>);
   // Generous: on a loaded shared machine a process start has taken 20 s.
   await waitFor(() => events.some((e) => e.event === "gateway_listening") || proc.exitCode !== null, 120_000, "gateway_listening");
-  if (proc.exitCode !== null) throw new Error(`gateway exited with ${proc.exitCode}`);
+  if (proc.exitCode !== null) throw new Error(await exitReason("gateway", proc, stderr, events));
   return { proc, events };
 }
 

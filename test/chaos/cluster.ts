@@ -38,6 +38,8 @@ import { rng } from "../support/seededRandom.ts";
 import { startTcpProxy, type CutStyle, type TcpProxy } from "../support/tcpProxy.ts";
 import {
   cli as gatewayCli,
+  exitReason,
+  keepTail,
   killHard,
   ledgerViolations,
   MODEL,
@@ -231,13 +233,14 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
     const startNode = async (i: number): Promise<Node> => {
       const deadline = performance.now() + 120_000;
       for (;;) {
-        const proc = Bun.spawn(nodeArgs(i), { stdout: "pipe", stderr: "ignore" });
+        const proc = Bun.spawn(nodeArgs(i), { stdout: "pipe", stderr: "pipe" });
         const events: Record<string, unknown>[] = [];
         collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
+        const stderr = keepTail(proc.stderr as ReadableStream<Uint8Array>);
         // Generous: on a loaded shared machine a process start has taken 20 s.
         await waitFor(() => events.some((e) => e.event === "cluster_joined") || proc.exitCode !== null, Math.max(1, deadline - performance.now()), `node n${i + 1} joined`);
         if (proc.exitCode === null) return { proc, events, name: `n${i + 1}`, port: ports[i]!, base: `http://127.0.0.1:${ports[i]}`, ws: `ws://127.0.0.1:${ports[i]}/v1/provider/connect` };
-        if (performance.now() > deadline) throw new Error(`node n${i + 1} exited with ${proc.exitCode}`);
+        if (performance.now() > deadline) throw new Error(await exitReason(`node n${i + 1}`, proc, stderr, events));
         await Bun.sleep(1000);
       }
     };

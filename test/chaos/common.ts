@@ -18,6 +18,21 @@ export async function killHard(proc: Proc): Promise<void> {
   await proc.exited;
 }
 
+/** The last `max` characters a process writes to a stream; `read()` resolves once the stream has ended. */
+export function keepTail(stream: ReadableStream<Uint8Array>, max = 2000): { read(): Promise<string> } {
+  let tail = "";
+  const decoder = new TextDecoder();
+  const done = (async () => {
+    for await (const chunk of stream) tail = (tail + decoder.decode(chunk, { stream: true })).slice(-max);
+  })().catch(() => {});
+  return { read: async () => (await done, tail) };
+}
+
+/** Why a process that had to stay up exited: its exit code, the end of its stderr and its last log lines. */
+export async function exitReason(name: string, proc: Proc, stderr: { read(): Promise<string> }, events: Record<string, unknown>[]): Promise<string> {
+  return `${name} exited with ${proc.exitCode}: ${(await stderr.read()).trim().slice(-600)} ${JSON.stringify(events.slice(-3)).slice(0, 600)}`;
+}
+
 /** Runs `gateway ARGS…` to completion (operator CLI). */
 export function cli(args: string[]): { exitCode: number; stdout: string } {
   const r = Bun.spawnSync(["bun", MAIN, ...args], { stdout: "pipe", stderr: "pipe" });
