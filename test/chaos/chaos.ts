@@ -28,15 +28,20 @@ interface Args {
   seed: number;
   keep: boolean;
   cluster: boolean;
+  /** Cluster runs: nodes (default 3) and one fault mode for every run (default: drawn per run). */
+  nodes: number | undefined;
+  mode: string | undefined;
 }
 
 function parseArgs(argv: string[]): Args {
-  const args: Args = { runs: 5, seed: Date.now() % 1_000_000, keep: false, cluster: false };
+  const args: Args = { runs: 5, seed: Date.now() % 1_000_000, keep: false, cluster: false, nodes: undefined, mode: undefined };
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === "--runs") args.runs = Number(argv[++i]);
     else if (argv[i] === "--seed") args.seed = Number(argv[++i]);
     else if (argv[i] === "--keep") args.keep = true;
     else if (argv[i] === "--cluster") args.cluster = true;
+    else if (argv[i] === "--nodes") args.nodes = Number(argv[++i]);
+    else if (argv[i] === "--mode") args.mode = argv[++i];
   }
   return args;
 }
@@ -193,13 +198,18 @@ if (import.meta.main) {
   const results: RunResult[] = [];
   // --cluster: the same checks on cluster nodes over PostgreSQL and Redis (test/chaos/cluster.ts).
   const cluster = args.cluster ? await import("./cluster.ts") : null;
+  if (cluster && args.mode !== undefined && !(cluster.CLUSTER_MODES as readonly string[]).includes(args.mode)) {
+    console.error(`--mode: one of ${cluster.CLUSTER_MODES.join(", ")}`);
+    process.exit(64);
+  }
+  const clusterOptions = { nodes: args.nodes, mode: args.mode as import("./cluster.ts").ClusterMode | undefined };
   const engines = cluster ? await cluster.startEngines() : null;
   try {
     for (let run = 0; run < args.runs; run++) {
       let result: RunResult;
       const startedAt = performance.now();
       try {
-        result = cluster && engines ? await cluster.oneClusterRun(run, args.seed + run, args.keep, engines) : await oneRun(run, args.seed + run, args.keep);
+        result = cluster && engines ? await cluster.oneClusterRun(run, args.seed + run, args.keep, engines, clusterOptions) : await oneRun(run, args.seed + run, args.keep);
       } catch (error) {
         result = failedRun(run, args.seed + run, error);
       }
