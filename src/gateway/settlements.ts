@@ -244,9 +244,16 @@ export function createSettlements(deps: SettlementDeps) {
       // Frames of one attempt may arrive while its row is being read: they all wait for one adoption.
       let adoption = adopting.get(key);
       if (!adoption) {
-        adoption = recoverOne(deps.store, deps.now, requestId, attemptN, (att) => {
-          if (!open.has(key)) startActor(att, att.deadlineAtMs! - deps.now());
-        }).finally(() => adopting.delete(key));
+        // Tried again while the database is unreachable: the dead node's owned set is already taken, so
+        // an adoption given up here would leave the attempt pending for good.
+        adoption = writes
+          .run("adoption", { request_id: requestId, attempt_n: attemptN }, () =>
+            recoverOne(deps.store, deps.now, requestId, attemptN, (att) => {
+              if (!open.has(key)) startActor(att, att.deadlineAtMs! - deps.now());
+            }),
+          )
+          .then((resumed) => resumed === true)
+          .finally(() => adopting.delete(key));
         adopting.set(key, adoption);
       }
       return adoption;

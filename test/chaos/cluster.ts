@@ -244,7 +244,8 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
         await Bun.sleep(1000);
       }
     };
-    for (let i = 0; i < NODES; i++) nodes.push(await startNode(i));
+    // Started together: a run's setup is most of its time.
+    nodes.push(...(await Promise.all(Array.from({ length: NODES }, (_, i) => startNode(i)))));
     // Each provider lists every node, starting at a random one: both may land on one node, or apart.
     const gatewaysFrom = (first: number) => Array.from({ length: NODES }, (_, k) => nodes[(first + k) % NODES]!.ws);
     const providerGateways = [gatewaysFrom(Math.floor(random() * NODES)), gatewaysFrom(Math.floor(random() * NODES))];
@@ -546,11 +547,13 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
         if (most > FREE_LIMIT) violations.push(`a free-tier account (limit ${FREE_LIMIT}) had ${most} streams open at once`);
         // An engine down is a retryable 503 to buyers, never another server error.
         for (const [what, n] of refused) if (what.startsWith("5") && !/^503 \S+ retryable$/.test(what)) violations.push(`${n} responses ${what}`);
-        for (const n of nodes) {
-          n.proc.kill("SIGTERM");
-          await Promise.race([n.proc.exited, Bun.sleep(15_000)]);
-          await killHard(n.proc);
-        }
+        await Promise.all(
+          nodes.map(async (n) => {
+            n.proc.kill("SIGTERM");
+            await Promise.race([n.proc.exited, Bun.sleep(15_000)]);
+            await killHard(n.proc);
+          }),
+        );
         for (const p of providers) await killHard(p.proc);
 
         // Invariants, read from PostgreSQL.
