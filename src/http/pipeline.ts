@@ -273,8 +273,12 @@ async function runHoldingSlot(
     reserved = await reserveForRequest(deps, principal, ids.requestId, promptBound, chat.params.max_tokens, admission.rates);
   } catch (error) {
     end(false);
-    // The reservation is one transaction: a database that cannot be reached left nothing behind.
-    if (isStoreUnavailable(error)) return input.refuse(storeUnavailable());
+    if (isStoreUnavailable(error)) {
+      // The reservation is one transaction, but a connection lost after its COMMIT left it written
+      // with nobody to end it: the request's end is written (tried again until the database answers).
+      deps.settlements.requestEnded(ids.requestId);
+      return input.refuse(storeUnavailable());
+    }
     throw error;
   }
   if (!reserved.ok) {
