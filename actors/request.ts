@@ -68,7 +68,12 @@ export type RequestEvent =
   | { type: "stream.lengthLimited" }
   | { type: "provider.ended"; frame: EndFrame }
   | { type: "provider.lost" }
-  | { type: "buyer.aborted" };
+  | { type: "buyer.aborted" }
+  /**
+   * The cluster node can no longer renew its membership lease (Redis unreachable): the others will
+   * take it for dead and stop counting its slots, so its requests end now (docs/scale-out.md, "Fencing").
+   */
+  | { type: "node.fenced" };
 
 export interface DispatchInput {
   requestId: string;
@@ -161,6 +166,7 @@ const initialContext = (input: RequestInput): RequestContext => ({
 const stalled = (c: RequestContext) => !c.progressInWindow && c.idleWindows + 1 >= STALL_WINDOWS;
 const DISPATCH_ERROR = { code: "internal_error", message: "The gateway hit an internal error. Retry the request." } as const;
 const ATTEMPTS_EXHAUSTED = { code: "coordinator_unavailable", message: "No provider could serve this request right now. Retry shortly." } as const;
+const FENCED = { code: "coordinator_unavailable", message: "The gateway node serving this request lost contact with its cluster. Retry the request." } as const;
 /** What a failed attempt is remembered by: the provider's or the stream's event, or the first-byte timer. */
 const attemptFailureOf = (eventType: string): string =>
   eventType.startsWith("provider.") || eventType.startsWith("stream.") ? eventType : "first_byte_timeout";
@@ -215,6 +221,7 @@ export const requestMachine = setup({
       current: null,
     })),
     recordAttemptsExhausted: assign(({ context }) => ({ failure: context.failure ?? ATTEMPTS_EXHAUSTED })),
+    recordFenced: assign({ failure: FENCED }),
   },
   // Defaults; the edge provides the configured ones (streamIdleCheck = streamIdleCheckMs(stall limit)).
   delays: {
@@ -234,6 +241,10 @@ export const requestMachine = setup({
   },
   on: {
     "buyer.aborted": { target: ".cancelled", actions: [{ type: "cancelAttempt", params: { reason: "buyer_cancel" } }] },
+    "node.fenced": [
+      { guard: "committed", target: ".failedMidStream", actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }] },
+      { target: ".failed", actions: [{ type: "cancelAttempt", params: { reason: "gateway_timeout" } }, "recordFenced"] },
+    ],
   },
   states: {
     routing: {
@@ -408,6 +419,10 @@ export function requestStep(value: RequestState, context: RequestContext, event:
 
   // Root transitions, in every state.
   if (event.type === "buyer.aborted") return go("cancelled", (t) => t.cancel("buyer_cancel"));
+  if (event.type === "node.fenced") {
+    if (context.committed) return go("failedMidStream", (t) => t.cancel("gateway_timeout"));
+    return go("failed", (t) => t.cancel("gateway_timeout").update((c) => ({ ...c, failure: FENCED })));
+  }
   if (event.type === AFTER.requestDeadline) {
     if (context.committed) return go("failedMidStream", (t) => t.cancel("gateway_timeout"));
     return go("failed", (t) => t.cancel("gateway_timeout").update(exhausted));

@@ -194,7 +194,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     : replayFile!;
   // A request is recorded as this node's with its slot, before its reservation is written: a node killed
   // in between leaves a survivor the request to resolve (docs/scale-out.md, "Leases and failure").
-  const slots = node ? sharedSlots(node.redis, config.clusterLeaseMs, node.ownedKey) : null;
+  const slots = node ? sharedSlots(node.redis, config.clusterLeaseMs, node.ownedKey, (id) => node.ownedRequest(id)) : null;
   const replays = createReplayCache({ now, backend: replayBackend, maxEntries: config.replayCacheEntries });
 
   let stopped: () => void = () => {};
@@ -290,7 +290,20 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     }
   };
   const bridge = node
-    ? clusterBridge({ node, registry, settlements, log, requestEnded: (id) => settlements.requestEnded(id), changed: applyChange })
+    ? clusterBridge({
+        node,
+        registry,
+        settlements,
+        log,
+        requestEnded: (id) => settlements.requestEnded(id),
+        changed: applyChange,
+        // Called only once the node runs (a lease later at the earliest), after the runner below exists.
+        fenced: () => runner.fence(),
+        unresolved: async () => ({
+          attempts: (await store.listSettlements({ label: "pending" })).map((row) => `${row.request_id}#${row.attempt_n}`),
+          requests: await store.unendedHeldReservations(),
+        }),
+      })
     : null;
   let clusterReady: Promise<void> = Promise.resolve();
   if (node && bridge) {
@@ -342,6 +355,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     monotonicNow,
     settlements,
     remote: bridge?.remote,
+    fenced: node ? () => node.fenced : undefined,
     failureStatus: (code) => errorTable[code].status,
     routing,
     sticky,

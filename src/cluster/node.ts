@@ -33,9 +33,26 @@ export interface ClusterHandlers<V extends SharedSessionView> {
   changed(change: ChangeMessage): void;
   /** This node's own provider sessions, as the other nodes route to them. */
   localViews(): V[];
+  /** This node is fenced (its lease could not be renewed in time): every request in flight must end now; the count ended. */
+  fenced(): number;
+  /**
+   * Redis lost its data (restarted empty) and this node won the sweep: resolve what the store holds
+   * unresolved that no live node owns (`liveOwned` reads the live nodes' owned sets; call it after
+   * reading the store, since a node records what it owns before writing it).
+   */
+  sweepOrphans(liveOwned: () => Promise<Set<string> | null>): Promise<void>;
 }
 
 const memberKey = (nodeId: string) => `gw:node:${nodeId}`;
+/**
+ * A node whose membership was last renewed longer ago than this share of a lease fences itself. The
+ * membership key lives 70 % of a lease from its renewal, and only once it is gone do the others take the
+ * node for dead, take over what it owned and stop counting on its slots (which live a whole lease): so
+ * the node's requests have ended before anyone acts on its death (docs/scale-out.md, "Fencing").
+ */
+const FENCE_AFTER = 0.5;
+/** A value Redis keeps for as long as its data lives: a different one (or none) after a reconnect means it lost everything. */
+const EPOCH = "gw:epoch";
 const registryKey = (nodeId: string) => `gw:registry:${nodeId}`;
 const NODES = "gw:nodes";
 // Channels are named through ClusterRedis.channel: pub/sub is shared by every database of a server.
@@ -49,6 +66,16 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   if redis.call('EXISTS', 'gw:node:' .. id) == 0 then table.insert(dead, id) end
 end
 return dead`;
+
+// What the live members (gw:nodes with their membership key) own, together.
+const LIVE_OWNED = `
+local owned = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('EXISTS', 'gw:node:' .. id) == 1 then
+    for _, m in ipairs(redis.call('SMEMBERS', 'gw:owned:' .. id)) do table.insert(owned, m) end
+  end
+end
+return owned`;
 
 // Takes (reads and deletes) a node's set of owned attempts. Given its membership key (KEYS[2]), only
 // while that is gone: a node that starts sets its membership before it owns anything (one connection,
@@ -83,6 +110,12 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   private readonly linkListen: { host: string; port: number } | null;
   private links: NodeLinks | null = null;
   private linkAddress: LinkAddress | undefined;
+  /** When (monotonic ms) the last renewal that Redis acknowledged was sent: the lease holds 70 % of a lease from then at least. */
+  private leaseSentAt = 0;
+  private isFenced = false;
+  /** The Redis data this node last saw (EPOCH), and what it owns there (gw:owned:<id>), kept here to be written again after a loss. */
+  private epoch: string | null = null;
+  private readonly owned = new Set<string>();
 
   constructor(options: ClusterNodeOptions) {
     this.nodeId = options.nodeId;
@@ -96,6 +129,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   /** Joins: subscribes, takes the membership lease, reads every live node's registry. */
   async start(handlers: ClusterHandlers<V>): Promise<void> {
     this.handlers = handlers;
+    this.leaseSentAt = performance.now();
     const r = this.redis;
     // First, in this order on the connection: what a previous process under this id left unsettled
     // becomes this one's to resolve (`predecessorOwned`), then the membership lease.
@@ -126,15 +160,18 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     await r.subscribe(r.channel(REGISTRY_CHANNEL), (text) => this.safely("registry_message_failed", () => this.applyRegistry(JSON.parse(text) as RegistryMessage<V>)));
     await r.subscribe(r.channel(CHANGES_CHANNEL), (text) => this.safely("change_message_failed", () => handlers.changed(JSON.parse(text) as ChangeMessage)));
     await this.loadRegistries();
+    await this.checkEpoch();
     // Membership lives for 70 % of a lease and is checked every tenth: a dead node is noticed within
     // 80 % of a lease of its last refresh, so the work it held is cancelled within the lease.
     this.every(Math.max(20, Math.floor(this.leaseMs / 5)), () => this.refreshLease());
     this.every(Math.max(20, Math.floor(this.leaseMs / 10)), () => void this.findDeadNodes());
+    this.every(Math.max(20, Math.floor(this.leaseMs / 20)), () => this.checkFence());
     // Back after a Redis outage: the lease and registry again at once, and the registries missed.
     r.onChange((up) => {
       if (!up || this.stopped) return;
       this.refreshLease();
       void this.loadRegistries();
+      void this.checkEpoch();
     });
   }
 
@@ -179,6 +216,15 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     if (this.dead.has(nodeId)) return false;
     const result = await this.redis.call<string | null>("GET", [memberKey(nodeId)]);
     return result.ok && result.value !== null && (incarnation === undefined || result.value === incarnation);
+  }
+
+  /**
+   * Whether this node is fenced: its membership lease was not renewed for half a lease (Redis unreachable
+   * from here), so the other nodes may soon take it for dead. Its requests end and new ones are refused
+   * until a renewal is acknowledged again.
+   */
+  get fenced(): boolean {
+    return this.isFenced;
   }
 
   /** Whether this node already knows `nodeId` died (no Redis round trip). */
@@ -228,10 +274,57 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     const text = JSON.stringify(full);
     const r = this.redis;
     // The lease names the process holding it (alive(): a claim of an earlier process is not its).
-    r.fire("SET", [memberKey(this.nodeId), this.incarnation, "PX", Math.max(1, Math.floor(this.leaseMs * 0.7))]);
+    const sentAt = performance.now();
+    void r.call("SET", [memberKey(this.nodeId), this.incarnation, "PX", Math.max(1, Math.floor(this.leaseMs * 0.7))]).then((result) => {
+      if (result.ok) this.leaseRenewed(sentAt);
+    });
     r.fire("SADD", [NODES, this.nodeId]);
     r.fire("SET", [registryKey(this.nodeId), text, "PX", this.leaseMs]);
     r.fire("PUBLISH", [r.channel(REGISTRY_CHANNEL), text]);
+  }
+
+  private leaseRenewed(sentAt: number): void {
+    if (sentAt > this.leaseSentAt) this.leaseSentAt = sentAt;
+    if (!this.isFenced || this.stopped) return;
+    this.isFenced = false;
+    this.log.info("cluster_node_unfenced", { node_id: this.nodeId });
+  }
+
+  private checkFence(): void {
+    if (this.isFenced || performance.now() - this.leaseSentAt <= this.leaseMs * FENCE_AFTER) return;
+    this.isFenced = true;
+    const ended = this.handlers!.fenced();
+    this.log.warn("cluster_node_fenced", { node_id: this.nodeId, lease_renewed_ms_ago: Math.round(performance.now() - this.leaseSentAt), requests_ended: ended });
+  }
+
+  /**
+   * Whether Redis still holds the data this node saw: after a restart without persistence it holds
+   * nothing, and with it went every node's owned set — a node that died around then would leave its
+   * attempts pending and its reservations held for good. Each live node writes its owned set again,
+   * and a lease later (every live node has looked by then) one of them resolves what nobody owns.
+   */
+  private async checkEpoch(): Promise<void> {
+    const r = this.redis;
+    await r.call("SET", [EPOCH, crypto.randomUUID(), "NX"]);
+    const current = await r.call<string | null>("GET", [EPOCH]);
+    if (!current.ok || current.value === null) return;
+    const seen = this.epoch;
+    this.epoch = current.value;
+    if (seen === null || seen === current.value || this.stopped) return;
+    this.log.warn("redis_data_lost", { node_id: this.nodeId, owned: this.owned.size });
+    if (this.owned.size > 0) r.fire("SADD", [this.ownedKey, ...this.owned]);
+    const epoch = current.value;
+    setTimeout(() => void this.sweep(epoch), this.leaseMs).unref?.();
+  }
+
+  private async sweep(epoch: string): Promise<void> {
+    if (this.stopped || this.epoch !== epoch) return;
+    const won = await this.redis.call("SET", [`gw:swept:${epoch}`, this.nodeId, "NX", "PX", this.leaseMs * 6]);
+    if (!won.ok || won.value !== "OK") return;
+    await this.handlers!.sweepOrphans(async () => {
+      const result = await this.redis.call<string[]>("EVAL", [LIVE_OWNED, 1, NODES]);
+      return result.ok ? new Set(result.value) : null;
+    }).catch((error) => this.log.error("cluster_sweep_failed", { error: String(error) }));
   }
 
   private publishChanges(): void {
@@ -318,10 +411,17 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
    * knowing whose it is (`ownerOf`). `ttlMs` bounds how long an attempt's owner is looked up.
    */
   own(member: string, done: boolean, ttlMs = 0): void {
+    if (done) this.owned.delete(member);
+    else this.owned.add(member);
     this.redis.fire(done ? "SREM" : "SADD", [this.ownedKey, member]);
     if (member.startsWith("r:")) return;
     if (done) this.redis.fire("DEL", [`gw:att:${member}`]);
     else this.redis.fire("SET", [`gw:att:${member}`, this.nodeId, "PX", Math.max(1, ttlMs)]);
+  }
+
+  /** A request this node recorded in its owned set itself (with its slot, src/cluster/slots.ts). */
+  ownedRequest(requestId: string): void {
+    this.owned.add(`r:${requestId}`);
   }
 
   /** This node's set of what it owns (attempt keys and `r:` request ids): what a survivor takes over. */

@@ -50,8 +50,11 @@ export interface SharedSlots {
 
 const slotKey = (account_id: string) => `gw:slots:${account_id}`;
 
-/** `ownedKey`: the node's set of what it owns (src/cluster/node.ts), which each request joins with its slot. */
-export function sharedSlots(redis: ClusterRedis, leaseMs: number, ownedKey?: string): SharedSlots {
+/**
+ * `ownedKey`: the node's set of what it owns (src/cluster/node.ts), which each request joins with its
+ * slot; `owned` hears each request that joined it.
+ */
+export function sharedSlots(redis: ClusterRedis, leaseMs: number, ownedKey?: string, owned?: (requestId: string) => void): SharedSlots {
   const accountOf = new Map<string, string>();
   const refresh = setInterval(() => {
     if (accountOf.size === 0) return;
@@ -72,6 +75,7 @@ export function sharedSlots(redis: ClusterRedis, leaseMs: number, ownedKey?: str
       const [taken, inUse] = result.value;
       if (taken !== 1) return { ok: false, code: "concurrency_exhausted", in_use: inUse };
       accountOf.set(request_id, account_id);
+      owned?.(request_id);
       return { ok: true, in_use: inUse };
     },
     release(request_id) {

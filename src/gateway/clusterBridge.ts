@@ -35,6 +35,10 @@ export interface ClusterBridgeDeps {
   requestEnded: (requestId: string) => void;
   /** Applies a change another node announced (key caches, catalog, bans). */
   changed: (change: ChangeMessage) => void;
+  /** Ends every request in flight on this node (it is fenced); the count ended. */
+  fenced: () => number;
+  /** What the store holds unresolved: pending attempts (`request#n`) and held reservations of requests not ended. */
+  unresolved: () => Promise<{ attempts: string[]; requests: string[] }>;
 }
 
 export interface ClusterBridge {
@@ -302,8 +306,17 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
     log.info("cluster_node_reaped", { node_id: nodeId, resumed, interrupted, requests: requests.size });
   }
 
+  /** After Redis lost its data: what the store holds unresolved and no live node owns is resolved here. */
+  async function sweepOrphans(liveOwned: () => Promise<Set<string> | null>): Promise<void> {
+    const unresolved = await deps.unresolved();
+    const owned = await liveOwned();
+    if (owned === null) return;
+    const orphans = [...unresolved.attempts.filter((key) => !owned.has(key)), ...unresolved.requests.filter((id) => !owned.has(`r:${id}`)).map((id) => `r:${id}`)];
+    await resolveOwned("(owned sets lost with Redis's data)", orphans);
+  }
+
   return {
-    handlers: { message, nodeDied, changed: deps.changed, localViews },
+    handlers: { message, nodeDied, changed: deps.changed, localViews, fenced: deps.fenced, sweepOrphans },
     resolvePredecessor: async () => resolveOwned(me, await node.predecessorOwned()),
     endpoint,
     remote,

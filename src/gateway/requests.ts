@@ -49,6 +49,8 @@ export interface RequestRunnerDeps {
   sticky?: StickyMap;
   /** A cluster node's view of the other nodes' providers (src/gateway/clusterBridge.ts). */
   remote?: RemoteProviders;
+  /** Whether the cluster node is fenced (its membership lease could not be renewed): new requests end at once. */
+  fenced?: () => boolean;
   /**
    * Builds the request actor's logic; default the step logic. Tests pass the statechart it is compiled
    * from, to run both through this edge (docs/decisions.md, Statecharts you can see).
@@ -358,7 +360,16 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
       },
     });
     actor.start();
+    // Admitted just as the node lost its lease: its slot may no longer count, so it ends as the others did.
+    if (deps.fenced?.()) actor.send({ type: "node.fenced" });
     return { abort: () => actor.send({ type: "buyer.aborted" }) };
+  }
+
+  /** The cluster node is fenced (docs/scale-out.md, "Fencing"): every request in flight ends now. */
+  function fence(): number {
+    const live = [...handles.values()];
+    for (const handle of live) handle.actor.send({ type: "node.fenced" });
+    return live.length;
   }
 
   /** The live request actors by request id (the operator console counts and follows them). */
@@ -366,7 +377,7 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
     for (const [id, handle] of handles) yield [id, handle.actor];
   }
 
-  return { start, liveRequests: () => handles.size, actors };
+  return { start, liveRequests: () => handles.size, actors, fence };
 }
 
 export type RequestRunner = ReturnType<typeof createRequestRunner>;

@@ -22,6 +22,14 @@ export function isStoreUnavailable(error: unknown): boolean {
   );
 }
 
+/**
+ * Whether PostgreSQL aborted the transaction for a conflict with another one (deadlock_detected 40P01,
+ * serialization_failure 40001): nothing was written, and the same transaction tried again succeeds.
+ */
+export function isTransientConflict(error: unknown): boolean {
+  return ["40P01", "40001"].includes((error as { errno?: string } | null)?.errno ?? "");
+}
+
 /** Which engine holds the durable state. */
 export type StoreBackend = "sqlite" | "postgres";
 

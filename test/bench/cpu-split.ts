@@ -2,6 +2,9 @@
 // (instant: the c=1 latency figure's instant mock instead of 20 ms; frames: the unthrottled 256-delta streams of the frames/s figure) and prints CPU seconds per process (gateway, each provider runtime, mock, driver) and per thread of the gateway and of the first provider runtime (the one routing loads) — where the time goes.
 // --json: one JSON object instead (what test/bench/ab.ts reads). BENCH_PATH=relay|floor measures that
 // path instead of the full stack (its server in the gateway's rows, its first client in provider-0's).
+// BENCH_WARMUP_MS=N: before the window, N ms of discarded load (instant mock, c=32, as `bun run bench`
+// warms every path) and, for stream modes, one discarded pass of the measured streams (5 a worker),
+// so the window measures warm processes as the bench's own streaming phases do (default 0: none).
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { FETCH_ENV, Processes, startFloor, startGatewayStack, startMock, startRelay, type GatewayStack } from "./stack.ts";
@@ -11,9 +14,9 @@ const [mode = "load", cArg = "128", sArg = "8"] = process.argv.slice(2).filter((
 const concurrency = Number(cArg);
 const seconds = Number(sArg);
 const ticks = 100;
-const times = (pid: number, path = `/proc/${pid}/stat`): { user: number; sys: number } => {
+const times = (pid: number, path = `/proc/${pid}/stat`): { user: number; sys: number; faults: number } => {
   const f = readFileSync(path, "utf8").split(") ")[1]!.split(" ");
-  return { user: Number(f[11]) / ticks, sys: Number(f[12]) / ticks };
+  return { user: Number(f[11]) / ticks, sys: Number(f[12]) / ticks, faults: Number(f[7]) };
 };
 const cpu = (pid: number, path?: string): number => {
   const t = times(pid, path);
@@ -41,6 +44,12 @@ try {
   const spec = stream
     ? { mode: "streams", url: `${gw.url}/v1/chat/completions`, headers, body, concurrency, perWorker: mode === "frames" ? seconds : Math.max(1, Math.round(seconds / 1.4)), warmup: 0, expectedFrames: deltas, stallMs: mode === "frames" ? 1e9 : 200 }
     : { mode: "load", url: `${gw.url}/v1/chat/completions`, headers, body, concurrency, warmupMs: 1000, durationMs: seconds * 1000 };
+  const warmupMs = Number(process.env.BENCH_WARMUP_MS ?? 0);
+  if (warmupMs > 0) {
+    const instant = JSON.stringify({ model: "bench-json", stream: false, max_tokens: 16, messages: [{ role: "user", content: "x".repeat(256) }] });
+    await drive({ mode: "load", url: `${gw.url}/v1/chat/completions`, headers, body: instant, concurrency: 32, warmupMs: 0, durationMs: warmupMs });
+    if (stream) await drive({ ...spec, perWorker: 5 });
+  }
   const pids: Record<string, number> = { gateway: gw.gateway.pid, mock: mock.proc.pid };
   gw.providers.forEach((p, i) => (pids[`provider-${i}`] = p.pid));
   const before = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, times(pid)]));
@@ -97,9 +106,17 @@ try {
     const n = stream ? concurrency * (spec as { perWorker: number }).perWorker : r.rps * (seconds + 1);
     const per = Object.keys(pids).map((k) => `${k} ${Math.round((used(k) * 1e6) / n)}`);
     console.log(`µs CPU per ${stream ? "stream" : "request"}: ${[...per, `driver ${Math.round((driverCpu * 1e6) / n)}`].join(", ")}`);
+    // Minor page faults: memory the allocator gave back to the system and touched again (docs/provider-machines.md, "The allocator").
+    console.log(`page faults per ${stream ? "stream" : "request"}: ${Object.keys(pids).map((k) => `${k} ${((after[k]!.faults - before[k]!.faults) / n).toFixed(1)}`).join(", ")}`);
   }
 } finally {
   await procs.stop();
+}
+
+/** One discarded driver run (warm-up). */
+async function drive(spec: object): Promise<void> {
+  const proc = Bun.spawn(["bun", join(import.meta.dir, "driver.ts"), JSON.stringify(spec)], { env: { ...process.env, ...FETCH_ENV }, stdout: "ignore" });
+  if ((await proc.exited) !== 0) throw new Error("warm-up driver failed");
 }
 
 /** The path measured, in the full stack's shape: a server (gateway) and its clients (providers). */

@@ -32,7 +32,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { LoadResult, LoadSpec } from "./driver.ts";
-import { FETCH_ENV, GATEWAY_ENV, MAIN, Processes, rssMb, startMock } from "./stack.ts";
+import { FETCH_ENV, GATEWAY_ENV, MAIN, PROVIDER_ENV, Processes, rssMb, startMock } from "./stack.ts";
 import { settingSpecs } from "../../src/config/index.ts";
 import { createHash } from "node:crypto";
 
@@ -129,7 +129,7 @@ async function startStack(p: Processes, mockUrl: string): Promise<Stack> {
         "--max-concurrency", "1024",
         ...MODELS.flatMap((m) => ["--model", `${m}=${modelHash(m)}`]),
       ],
-      { env: FETCH_ENV, log: `provider-${i}.log` },
+      { env: { ...FETCH_ENV, ...PROVIDER_ENV }, log: `provider-${i}.log` },
     );
   }
   const deadline = performance.now() + 20_000;

@@ -22,9 +22,15 @@
 //   BENCH_WARMUP_MS=N        discarded warm-up of every path before the first phase (default 20000; 0: none)
 //   BENCH_JSON=FILE          where the JSON goes (default docs/benchmarks.json)
 //   BENCH_MD=FILE            Markdown file to update (default docs/benchmarks.md); BENCH_WRITE=0: print only
-//   BENCH_PURGE_DELAY=MS     the gateway's MIMALLOC_PURGE_DELAY (default 1000, as the service files set it)
+//   BENCH_PURGE_DELAY=MS     MIMALLOC_PURGE_DELAY of the gateway, provider runtimes, relay and floor (default
+//                            1000, as the service files and the runtime's documented units set it; stack.ts)
 //   BENCH_CLUSTER=0          skip the cluster figures (issue 22: test/bench/cluster-hop.ts as a child, run
 //                            after the embedded paths when PostgreSQL and Redis are installed; not in --quick)
+//   BENCH_PHASES=a,b         only these of latency,load,stream_c1,throughput,streams (default all; after the
+//                            warm-up): prints each path's figures as JSON, writes no docs, no held or
+//                            cluster figures. `BENCH_PHASES=stream_c1,throughput BENCH_PATHS=relay,full`
+//                            is the deltas/s figure with the streaming phase the full run has before it
+//                            (~3 minutes)
 //   BENCH_HELD=0             skip the RSS budget's held-stream figures (test/bench/memory.ts as a child at
 //                            1,024 and 4,096 streams, all live at once; not in --quick)
 import { cpus, loadavg } from "node:os";
@@ -56,6 +62,8 @@ const ROOT = join(import.meta.dir, "../..");
 const ms = (full: number, quick: number) => Math.max(100, Math.round((QUICK ? quick : full) * SCALE));
 const count = (full: number, quick: number) => Math.max(1, Math.round((QUICK ? quick : full) * SCALE));
 const THROUGHPUT_RUNS = QUICK ? 1 : 3;
+const PHASES = env.BENCH_PHASES?.split(",");
+const phase = (name: string) => PHASES === undefined || PHASES.includes(name);
 /** The stream of the gap and concurrent-streams phases: 64 deltas every 20 ms (quick: 16 every 5 ms). */
 const PACED = QUICK ? { model: "bench-sse-n16-i5", deltas: 16, intervalMs: 5 } : { model: "bench-sse", deltas: 64, intervalMs: 20 };
 /** A stream stalls when a gap between its content frames, or its server's event loop, stops for 10 intervals. */
@@ -142,13 +150,13 @@ async function main(): Promise<BenchResult> {
     // 1. Added latency at concurrency 1, instant mock, non-streaming. The gateway's own overhead
     // histogram is read around this phase (full stack only).
     let overheadBefore = gatewayUrl ? await scrapeOverhead(gatewayUrl) : {};
-    for (const p of paths) {
+    for (const p of phase("latency") ? paths : []) {
       const t = targets[p]!;
       const r = await drive<LoadResult>({ mode: "load", url: t.url, headers: t.headers, body: body("bench-json", false, 16), concurrency: 1, warmupMs: QUICK ? 0 : ms(1000, 0), durationMs: ms(7000, 500) });
       results[p]!.latency_c1 = r;
       log(`${p} latency c=1`, { rps: r.rps, ...r.latency_ms, errors: r.errors });
     }
-    if (gatewayUrl) {
+    if (gatewayUrl && phase("latency")) {
       const after = await scrapeOverhead(gatewayUrl);
       const d = diffBuckets(after.no, overheadBefore.no);
       results.full!.overhead_nonstream_ms = { n: observations(d), p50: histogramQuantile(d, 0.5) * 1000, p99: histogramQuantile(d, 0.99) * 1000 };
@@ -180,8 +188,8 @@ async function main(): Promise<BenchResult> {
       }
       return bestC;
     };
-    const relayPeak = paths.includes("relay") ? await ladder("relay") : 0;
-    for (const p of paths) {
+    const relayPeak = paths.includes("relay") && phase("load") ? await ladder("relay") : 0;
+    for (const p of phase("load") ? paths : []) {
       if (p === "relay") continue;
       if (relayPeak > 0) await level(p, relayPeak);
       else await ladder(p);
@@ -190,14 +198,14 @@ async function main(): Promise<BenchResult> {
     // 3. Streaming at concurrency 1: time to the first content frame (a short, unthrottled stream),
     // then inter-frame gaps and per-chunk transit on the paced stream.
     overheadBefore = gatewayUrl ? await scrapeOverhead(gatewayUrl) : {};
-    for (const p of paths) {
+    for (const p of phase("stream_c1") ? paths : []) {
       const t = targets[p]!;
       const ttft = await drive<StreamResult>({ mode: "streams", url: t.url, headers: t.headers, body: body("bench-sse-n4-i0", true, 4), concurrency: 1, perWorker: count(1500, 10), warmup: QUICK ? 1 : 20, expectedFrames: 4, stallMs: STALL_MS });
       const gaps = await drive<StreamResult>({ mode: "streams", url: t.url, headers: t.headers, body: body(PACED.model, true, PACED.deltas), concurrency: 1, perWorker: count(10, 1), warmup: QUICK ? 0 : 1, expectedFrames: PACED.deltas, stallMs: STALL_MS });
       results[p]!.stream_c1 = { ttft_ms: ttft.ttft_ms, gap_ms: gaps.gap_ms, transit_ms: gaps.transit_ms, ttft_run: ttft, gap_run: gaps };
       log(`${p} stream c=1`, { ttft: ttft.ttft_ms, gap: gaps.gap_ms, transit: gaps.transit_ms });
     }
-    if (gatewayUrl) {
+    if (gatewayUrl && phase("stream_c1")) {
       const after = await scrapeOverhead(gatewayUrl);
       const d = diffBuckets(after.yes, overheadBefore.yes);
       results.full!.overhead_stream_ms = { n: observations(d), p50: histogramQuantile(d, 0.5) * 1000, p99: histogramQuantile(d, 0.99) * 1000 };
@@ -205,7 +213,7 @@ async function main(): Promise<BenchResult> {
 
     // 4. Unthrottled streaming throughput: 32 concurrent streams of 256 deltas sent back to back; the
     // figure is the median of three runs (one run moved ±25 % between full runs), all three kept.
-    for (const p of paths) {
+    for (const p of phase("throughput") ? paths : []) {
       const t = targets[p]!;
       const runs: StreamResult[] = [];
       for (let i = 0; i < THROUGHPUT_RUNS; i++) {
@@ -221,7 +229,7 @@ async function main(): Promise<BenchResult> {
     // wants RSS at 1,024 and 4,096 even past a failed level). A level passes with ≥ 99.9 % of frames
     // delivered, no gap between content frames above STALL_MS, and no server event-loop delay above
     // STALL_MS. Server RSS is sampled while the streams live.
-    for (const p of paths) {
+    for (const p of phase("streams") ? paths : []) {
       const t = targets[p]!;
       if (!QUICK) await Bun.sleep(500);
       const idle = t.server ? rssMb(t.server.pid) : null;
@@ -268,7 +276,8 @@ async function main(): Promise<BenchResult> {
         wall_s: Math.round((performance.now() - started) / 1000),
       },
       paths: results,
-      derived: derive(results),
+      // A partial run (BENCH_PHASES) has no tables to derive.
+      derived: PHASES === undefined ? derive(results) : (undefined as unknown as ReturnType<typeof derive>),
     };
   } finally {
     await procs.stop();
@@ -307,6 +316,11 @@ async function heldStreamFigures(): Promise<HeldStreamFigures> {
 }
 
 const result = await main();
+if (PHASES !== undefined) {
+  // A partial run: the report's tables need every phase, so each path's figures as measured.
+  console.log(JSON.stringify({ meta: result.meta, paths: result.paths }, null, 2));
+  process.exit(0);
+}
 if (!QUICK && env.BENCH_HELD !== "0") {
   console.error("[bench] RSS with 1,024 and 4,096 streams held live (test/bench/memory.ts) …");
   result.held = await heldStreamFigures();

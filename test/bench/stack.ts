@@ -36,8 +36,18 @@ const bunArgs = (): string[] => [
 /** BENCH_LOOP_DIR=DIR (set by run.ts): each server under test samples its event-loop delay there (loop-delay-preload.ts). */
 const serverPreload = (): string[] => (process.env.BENCH_LOOP_DIR ? ["--preload", LOOP_PRELOAD] : []);
 const collectorEnv = (): Record<string, string> => (process.env.BENCH_CENSUS_DIR ? { BUN_JSC_disableGC: "1", BUN_GC_TIMER_DISABLE: "1" } : {});
-/** The gateway's environment as the shipped service files set it (deploy/gateway.service, Dockerfile); BENCH_PURGE_DELAY overrides (e.g. 100, mimalloc's default). */
-export const GATEWAY_ENV = { MIMALLOC_PURGE_DELAY: process.env.BENCH_PURGE_DELAY ?? "1000" };
+/**
+ * mimalloc's purge delay of the processes under test: 1000 ms, as the gateway's service files and the
+ * provider runtime's documented units set it (deploy/gateway.service, Dockerfile; docs/provider-machines.md,
+ * "The allocator"). The relay's and the floor's processes get the same, so that every path is measured
+ * with the same allocator (docs/benchmarks.md, "Unthrottled deltas pass"). BENCH_PURGE_DELAY overrides
+ * all (e.g. 100, mimalloc's default); BENCH_PROVIDER_PURGE_DELAY and BENCH_TWOHOP_PURGE_DELAY override
+ * the provider runtimes' and the relay's and floor's alone.
+ */
+const PURGE_DELAY = process.env.BENCH_PURGE_DELAY ?? "1000";
+export const GATEWAY_ENV = { MIMALLOC_PURGE_DELAY: PURGE_DELAY };
+export const PROVIDER_ENV = { MIMALLOC_PURGE_DELAY: process.env.BENCH_PROVIDER_PURGE_DELAY ?? PURGE_DELAY };
+const TWOHOP_ENV = { MIMALLOC_PURGE_DELAY: process.env.BENCH_TWOHOP_PURGE_DELAY ?? PURGE_DELAY };
 
 export class Processes {
   readonly all: Proc[] = [];
@@ -174,7 +184,7 @@ export async function startGatewayStack(
           "--max-concurrency", "1024",
           ...BENCH_MODELS.flatMap((m) => ["--model", `${m}=${modelHash(m)}`]),
         ],
-        { env: { ...FETCH_ENV, ...collectorEnv() }, log: `provider-${i}.log` },
+        { env: { ...FETCH_ENV, ...PROVIDER_ENV, ...collectorEnv() }, log: `provider-${i}.log` },
       ),
     );
   }
@@ -204,11 +214,11 @@ export async function startFloor(p: Processes, o: { mockUrl: string; clients: nu
 /** `NAME.ts server …` and `clients` × `NAME.ts client WS_URL UPSTREAM`, each awaited until its log says it is up. */
 async function startTwoHop(p: Processes, name: "relay" | "floor", serverArgs: string[], o: { mockUrl: string; clients: number }): Promise<{ url: string; server: Proc }> {
   const script = join(HERE, `${name}.ts`);
-  const server = p.spawn(["bun", ...serverPreload(), script, "server", ...serverArgs], { log: `${name}.log` });
+  const server = p.spawn(["bun", ...serverPreload(), script, "server", ...serverArgs], { env: TWOHOP_ENV, log: `${name}.log` });
   const line = await p.line(`${name}.log`, (l) => l.event === `${name}_listening`);
   for (let i = 0; i < o.clients; i++) {
     const log = `${name}-client-${i}.log`;
-    p.spawn(["bun", script, "client", `ws://127.0.0.1:${line.port}/connect`, o.mockUrl], { env: FETCH_ENV, log });
+    p.spawn(["bun", script, "client", `ws://127.0.0.1:${line.port}/connect`, o.mockUrl], { env: { ...FETCH_ENV, ...TWOHOP_ENV }, log });
     await p.line(log, (l) => l.event === `${name}_client_connected`);
   }
   return { url: `http://127.0.0.1:${line.port}`, server };

@@ -21,22 +21,27 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { collectJsonLines, MAIN, waitFor } from "../support/harness.ts";
 import { rng } from "../support/seededRandom.ts";
-import { cli as gatewayCli, failedRun, killHard, ledgerViolations, oneRequest, realViolations, SETTLEMENT_COLUMNS, startProvider as startProviderProcess, summary, type Logged, type Received, type Retries, type RunResult, type SettlementRow } from "./common.ts";
+import { cli as gatewayCli, exitReason, failedRun, keepTail, killHard, ledgerViolations, oneRequest, realViolations, SETTLEMENT_COLUMNS, startProvider as startProviderProcess, summary, type Logged, type Received, type Retries, type RunResult, type SettlementRow } from "./common.ts";
 
 interface Args {
   runs: number;
   seed: number;
   keep: boolean;
   cluster: boolean;
+  /** Cluster runs: nodes (default 3) and one fault mode for every run (default: drawn per run). */
+  nodes: number | undefined;
+  mode: string | undefined;
 }
 
 function parseArgs(argv: string[]): Args {
-  const args: Args = { runs: 5, seed: Date.now() % 1_000_000, keep: false, cluster: false };
+  const args: Args = { runs: 5, seed: Date.now() % 1_000_000, keep: false, cluster: false, nodes: undefined, mode: undefined };
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === "--runs") args.runs = Number(argv[++i]);
     else if (argv[i] === "--seed") args.seed = Number(argv[++i]);
     else if (argv[i] === "--keep") args.keep = true;
     else if (argv[i] === "--cluster") args.cluster = true;
+    else if (argv[i] === "--nodes") args.nodes = Number(argv[++i]);
+    else if (argv[i] === "--mode") args.mode = argv[++i];
   }
   return args;
 }
@@ -55,13 +60,14 @@ type Gateway = Logged;
 async function startGatewayProcess(dataDir: string, port: number): Promise<Gateway> {
   const proc = Bun.spawn(
     ["bun", MAIN, "serve", "--data-dir", dataDir, "--port", String(port), "--settlement-mode", "observe", "--pending-deadline-ms", "2000", "--heartbeat-interval-ms", "500"],
-    { stdout: "pipe", stderr: "ignore" },
+    { stdout: "pipe", stderr: "pipe" },
   );
   const events: Record<string, unknown>[] = [];
   collectJsonLines(proc.stdout as ReadableStream<Uint8Array>, events);
+  const stderr = keepTail(proc.stderr as ReadableStream<Uint8Array>);
   // Generous: on a loaded shared machine a process start has taken 20 s.
   await waitFor(() => events.some((e) => e.event === "gateway_listening") || proc.exitCode !== null, 120_000, "gateway_listening");
-  if (proc.exitCode !== null) throw new Error(`gateway exited with ${proc.exitCode}`);
+  if (proc.exitCode !== null) throw new Error(await exitReason("gateway", proc, stderr, events));
   return { proc, events };
 }
 
@@ -192,13 +198,18 @@ if (import.meta.main) {
   const results: RunResult[] = [];
   // --cluster: the same checks on cluster nodes over PostgreSQL and Redis (test/chaos/cluster.ts).
   const cluster = args.cluster ? await import("./cluster.ts") : null;
+  if (cluster && args.mode !== undefined && !(cluster.CLUSTER_MODES as readonly string[]).includes(args.mode)) {
+    console.error(`--mode: one of ${cluster.CLUSTER_MODES.join(", ")}`);
+    process.exit(64);
+  }
+  const clusterOptions = { nodes: args.nodes, mode: args.mode as import("./cluster.ts").ClusterMode | undefined };
   const engines = cluster ? await cluster.startEngines() : null;
   try {
     for (let run = 0; run < args.runs; run++) {
       let result: RunResult;
       const startedAt = performance.now();
       try {
-        result = cluster && engines ? await cluster.oneClusterRun(run, args.seed + run, args.keep, engines) : await oneRun(run, args.seed + run, args.keep);
+        result = cluster && engines ? await cluster.oneClusterRun(run, args.seed + run, args.keep, engines, clusterOptions) : await oneRun(run, args.seed + run, args.keep);
       } catch (error) {
         result = failedRun(run, args.seed + run, error);
       }

@@ -18,20 +18,39 @@ export async function killHard(proc: Proc): Promise<void> {
   await proc.exited;
 }
 
+/** The last `max` characters a process writes to a stream; `read()` resolves once the stream has ended. */
+export function keepTail(stream: ReadableStream<Uint8Array>, max = 2000): { read(): Promise<string> } {
+  let tail = "";
+  const decoder = new TextDecoder();
+  const done = (async () => {
+    for await (const chunk of stream) tail = (tail + decoder.decode(chunk, { stream: true })).slice(-max);
+  })().catch(() => {});
+  return { read: async () => (await done, tail) };
+}
+
+/** Why a process that had to stay up exited: its exit code, the end of its stderr and its last log lines. */
+export async function exitReason(name: string, proc: Proc, stderr: { read(): Promise<string> }, events: Record<string, unknown>[]): Promise<string> {
+  return `${name} exited with ${proc.exitCode}: ${(await stderr.read()).trim().slice(-600)} ${JSON.stringify(events.slice(-3)).slice(0, 600)}`;
+}
+
 /** Runs `gateway ARGS…` to completion (operator CLI). */
 export function cli(args: string[]): { exitCode: number; stdout: string } {
   const r = Bun.spawnSync(["bun", MAIN, ...args], { stdout: "pipe", stderr: "pipe" });
   return { exitCode: r.exitCode ?? -1, stdout: r.stdout.toString() };
 }
 
-/** A synthetic provider runtime; with several gateways it moves to the next after a dropped connection. */
-export function startProvider(keyDir: string, gateways: string[], id: string, extraArgs: string[] = []): Logged {
+/**
+ * A synthetic provider runtime; with several gateways it moves to the next after a dropped connection.
+ * `model` and `tokensPerSecond`: what it serves and how fast (the chaos model at 400 tokens/s).
+ */
+export function startProvider(keyDir: string, gateways: string[], id: string, extraArgs: string[] = [], o: { model?: string; tokensPerSecond?: number } = {}): Logged {
+  const model = o.model ?? MODEL;
   const proc = Bun.spawn(
     [
       "bun", MAIN, "provider", ...gateways.flatMap((g) => ["--gateway", g]), "--id", id,
       "--key-file", join(keyDir, `${id}.key`), "--engine", "synthetic", "--backoff-min-ms", "20", "--backoff-max-ms", "200",
-      "--max-concurrency", "4", "--synthetic-ttft-ms", "5", "--synthetic-tokens-per-second", "400",
-      "--model", `${MODEL}=${modelHash(MODEL)}`, ...extraArgs,
+      "--max-concurrency", "4", "--synthetic-ttft-ms", "5", "--synthetic-tokens-per-second", String(o.tokensPerSecond ?? 400),
+      "--model", `${model}=${modelHash(model)}`, ...extraArgs,
     ],
     { stdout: "pipe", stderr: "ignore" },
   );
@@ -56,6 +75,8 @@ export interface Retries {
   replayed: number;
   /** Requests that had not ended 15 s after they were sent (a silent hang: never expected). */
   timedOut: number;
+  /** When given: each refusal (a status other than 200) counted as `STATUS code[ retryable]`. */
+  refused?: Map<string, number>;
 }
 
 /**
@@ -98,7 +119,18 @@ export async function oneRequest(
   try {
     const id = (response.headers.get("x-request-id") ?? "").replace(/^chatcmpl-/, "");
     if (response.status !== 200) {
-      await response.text();
+      const text = await response.text();
+      if (retries?.refused) {
+        let what = "";
+        try {
+          const error = (JSON.parse(text) as { error?: { code?: string; retryable?: boolean } }).error;
+          what = `${error?.code ?? "?"}${error?.retryable === true ? " retryable" : ""}`;
+        } catch {
+          what = "(not JSON)";
+        }
+        const key = `${response.status} ${what}`;
+        retries.refused.set(key, (retries.refused.get(key) ?? 0) + 1);
+      }
       return false;
     }
     const utf8 = new TextEncoder();
@@ -200,7 +232,14 @@ export interface RunResult {
 }
 
 export interface ClusterFigures {
-  /** The killed node, and whether it held provider sockets or buyers' requests when it died. */
+  /** The run's fault (test/chaos/cluster.ts) and how many nodes the cluster had. */
+  mode: string;
+  nodes: number;
+  /** Refusals the buyers got, by `STATUS code[ retryable]`. */
+  refused: Record<string, number>;
+  /** Split runs: how long the node was cut off, what the survivor answered the free account's next streams, how its held ones ended. */
+  split?: { cutMs: number; probeStatuses: number[]; heldEnded: (string | null)[] };
+  /** The killed (or split) node, and whether it held provider sockets or buyers' requests when it died. */
   victim: string;
   heldProviders: number;
   /** How long the node stayed down before its restart (0: restarted at once, as systemd does). */
@@ -242,6 +281,11 @@ export function summary(results: RunResult[]): Record<string, unknown> {
     listening_ms: { max: Math.max(...results.map((r) => r.listeningMs)) },
     ...(clusterRuns.length > 0
       ? {
+          modes: clusterRuns.reduce<Record<string, number>>((m, c) => ({ ...m, [c.mode]: (m[c.mode] ?? 0) + 1 }), {}),
+          refused: clusterRuns.reduce<Record<string, number>>((m, c) => {
+            for (const [k, n] of Object.entries(c.refused)) m[k] = (m[k] ?? 0) + n;
+            return m;
+          }, {}),
           kills_of_provider_nodes: clusterRuns.filter((c) => c.heldProviders > 0).length,
           providers_back_ms: percentiles(clusterRuns.flatMap((c) => (c.providersBackMs === null ? [] : [c.providersBackMs]))),
           slots_freed_ms: percentiles(clusterRuns.flatMap((c) => (c.slotsFreedMs === null ? [] : [c.slotsFreedMs]))),

@@ -13,6 +13,14 @@ test("the systemd unit and the container image set MIMALLOC_PURGE_DELAY=1000", (
   expect(read("Dockerfile")).toMatch(/^\s+MIMALLOC_PURGE_DELAY=1000$/m);
 });
 
+test("the provider runtime's documented systemd unit and launchd agent set MIMALLOC_PURGE_DELAY=1000", () => {
+  const doc = read("docs/provider-machines.md");
+  // The unit and the plist are the page's two code blocks of those languages.
+  const block = (lang: string) => /```(\w+)\n([\s\S]*?)```/g[Symbol.matchAll](doc).find((m) => m[1] === lang)?.[2] ?? "";
+  expect(block("ini")).toMatch(/^Environment=MIMALLOC_PURGE_DELAY=1000$/m);
+  expect(block("xml")).toMatch(/<key>EnvironmentVariables<\/key>\s*<dict>\s*<key>MIMALLOC_PURGE_DELAY<\/key>\s*<string>1000<\/string>/);
+});
+
 test("the Bun runtime's allocator takes its purge delay from the environment", () => {
   const purgeDelay = (env: Record<string, string>) => {
     const { MIMALLOC_PURGE_DELAY: _, ...inherited } = process.env;

@@ -40,6 +40,9 @@ export interface PostgresServer {
   /** Fast shutdown (connections are cut); `start` brings it back on the same port and data. */
   stop(): void;
   start(): void;
+  /** The same, without blocking the test process's event loop while pg_ctl runs (its buyers keep reading). */
+  stopAsync(): Promise<void>;
+  startAsync(): Promise<void>;
   /** Stops the server and removes its data directory. */
   destroy(): void;
 }
@@ -53,6 +56,17 @@ function runPg(args: string[]): { ok: boolean; output: string } {
     : args.slice(1);
   const result = spawnSync(command, argv, { encoding: "utf8", timeout: 60_000 });
   return { ok: result.status === 0, output: `${result.stdout ?? ""}${result.stderr ?? ""}` };
+}
+
+/** runPg in a child process, awaited: the caller's event loop keeps running. */
+async function runPgAsync(args: string[]): Promise<{ ok: boolean; output: string }> {
+  const asRoot = process.getuid?.() === 0;
+  const argv = asRoot
+    ? ["su", "postgres", "-s", "/bin/sh", "-c", [join(BIN, args[0]!), ...args.slice(1)].map((a) => `'${a.replace(/'/g, "'\\''")}'`).join(" ")]
+    : [join(BIN, args[0]!), ...args.slice(1)];
+  const proc = Bun.spawn(argv, { stdout: "pipe", stderr: "pipe" });
+  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  return { ok: code === 0, output: `${stdout}${stderr}` };
 }
 
 /** Starts a new private server (about a second for initdb and start). */
@@ -82,6 +96,13 @@ export async function startPostgres(): Promise<PostgresServer> {
   };
   const stop = () => {
     runPg(["pg_ctl", "-D", dataDir, "-m", "fast", "-w", "stop"]);
+  };
+  const startAsync = async () => {
+    const started = await runPgAsync(["pg_ctl", "-D", dataDir, "-o", options, "-l", join(root, "log"), "-w", "-t", "30", "start"]);
+    if (!started.ok) throw new Error(`pg_ctl start failed: ${started.output}`);
+  };
+  const stopAsync = async () => {
+    await runPgAsync(["pg_ctl", "-D", dataDir, "-m", "fast", "-w", "stop"]);
   };
   start();
   // Killed without an exit handler, this process leaves the server to its watchdog: an immediate
@@ -129,6 +150,8 @@ export async function startPostgres(): Promise<PostgresServer> {
     emptyDatabase: () => createDatabase(null),
     stop,
     start,
+    stopAsync,
+    startAsync,
     destroy,
   };
 }

@@ -1,9 +1,11 @@
 // Settlement writes the gateway hands over without a buyer waiting on them (measurement, delivered
 // record, outcome, request end). Each is one store transaction, so a try that failed left nothing:
-// while the database is unreachable (a cluster node's PostgreSQL restarting) the write is tried again
-// every RETRY_MS until it lands, and the settlement carries on where it stood (docs/postgres-store.md).
+// while the database is unreachable (a cluster node's PostgreSQL restarting), or when it aborted the
+// transaction as a deadlock or serialization failure (two nodes' batches locking the same rows), the
+// write is tried again every RETRY_MS until it lands, and the settlement carries on where it stood
+// (docs/postgres-store.md).
 import type { Log } from "../../log.ts";
-import { isStoreUnavailable } from "../../store/asyncStore.ts";
+import { isStoreUnavailable, isTransientConflict } from "../../store/asyncStore.ts";
 
 /** While the database is unreachable, how long a settlement write waits before it tries again. */
 export const RETRY_MS = 500;
@@ -11,7 +13,7 @@ export const RETRY_MS = 500;
 export interface DurableWrites {
   /**
    * Runs `write` until it lands (its result), or until stop() (null: a restart's recovery finishes
-   * the job). A failure other than an unreachable database is logged once and gives null.
+   * the job). A failure other than an unreachable database or a transient conflict is logged once and gives null.
    */
   run<T>(what: string, ids: { request_id: string; attempt_n?: number }, write: () => Promise<T>): Promise<T | null>;
   stop(): void;
@@ -25,7 +27,7 @@ export function durableWrites(log: Log, sleep: (ms: number) => Promise<void> = B
         try {
           return await write();
         } catch (error) {
-          if (!isStoreUnavailable(error)) {
+          if (!isStoreUnavailable(error) && !isTransientConflict(error)) {
             log.error("settlement_write_failed", { ...ids, write: what, error: String(error) });
             return null;
           }
