@@ -90,6 +90,8 @@ export interface RunningGateway {
   metrics: PrometheusMetrics;
   /** Buyer requests whose actor is still running. */
   liveRequests: () => number;
+  /** Results the retry-replay copy holds in memory now, in flight ones included (diagnostics and tests). */
+  replayEntries: () => number;
   /** The cluster node, when this gateway is one; `ready` resolves once it joined. */
   cluster: { node: ClusterNode<SharedProviderView>; ready: Promise<void>; announce(change: ChangeMessage): Promise<boolean> } | null;
   /** The HTTP routes mounted (method, path, hidden from the API reference or not). */
@@ -193,7 +195,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
   // A request is recorded as this node's with its slot, before its reservation is written: a node killed
   // in between leaves a survivor the request to resolve (docs/scale-out.md, "Leases and failure").
   const slots = node ? sharedSlots(node.redis, config.clusterLeaseMs, node.ownedKey, (id) => node.ownedRequest(id)) : null;
-  const replays = createReplayCache({ now, backend: replayBackend });
+  const replays = createReplayCache({ now, backend: replayBackend, maxEntries: config.replayCacheEntries });
 
   let stopped: () => void = () => {};
   const stoppedPromise = new Promise<void>((r) => (stopped = r));
@@ -479,6 +481,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     settlements,
     metrics,
     liveRequests: () => runner.liveRequests(),
+    replayEntries: () => replays.size(),
     cluster: node ? { node, ready: clusterReady, announce: (change) => node.announce(change) } : null,
     httpRoutes: handleHttp.routes,
     async drain() {

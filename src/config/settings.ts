@@ -61,6 +61,7 @@ export const settingSpecs = [
   s("trustedProxies", "string", undefined, "Comma-separated IPs/CIDRs of reverse proxies whose X-Forwarded-For names the client (default: none; the socket address is the client)."),
   s("demoSessionsPerHour", "integer", 10, "Browser demo sessions issued per client IP (/32 or /64) per hour.", { min: 0 }),
   s("pendingDeadlineMs", "integer", 300_000, "How long an ended attempt waits for its provider's receipt before it is quarantined (no_receipt).", { min: 1 }),
+  s("replayCacheEntries", "integer", 16_384, "Finished results the retry-replay copy keeps in memory at most, besides its 32 MiB of bodies; the oldest go first (docs/quotas.md).", { min: 1 }),
   s("rateCard", "string", undefined, "Rate-card rows besides `default`: a JSON array of {slug, prompt_credits_per_million, completion_credits_per_million} (see docs/ledger.md)."),
   s("freeDailyTokens", "integer", 100_000, "Tokens a free-tier account may use per UTC day (reserved at admission: prompt bound + max_tokens).", { min: 0 }),
   s("demoDailyTokens", "integer", 1_000, "Tokens one demo client IP (/32 or /64) may use per UTC day.", { min: 0 }),
@@ -129,6 +130,7 @@ export interface GatewayConfig {
   trustedProxies: string | undefined;
   demoSessionsPerHour: number;
   pendingDeadlineMs: number;
+  replayCacheEntries: number;
   rateCard: string | undefined;
   freeDailyTokens: number;
   demoDailyTokens: number;

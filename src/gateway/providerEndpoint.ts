@@ -4,7 +4,8 @@
 import type { ServerWebSocket, WebSocketHandler } from "bun";
 import { createActor, fromPromise, type ActorOptions, type AnyActorLogic, type InspectionEvent, type Observer } from "xstate";
 import { providerSessionMachine, type AdmissionInput, type AdmissionVerdict } from "../../actors/providerSession.ts";
-import { decodeProviderFrame, encodeFrame } from "../wire/codec.ts";
+import { decodeProviderFrameGeneral, encodeFrame } from "../wire/codec.ts";
+import { decodeChunkFrame } from "../wire/chunkFrame.ts";
 import { CloseCode, MAX_FRAME_BYTES, type ChunkFrame, type ProviderFrame } from "../wire/frames.ts";
 import { attemptKey, type Registry, type RemoteSession, type SessionHandle } from "./registry.ts";
 import type { Log } from "../log.ts";
@@ -108,14 +109,18 @@ export class TokenBucket {
 
 /** Content and tool-call bytes of a chunk, or more than `bound` as soon as that is sure (cheap per token). */
 export function chunkBytesExceed(frame: ChunkFrame, bound: number): boolean {
+  const calls = frame.tool_calls;
   let units = frame.content?.length ?? 0;
-  for (const call of frame.tool_calls ?? []) units += (call.id?.length ?? 0) + (call.name?.length ?? 0) + (call.arguments?.length ?? 0);
+  // No `?? []` for the absent list: this runs per token, and that is an array a chunk.
+  if (calls !== undefined) for (const call of calls) units += (call.id?.length ?? 0) + (call.name?.length ?? 0) + (call.arguments?.length ?? 0);
   // A UTF-16 unit is at most 3 UTF-8 bytes and at least 1: most chunks are decided without encoding.
   if (units * 3 <= bound) return false;
   if (units > bound) return true;
   let bytes = frame.content === undefined ? 0 : Buffer.byteLength(frame.content, "utf8");
-  for (const call of frame.tool_calls ?? []) {
-    bytes += Buffer.byteLength(call.id ?? "", "utf8") + Buffer.byteLength(call.name ?? "", "utf8") + Buffer.byteLength(call.arguments ?? "", "utf8");
+  if (calls !== undefined) {
+    for (const call of calls) {
+      bytes += Buffer.byteLength(call.id ?? "", "utf8") + Buffer.byteLength(call.name ?? "", "utf8") + Buffer.byteLength(call.arguments ?? "", "utf8");
+    }
   }
   return bytes > bound;
 }
@@ -281,6 +286,16 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
     session.actor.send({ type: "provider.outOfTurn", frameType: frame.type });
   }
 
+  function handleFrame(ws: ServerWebSocket<SocketData>, session: SessionHandle, frame: ProviderFrame, raw: Uint8Array): void {
+    try {
+      onFrame(session, frame, raw);
+    } catch (e) {
+      // A bug in handling one frame closes that socket, never the process.
+      log.error("provider_frame_failed", { session_id: session.sessionId, error: String(e) });
+      ws.close(1011, "internal_error");
+    }
+  }
+
   return {
     maxPayloadLength: MAX_FRAME_BYTES,
     // Heartbeats are the protocol's liveness check; Bun's idle timeout would only duplicate it.
@@ -292,7 +307,11 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
     message(ws, data) {
       const session = ws.data.session;
       if (!session) return;
-      const decoded = decodeProviderFrame(typeof data === "string" ? data : (data as Uint8Array));
+      // The per-token path first, without the general decoder's result object (what it would return).
+      const chunk = typeof data === "string" ? undefined : decodeChunkFrame(data as Uint8Array);
+      if (chunk !== undefined) return handleFrame(ws, session, chunk, data as Uint8Array);
+      // Anything it leaves alone: the general decoder and schema checks decide (src/wire/chunkFrame.ts).
+      const decoded = decodeProviderFrameGeneral(typeof data === "string" ? data : (data as Uint8Array));
       if (!decoded.ok) {
         // A malformed hello has its own code (4001 invalid_hello); other schema failures are 1008.
         const code = decoded.frameType === "hello" ? CloseCode.invalidHello : decoded.closeCode;
@@ -300,13 +319,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
         ws.close(code, decoded.reason);
         return;
       }
-      try {
-        onFrame(session, decoded.frame, typeof data === "string" ? Buffer.from(data) : (data as Uint8Array));
-      } catch (e) {
-        // A bug in handling one frame closes that socket, never the process.
-        log.error("provider_frame_failed", { session_id: session.sessionId, error: String(e) });
-        ws.close(1011, "internal_error");
-      }
+      handleFrame(ws, session, decoded.frame, typeof data === "string" ? Buffer.from(data) : (data as Uint8Array));
     },
     close(ws, code) {
       ws.data.session?.actor.send({ type: "socket.closed", code });

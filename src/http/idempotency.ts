@@ -274,8 +274,11 @@ export function createReplayCache(options: ReplayCacheOptions) {
     // Only the kept headers of the response, not the response itself.
     let headers: string[] | null = null;
     const settle = (): void | Promise<void> => {
+      // A failed run keeps nothing, so it need not wait for its response: a non-streaming request whose
+      // buyer hung up never gets one, and its entry would stay in flight (never pruned) for good.
+      if (ok === false) return finish(entry, null);
       if (ok === null || headers === null) return;
-      const body = ok ? entry.recording?.bytes() : undefined;
+      const body = entry.recording?.bytes();
       return finish(entry, body ? { status: 200, headers, body } : null);
     };
     const tracker: RunTracker = {

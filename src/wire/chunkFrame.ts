@@ -37,39 +37,38 @@ interface NativeSlices {
   utf8Slice?(start: number, end: number): string;
 }
 
-/** Reader state over one frame; `p` is the next byte to read. */
-interface Cursor {
-  readonly b: Uint8Array;
-  p: number;
-}
+/**
+ * The next byte to read of the frame being decoded. One for every call, not an object per frame (this
+ * runs per token): a decode runs synchronously from start to end, and decodeChunkFrame sets it first.
+ */
+let at = 0;
 
 const matches = (b: Uint8Array, at: number, key: Uint8Array): boolean => {
   for (let i = 0; i < key.length; i++) if (b[at + i] !== key[i]) return false;
   return true;
 };
 
-/** The key id of a fixstr key at the cursor (consumed), or 0 for anything else. */
-function readKey(c: Cursor): number {
-  const { b } = c;
-  const token = b[c.p];
+/** The key id of a fixstr key at `at` (consumed), or 0 for anything else. */
+function readKey(b: Uint8Array): number {
+  const token = b[at];
   if (token === undefined || token < 0xa0 || token > 0xbf) return 0;
   const length = token - 0xa0;
-  const at = c.p + 1;
-  if (at + length > b.length) return 0;
-  c.p = at + length;
+  const from = at + 1;
+  if (from + length > b.length) return 0;
+  at = from + length;
   switch (length) {
     case 3:
-      return matches(b, at, KEY_SEQ) ? SEQ : 0;
+      return matches(b, from, KEY_SEQ) ? SEQ : 0;
     case 4:
-      return matches(b, at, KEY_TYPE) ? TYPE : 0;
+      return matches(b, from, KEY_TYPE) ? TYPE : 0;
     case 6:
-      return matches(b, at, KEY_TOKENS) ? TOKENS : 0;
+      return matches(b, from, KEY_TOKENS) ? TOKENS : 0;
     case 7:
-      return matches(b, at, KEY_CONTENT) ? CONTENT : 0;
+      return matches(b, from, KEY_CONTENT) ? CONTENT : 0;
     case 9:
-      return matches(b, at, KEY_ATTEMPT_N) ? ATTEMPT_N : 0;
+      return matches(b, from, KEY_ATTEMPT_N) ? ATTEMPT_N : 0;
     case 10:
-      return matches(b, at, KEY_REQUEST_ID) ? REQUEST_ID : 0;
+      return matches(b, from, KEY_REQUEST_ID) ? REQUEST_ID : 0;
     default:
       return 0;
   }
@@ -80,27 +79,26 @@ function readKey(c: Cursor): number {
  * Other forms fall back: msgpackr turns floats into numbers that may pass the schema, uint 64 into a
  * bigint, and signed forms may hold non-negative values; the general path judges those.
  */
-function readUint(c: Cursor): number {
-  const { b } = c;
-  const p = c.p;
+function readUint(b: Uint8Array): number {
+  const p = at;
   const token = b[p];
   if (token === undefined) return -1;
   if (token < 0x80) {
-    c.p = p + 1;
+    at = p + 1;
     return token;
   }
   switch (token) {
     case 0xcc:
       if (p + 2 > b.length) return -1;
-      c.p = p + 2;
+      at = p + 2;
       return b[p + 1]!;
     case 0xcd:
       if (p + 3 > b.length) return -1;
-      c.p = p + 3;
+      at = p + 3;
       return (b[p + 1]! << 8) | b[p + 2]!;
     case 0xce:
       if (p + 5 > b.length) return -1;
-      c.p = p + 5;
+      at = p + 5;
       return b[p + 1]! * 0x1000000 + ((b[p + 2]! << 16) | (b[p + 3]! << 8) | b[p + 4]!);
     default:
       return -1;
@@ -143,10 +141,9 @@ function wellFormedUtf8(b: Uint8Array, from: number, to: number): boolean {
   return true;
 }
 
-/** A msgpack str (fix/8/16/32) at the cursor, or undefined when absent, truncated or not plain UTF-8. */
-function readString(c: Cursor): string | undefined {
-  const { b } = c;
-  let p = c.p;
+/** A msgpack str (fix/8/16/32) at `at`, or undefined when absent, truncated or not plain UTF-8. */
+function readString(b: Uint8Array): string | undefined {
+  let p = at;
   const token = b[p++];
   let length: number;
   if (token === undefined) return undefined;
@@ -173,7 +170,7 @@ function readString(c: Cursor): string | undefined {
     }
   }
   if (!ascii && (!wellFormedUtf8(b, p, end) || (b[p] === 0xef && b[p + 1] === 0xbb && b[p + 2] === 0xbf))) return undefined;
-  c.p = end;
+  at = end;
   // Bun's WebSocket hands frames over as Buffers, whose native slices are the fastest string makers.
   const buffer = b as Uint8Array & NativeSlices;
   if (buffer.utf8Slice !== undefined) return ascii ? buffer.latin1Slice!(p, end) : buffer.utf8Slice(p, end);
@@ -197,55 +194,54 @@ export function decodeChunkFrame(bytes: Uint8Array): ChunkFrame | undefined {
     entries = bytes[2];
     start = 3;
   } else return undefined;
-  const c: Cursor = { b: bytes, p: start };
+  at = start;
   // Filled in the order the keys come, as msgpackr fills its object.
   const frame: Record<string, unknown> = {};
   let seen = 0;
   for (let n = entries; n > 0; n--) {
-    const key = readKey(c);
+    const key = readKey(bytes);
     if (key === 0 || (seen & key) !== 0) return undefined;
     seen |= key;
     switch (key) {
       case TYPE: {
-        const p = c.p;
-        if (bytes[p] !== 0xa5 || !matches(bytes, p + 1, VALUE_CHUNK)) return undefined;
-        c.p = p + 6;
+        if (bytes[at] !== 0xa5 || !matches(bytes, at + 1, VALUE_CHUNK)) return undefined;
+        at += 6;
         frame.type = "chunk";
         break;
       }
       case REQUEST_ID: {
-        const id = readString(c);
+        const id = readString(bytes);
         // RequestId: 1..128 UTF-16 code units, as TypeBox counts `.length`.
         if (id === undefined || id.length < 1 || id.length > 128) return undefined;
         frame.request_id = id;
         break;
       }
       case CONTENT: {
-        const content = readString(c);
+        const content = readString(bytes);
         if (content === undefined) return undefined;
         frame.content = content;
         break;
       }
       case ATTEMPT_N: {
-        const n = readUint(c);
+        const n = readUint(bytes);
         if (n < 0 || n > 255) return undefined;
         frame.attempt_n = n;
         break;
       }
       case SEQ: {
-        const n = readUint(c);
+        const n = readUint(bytes);
         if (n < 0) return undefined;
         frame.seq = n;
         break;
       }
       default: {
-        const n = readUint(c);
+        const n = readUint(bytes);
         if (n < 0) return undefined;
         frame.tokens = n;
       }
     }
   }
   // Five entries without duplicates hold every required key only when `content` is not among them.
-  if ((seen & REQUIRED) !== REQUIRED || c.p !== bytes.length) return undefined;
+  if ((seen & REQUIRED) !== REQUIRED || at !== bytes.length) return undefined;
   return frame as unknown as ChunkFrame;
 }

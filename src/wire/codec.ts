@@ -85,7 +85,7 @@ export function decodeProviderFrame(data: string | ArrayBuffer | Uint8Array): De
   return decodeWith<ProviderFrame>(data, providerFrameCheckers);
 }
 
-/** The general path alone: msgpackr and the compiled checkers (the chunk decoder's reference in tests). */
+/** The general path alone: msgpackr and the compiled checkers (the chunk decoder's reference in tests, and what the endpoint uses for every frame the chunk decoder leaves alone). */
 export function decodeProviderFrameGeneral(data: string | ArrayBuffer | Uint8Array): DecodeResult<ProviderFrame> {
   return decodeWith<ProviderFrame>(data, providerFrameCheckers);
 }

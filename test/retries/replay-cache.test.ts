@@ -137,6 +137,24 @@ describe("replay cache", () => {
     expect((await cache.run(identity({ idempotencyKey: "d" }), ok, refuse)).headers.get("idempotent-replayed")).toBe("true");
   });
 
+  test("a run that failed before it had a response (a non-streaming buyer hung up) finishes at once and counts toward the bound", async () => {
+    let now = 0;
+    const cache = createReplayCache({ now: () => now, maxEntries: 2 });
+    // The buyer hangs up while the answer is being made: the run fails, and its response never comes.
+    const abandoned = (tracker: RunTracker) => {
+      tracker.outcome(false);
+      return new Promise<Response>(() => {});
+    };
+    for (let i = 0; i < 5; i++) {
+      void cache.run(identity({ body: enc.encode(`{"n":${i}}`) }), abandoned, refuse);
+      now += 1;
+    }
+    // Before the fix each stayed in flight, never pruned: five entries, and more with every hang-up.
+    await cache.run(identity(), (tracker) => (tracker.outcome(false), Promise.resolve(new Response("{}", { status: 503 }))), refuse);
+    expect(cache.size()).toBe(2);
+    expect(cache.recordings()).toBe(0);
+  });
+
   test("over the byte budget the oldest results go first", async () => {
     const h = harness({ maxBytes: 20 });
     await h.cache.run(identity({ idempotencyKey: "a" }), h.ok, refuse); // {"run":1}: 9 bytes
