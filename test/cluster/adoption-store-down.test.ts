@@ -34,9 +34,7 @@ describe.skipIf(clusterMissing !== null)("a dead node's attempt adopted while th
       END $$;
       CREATE TRIGGER probe_down_once BEFORE UPDATE ON settlements FOR EACH ROW
         WHEN (OLD.label = 'pending' AND NEW.label = 'quarantined' AND NEW.reason = 'interrupted') EXECUTE FUNCTION probe_down_once();`);
-    const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "paid", "--name", "adopt-buyer"]).stdout) as { account_id: string; api_key: string };
-    apiKey = created.api_key;
-    expect(cluster.cli(["credits", "grant", "--account", created.account_id, "--credits", "1000000"]).exitCode).toBe(0);
+    apiKey = cluster.paidBuyer("adopt-buyer").api_key;
   }, 180_000);
   afterAll(async () => {
     await sql?.close();

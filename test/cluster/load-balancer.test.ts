@@ -57,8 +57,7 @@ describe.skipIf(missing !== null)("nginx in front of two nodes (deploy/nginx-clu
   });
 
   test("a provider connects through it (WebSocket upgrade) and a buyer's SSE stream arrives unbuffered", async () => {
-    const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "paid", "--name", "lb-buyer"]).stdout) as { account_id: string; api_key: string };
-    expect(cluster.cli(["credits", "grant", "--account", created.account_id, "--credits", "100000"]).exitCode).toBe(0);
+    const created = cluster.paidBuyer("lb-buyer", 100_000);
     const provider = cluster.provider({ id: "lb-prov", gateways: [{ wsUrl: `ws://${lb}/v1/provider/connect` } as ClusterNodeProcess], tokensPerSecond: 20 });
     await provider.waitForEvent("welcome", () => true, 30_000);
     const client = new OpenAI({ apiKey: created.api_key, baseURL: `http://${lb}/v1`, maxRetries: 0 });

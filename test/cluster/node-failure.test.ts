@@ -18,9 +18,7 @@ describe.skipIf(clusterMissing !== null)("kill -9 of a cluster node mid-stream",
   let accountId: string;
   beforeAll(async () => {
     cluster = await startCluster({ nodes: 4, models: [MODEL], leaseMs: LEASE_MS, extraArgs: ["--pending-deadline-ms", "3000"] });
-    const created = cluster.cli(["accounts", "create", "--tier", "paid", "--name", "failure-buyer"]);
-    ({ account_id: accountId, api_key: apiKey } = JSON.parse(created.stdout) as { account_id: string; api_key: string });
-    expect(cluster.cli(["credits", "grant", "--account", accountId, "--credits", "1000000"]).exitCode).toBe(0);
+    ({ account_id: accountId, api_key: apiKey } = cluster.paidBuyer("failure-buyer"));
   }, 180_000);
   afterAll(async () => {
     await cluster?.close();

@@ -20,9 +20,7 @@ describe.skipIf(clusterMissing !== null)("Redis loses its data as a node dies", 
   beforeAll(async () => {
     cluster = await startCluster({ nodes: 2, models: [MODEL], leaseMs: LEASE_MS });
     sql = new SQL(cluster.databaseUrl, { max: 1 });
-    const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "paid", "--name", "lost-buyer"]).stdout) as { account_id: string; api_key: string };
-    apiKey = created.api_key;
-    expect(cluster.cli(["credits", "grant", "--account", created.account_id, "--credits", "1000000"]).exitCode).toBe(0);
+    apiKey = cluster.paidBuyer("lost-buyer").api_key;
   }, 180_000);
   afterAll(async () => {
     await sql?.close();

@@ -27,9 +27,7 @@ describe.skipIf(clusterMissing !== null)("a reservation committed whose answer w
     sql = new SQL(cluster.databaseUrl, { max: 1 });
     const proxied = cluster.databaseUrl.replace(`:${url.port}/`, `:${proxy.port}/`);
     node = await cluster.startNode("n1", ["--database-url", proxied]);
-    const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "paid", "--name", "commit-buyer"]).stdout) as { account_id: string; api_key: string };
-    apiKey = created.api_key;
-    expect(cluster.cli(["credits", "grant", "--account", created.account_id, "--credits", "1000000"]).exitCode).toBe(0);
+    apiKey = cluster.paidBuyer("commit-buyer").api_key;
     cluster.provider({ id: "commit-prov", gateways: [node] });
     await cluster.waitRoutable(node, 1);
     await sql.unsafe(`

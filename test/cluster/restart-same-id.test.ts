@@ -20,9 +20,7 @@ describe.skipIf(clusterMissing !== null)("kill -9 and an immediate restart under
   let apiKey: string;
   beforeAll(async () => {
     cluster = await startCluster({ nodes: 3, models: [MODEL], leaseMs: LEASE_MS, extraArgs: ["--pending-deadline-ms", String(PENDING_DEADLINE_MS)] });
-    const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "paid", "--name", "restart-buyer"]).stdout) as { account_id: string; api_key: string };
-    apiKey = created.api_key;
-    expect(cluster.cli(["credits", "grant", "--account", created.account_id, "--credits", "1000000"]).exitCode).toBe(0);
+    apiKey = cluster.paidBuyer("restart-buyer").api_key;
   }, 180_000);
   afterAll(async () => {
     await cluster?.close();

@@ -16,10 +16,7 @@ describe.skipIf(clusterMissing !== null)("three nodes, one store, one Redis", ()
   let accountId: string;
   beforeAll(async () => {
     cluster = await startCluster({ nodes: 3, models: [MODEL, SLOW_MODEL] });
-    const created = cluster.cli(["accounts", "create", "--tier", "paid", "--name", "cluster-buyer"]);
-    expect(created.exitCode).toBe(0);
-    ({ account_id: accountId, api_key: apiKey } = JSON.parse(created.stdout) as { account_id: string; api_key: string });
-    expect(cluster.cli(["credits", "grant", "--account", accountId, "--credits", "1000000"]).exitCode).toBe(0);
+    ({ account_id: accountId, api_key: apiKey } = cluster.paidBuyer("cluster-buyer"));
     const [n1, n2] = cluster.nodes;
     cluster.provider({ id: "prov-one", gateways: [n1!], maxConcurrency: 1, models: [MODEL] });
     cluster.provider({ id: "prov-two", gateways: [n2!], maxConcurrency: 1, models: [MODEL] });

@@ -25,6 +25,8 @@ export interface TestCluster {
   nodes: ClusterNodeProcess[];
   /** Runs `gateway ARGS… --data-dir D --database-url U` (the operator CLI against the shared store). */
   cli(args: string[]): { exitCode: number; stdout: string; stderr: string };
+  /** A new paid account with `credits` granted (default 1,000,000), through the CLI; throws if either step fails. */
+  paidBuyer(name: string, credits?: number): { account_id: string; api_key: string };
   /** Starts one more node (`extraArgs` after the cluster's own). */
   startNode(name: string, extraArgs?: string[]): Promise<ClusterNodeProcess>;
   provider(o: { id: string; gateways: ClusterNodeProcess[]; models?: string[]; maxConcurrency?: number; tokensPerSecond?: number; ttftMs?: number }): ClusterProviderProcess;
@@ -86,6 +88,14 @@ export async function startCluster(options: ClusterOptions): Promise<TestCluster
     dataDir,
     nodes,
     cli,
+    paidBuyer(name, credits = 1_000_000) {
+      const created = cli(["accounts", "create", "--tier", "paid", "--name", name]);
+      if (created.exitCode !== 0) throw new Error(`accounts create: ${created.stderr}`);
+      const buyer = JSON.parse(created.stdout) as { account_id: string; api_key: string };
+      const granted = cli(["credits", "grant", "--account", buyer.account_id, "--credits", String(credits)]);
+      if (granted.exitCode !== 0) throw new Error(`credits grant: ${granted.stderr}`);
+      return buyer;
+    },
     startNode,
     provider(o) {
       const args = ["bun", MAIN, "provider", ...o.gateways.flatMap((g) => ["--gateway", g.wsUrl]), "--id", o.id];
