@@ -9,6 +9,7 @@ import { heapStats } from "bun:jsc";
 import { join } from "node:path";
 import OpenAI, { APIError } from "openai";
 import { loadOrCreateProviderKey } from "../../src/provider/keys.ts";
+import { readUntilFirstDelta } from "../support/freshProcess.ts";
 import { flushTestGateways, spawnProvider, startTestGateway, waitFor, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";
 
 /** The replay copy's bound in this gateway: both batches finish more results than it holds. */
@@ -82,14 +83,7 @@ const post = (body: object, init: { key?: string; signal?: AbortSignal } = {}) =
 /** Reads an SSE body until its first content delta; the reader stays open. */
 async function untilFirstDelta(res: Response) {
   expect(res.status).toBe(200);
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  for (let seen = ""; !seen.includes('"content":"'); ) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`the stream ended before its first delta: ${seen}`);
-    seen += decoder.decode(value);
-  }
-  return reader;
+  return readUntilFirstDelta(res);
 }
 
 const jobsOf = (p: ProviderProcess) => p.events.filter((e) => e.event === "job_received").length;

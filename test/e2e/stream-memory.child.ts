@@ -7,6 +7,7 @@
 // cancel the provider's job.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
+import { readUntilFirstDelta } from "../support/freshProcess.ts";
 import { retainerPaths } from "../support/heapRetainers.ts";
 import { spawnProvider, startTestGateway, TEST_MODE, waitFor, waitForReadyProviders, type ProviderProcess, type TestGateway } from "../support/harness.ts";
 
@@ -64,14 +65,7 @@ const post = (marker: string, stream: boolean, signal?: AbortSignal) =>
 async function twoLiveRequests(streamMarker: string, jsonMarker: string) {
   const res = await post(streamMarker, true);
   expect(res.status).toBe(200);
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  for (let seen = ""; !seen.includes('"content":"'); ) {
-    // A stream that ended must end the loop: a read after the end resolves at once, forever.
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`the stream ended before its first delta: ${seen}`);
-    seen += decoder.decode(value);
-  }
+  const reader = await readUntilFirstDelta(res);
   const jobsBefore = jobs().length;
   const jsonAbort = new AbortController();
   const pending = post(jsonMarker, false, jsonAbort.signal).catch((e: unknown) => e);

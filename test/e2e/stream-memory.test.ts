@@ -3,18 +3,10 @@
 // suite's process one snapshot took 70–85 s and the file timed out. The mode (GATEWAY_TEST_MODE) is
 // inherited, so the cluster pass checks a cluster node.
 import { expect, test } from "bun:test";
-import { join } from "node:path";
+import { runFreshTestFile } from "../support/freshProcess.ts";
 
 test("a live request's prompt: released at a stream's first delta, kept while a request can fail over; a live stream's retained heap is bounded (fresh process)", async () => {
-  const proc = Bun.spawn(["bun", "test", "--timeout", "60000", "./test/e2e/stream-memory.child.ts"], {
-    cwd: join(import.meta.dir, "../.."),
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
-  const output = out + err;
-  // Indented: the child's own file headers and (fail) lines must not read as this run's.
-  if (code !== 0) console.error(output.replace(/^/gm, "  | "));
+  const { output, code } = await runFreshTestFile("./test/e2e/stream-memory.child.ts", 60_000);
   expect(output).toMatch(/^ *3 pass$/m);
   expect(output).toMatch(/^ *0 fail$/m);
   expect(code).toBe(0);
