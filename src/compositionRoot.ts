@@ -178,7 +178,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
         leaseMs: config.clusterLeaseMs,
         log,
         now,
-        link: config.clusterLinkHost === "off" ? null : { host: config.clusterLinkHost, port: config.clusterLinkPort },
+        link: config.clusterLinkHost === "off" ? null : { host: config.clusterLinkHost, port: config.clusterLinkPort, announce: config.clusterLinkAnnounce },
       })
     : null;
   // Retry results outlive the process: in Redis for a cluster, else in a SQLite file beside the store.

@@ -316,7 +316,7 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
   }
 
   return {
-    handlers: { message, nodeDied, changed: deps.changed, localViews, fenced: deps.fenced, sweepOrphans },
+    handlers: { message, nodeDied, linkLost: (nodeId) => nodeDied(nodeId, false), changed: deps.changed, localViews, fenced: deps.fenced, sweepOrphans },
     resolvePredecessor: async () => resolveOwned(me, await node.predecessorOwned()),
     endpoint,
     remote,
