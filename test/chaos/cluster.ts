@@ -396,7 +396,8 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       // serve. One of them holds a provider's socket when one does, so buyers of the other are served
       // across the cut; the third node's links into the two are cut too (one proxy a node).
       const holding = nodes.findIndex((n) => current.some((p) => providerNode(providers[p]!) === n.ws));
-      victimIndex = holding >= 0 ? holding : Math.floor(random() * NODES);
+      const anyNode = Math.floor(random() * NODES);
+      victimIndex = holding >= 0 ? holding : anyNode;
       victim = nodes[victimIndex]!;
       const other = (victimIndex + 1 + Math.floor(random() * (NODES - 1))) % NODES;
       const style: CutStyle = random() < 0.5 ? "reset" : "blackhole";
