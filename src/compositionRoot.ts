@@ -310,7 +310,8 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     registry.sessionChanged = (sessionId) => node.sessionChanged(sessionId);
     // A cluster node resumes only what it owns: the others' pending settlements are theirs, and a dead
     // node's are resolved by the survivor that notices its death (clusterBridge.ts, reap). The first
-    // node of a cold cluster (no other member alive) resumes everything, as a single node would.
+    // node of a cold cluster (no other member alive) resumes everything, as a single node would —
+    // unless Redis itself was empty, where no member proves nothing: then a lease later, by the sweep.
     clusterReady = node.start(bridge.handlers).then(async () => {
       const others = await node.redis.call<number>("EVAL", [
         "local n = 0 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do if id ~= ARGV[1] and redis.call('EXISTS', 'gw:node:' .. id) == 1 then n = n + 1 end end return n",
@@ -318,7 +319,12 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
         "gw:nodes",
         node.nodeId,
       ]);
-      if (others.ok && others.value === 0) {
+      if (others.ok && others.value === 0 && node.joinedEmptyRedis) {
+        // Redis was empty: live nodes may not have re-announced themselves yet (docs/scale-out.md, "When
+        // Redis loses its data"). What nobody owns is resolved a lease later, as after a data loss.
+        log.info("cluster_cold_start_deferred", { node_id: node.nodeId, lease_ms: node.leaseMs });
+        node.sweepLater();
+      } else if (others.ok && others.value === 0) {
         const resumed = await settlements.resumePending();
         if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
       } else {
