@@ -49,8 +49,7 @@ describe.skipIf(clusterMissing !== null)("a node restarting into an empty Redis 
     const stream = await client.chat.completions.create({ model: MODEL, stream: true, max_tokens: 1000, messages: [{ role: "user", content: longPrompt() }] });
     let text = "";
     let finished = false;
-    let underway: () => void;
-    const started = new Promise<void>((resolve) => (underway = resolve));
+    const { promise: started, resolve: underway } = Promise.withResolvers<void>();
     const reading = (async () => {
       for await (const chunk of stream) {
         text += chunk.choices[0]?.delta?.content ?? "";
