@@ -134,11 +134,15 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
   };
   // A cluster node's durable state is PostgreSQL; the embedded node's, the SQLite file, with group
   // commit: the request path's ledger writes share one durable commit per event-loop turn.
+  // A cluster node's process is one incarnation of its node id, and its store connections say so: the
+  // store then refuses its writes of attempts another node adopted (docs/scale-out.md, "Fencing").
+  const incarnation = ports.redis ? crypto.randomUUID() : undefined;
   const store: AsyncStore =
     config.databaseUrl !== undefined
       ? await openPostgresStore(config.databaseUrl, {
           keyPrefix: config.keyPrefix,
           now,
+          writer: incarnation,
           // Each call is retried alone and answered, so nothing is lost; a failing batch is still news.
           onBatchFailed: (what, size, error) => log.warn("store_batch_failed", { what, size, error: String(error), action: "retried_one_by_one" }),
         })
@@ -179,6 +183,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
         log,
         now,
         link: config.clusterLinkHost === "off" ? null : { host: config.clusterLinkHost, port: config.clusterLinkPort },
+        incarnation,
       })
     : null;
   // Retry results outlive the process: in Redis for a cluster, else in a SQLite file beside the store.
@@ -259,6 +264,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     ownership: node
       ? { opened: (key, ttlMs) => node.own(key, false, ttlMs), settled: (key) => node.own(key, true), requestEnded: (id) => node.own(`r:${id}`, true) }
       : undefined,
+    adoptedElsewhere: node ? () => node.adoptedElsewhere() : undefined,
   });
   // The operator console (/console) sees what the metrics see: the prometheus port, teed.
   const operatorConsole = await createConsole({

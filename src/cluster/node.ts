@@ -18,6 +18,8 @@ export interface ClusterNodeOptions {
   now?: () => number;
   /** Where this node's link server listens (links.ts); null: every message goes over pub/sub. */
   link?: { host: string; port: number } | null;
+  /** This process's incarnation (default a new random one): also its store connections' writer (fencing). */
+  incarnation?: string;
 }
 
 export interface ClusterHandlers<V extends SharedSessionView> {
@@ -92,7 +94,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   readonly redis: ClusterRedis;
   readonly leaseMs: number;
   /** This process's incarnation of `nodeId`: a node restarted under its id gets a new one. */
-  readonly incarnation = crypto.randomUUID();
+  readonly incarnation: string;
   private readonly log: Log;
   private readonly now: () => number;
   private handlers: ClusterHandlers<V> | null = null;
@@ -125,6 +127,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     this.log = options.log;
     this.now = options.now ?? Date.now;
     this.linkListen = options.link ?? null;
+    this.incarnation = options.incarnation ?? crypto.randomUUID();
   }
 
   /** Joins: subscribes, takes the membership lease, reads every live node's registry. */
@@ -298,6 +301,15 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     if (!this.isFenced || this.stopped) return;
     this.isFenced = false;
     this.log.info("cluster_node_unfenced", { node_id: this.nodeId });
+  }
+
+  /**
+   * The store refused a write: another node adopted an attempt of this one, having taken it for dead.
+   * A stall this node has not noticed yet (its timers have not run since) fences it now; otherwise it
+   * fenced itself already when it woke, and the refused write was about work it let go then.
+   */
+  adoptedElsewhere(): void {
+    if (!this.stopped) this.checkFence();
   }
 
   private checkFence(): void {
