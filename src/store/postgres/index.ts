@@ -596,7 +596,7 @@ function postgresStore(sql: SQL, keyPrefix: string, clock: () => number, random:
     async accountUsage(account_id, day): Promise<AccountUsage> {
       return sql.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (tx) => {
         const quota = await dayFigures(tx, account_id, day);
-        // The trigger-kept sum of the account's held buyer reservations (migration 11).
+        // The trigger-kept sum of the account's held buyer reservations (migration 10).
         const [held] = await tx`SELECT COALESCE((SELECT held_credits FROM reservation_holds WHERE account_id = ${account_id}), 0) AS c`;
         const labels: Record<SettlementLabel, number> = { pending: 0, verified: 0, quarantined: 0, zero_settled: 0 };
         for (const r of (await tx`SELECT label, COUNT(*) AS n FROM settlements WHERE account_id = ${account_id} GROUP BY label`) as Row[]) {
