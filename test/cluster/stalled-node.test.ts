@@ -56,6 +56,12 @@ describe.skipIf(clusterMissing !== null)("a node stalled longer than its members
       .catch((e) => ({ status: (e as { status?: number }).status ?? 0, content: String((e as { error?: { code?: string } }).error?.code ?? e) }));
     await waitFor(() => stalled.before.length > 10, 10_000, "the stream under way");
 
+    // Both attempts are n1's process's to write (its incarnation, docs/scale-out.md "Fencing").
+    await waitFor(async () => ((await sql`SELECT count(*)::int AS n FROM settlements`)[0] as { n: number }).n === 2, 10_000, "both attempts open");
+    const owners = ((await sql`SELECT DISTINCT owner FROM settlements`) as { owner: string | null }[]).map((r) => r.owner);
+    expect(owners).toHaveLength(1);
+    expect(owners[0]).toBeString();
+
     // n1 stops for two leases: the others see it die and resolve what it owned.
     n1.proc.kill("SIGSTOP");
     stoppedAt = performance.now();
@@ -65,6 +71,8 @@ describe.skipIf(clusterMissing !== null)("a node stalled longer than its members
       "n1's attempts resolved by a survivor",
     );
     const resolved = (await sql`SELECT request_id, attempt_n, label, reason, billed_completion_tokens FROM settlements ORDER BY request_id, attempt_n`) as Record<string, unknown>[];
+    // The survivor claimed them before it resolved them: n1's writes of them are refused from then on.
+    expect(((await sql`SELECT count(*)::int AS n FROM settlements WHERE owner = ${owners[0]!}`)[0] as { n: number }).n).toBe(0);
     await Bun.sleep(Math.max(0, 2 * LEASE_MS - (performance.now() - stoppedAt)));
     n1.proc.kill("SIGCONT");
     wokenAt = performance.now();
