@@ -45,8 +45,10 @@ const SNAPSHOT_DIR = env.MEM_SNAPSHOT ?? "";
 /** Extra flags for the gateway's bun (e.g. `--smol`), to compare runtime settings. */
 const BUN_FLAGS = (env.MEM_BUN_FLAGS ?? "").split(" ").filter(Boolean);
 
-/** Slow enough that a stream outlives the measurement (2,000 deltas × 100 ms); fast enough to keep the stream idle timer quiet. */
-const SLOW_MODEL = "bench-sse-n2000-i100";
+/** MEM_DELTA_MS (default 100) between a held stream's deltas: fast enough to keep the stream idle timer quiet. */
+const DELTA_MS = Number(env.MEM_DELTA_MS ?? 100);
+/** Slow enough that a stream outlives the measurement (200 s of deltas). */
+const SLOW_MODEL = `bench-sse-n${Math.ceil(200_000 / DELTA_MS)}-i${DELTA_MS}`;
 const MODELS = ["bench-json", "bench-json-d20", "bench-sse-n4-i0", "bench-sse-n256-i0", SLOW_MODEL];
 const modelHash = (id: string) => createHash("sha256").update(`bench-weights:${id}`).digest("hex");
 /** MEM_PROMPT_BYTES (default 256): real buyers send up to 512 KiB, and a stream must not keep its prompt. */
@@ -184,7 +186,10 @@ async function holdStreams(s: Stack, n: number): Promise<HoldReady & { listen_ov
   // 4,096 slow streams, busy the whole time, take over a minute to all have a first frame here. The
   // slow stream lasts 200 s, so every one is still live once the last has started.
   const r = await Promise.race([readyP, Bun.sleep(180_000).then(() => ({ ok: -1, failed: -1, connect_retries: -1, ramp_s: -1 }))]);
-  if (r.failed !== 0 || r.ok !== n) throw new Error(`holder: ${JSON.stringify(r)}`);
+  if (r.failed !== 0 || r.ok !== n) {
+    holder.kill("SIGKILL");
+    throw new Error(`holder: ${JSON.stringify(r)}`);
+  }
   return {
     ...r,
     listen_overflows: listenOverflows() - overflowsBefore,
@@ -395,15 +400,15 @@ type HoldReady = { ok: number; failed: number; connect_retries: number; ramp_s: 
 type HoldStats = { live: number; chunks: number; lag_p50_ms: number; lag_p99_ms: number; lag_max_ms: number };
 
 /**
- * `hold URL KEY N`: N slow streams, opened in batches of MEM_HOLD_BATCH (default 256, half of Bun's
- * listen backlog of 512: thousands of connects at once overflow the gateway's accept queue and some
- * come back reset), each batch once the one before has its first content frames; a connect reset
+ * `hold URL KEY N`: N slow streams, at most MEM_HOLD_OPENING (default 256, half of Bun's listen backlog
+ * of 512: thousands of connects at once overflow the gateway's accept queue and some come back reset)
+ * waiting for their first content frame at a time, the next opened as one gets it; a connect reset
  * before any response is tried again with a new body (MEM_HOLD_RETRIES times, counted). Then it keeps
  * reading, and answers the parent's `stats` with how many streams still read and how late their
  * latest delta is (the mock stamps each delta with the microsecond it wrote it).
  */
 async function hold(url: string, apiKey: string, n: number): Promise<void> {
-  const batchSize = Math.max(1, Number(env.MEM_HOLD_BATCH ?? 256));
+  const opening = Math.max(1, Number(env.MEM_HOLD_OPENING ?? 256));
   const maxRetries = Number(env.MEM_HOLD_RETRIES ?? 5);
   let ok = 0;
   let failed = 0;
@@ -462,9 +467,13 @@ async function hold(url: string, apiKey: string, n: number): Promise<void> {
       })();
     });
   const t0 = performance.now();
-  for (let from = 0; from < n; from += batchSize) {
-    await Promise.all(Array.from({ length: Math.min(batchSize, n - from) }, (_, k) => one(from + k)));
-  }
+  let next = 0;
+  const progress = setInterval(() => console.error(`[memory hold] ${round1((performance.now() - t0) / 1000)} s: ${ok} streams live, ${failed} failed, ${retries} connects retried`), 10_000);
+  const opener = async () => {
+    while (next < n) await one(next++);
+  };
+  await Promise.all(Array.from({ length: Math.min(opening, n) }, opener));
+  clearInterval(progress);
   const lagMs = (chunk: Uint8Array, nowUs: number): number | null => {
     let at = -1;
     for (let j = chunk.length - marker.length - 16; j >= 0; j--) {
