@@ -13,10 +13,12 @@
 //      working size first, so the per-stream figure is what one more live stream costs a gateway that
 //      has served traffic (the default's includes that growth: 512 streams start in the same instant);
 //   2. idle: the gateway's VmRSS (/proc/PID/status), median of 10 samples over 1 s;
-//   3. live: N streams opened at once by a holder process of its own (each a slow mock stream: one
-//      16-byte delta every 100 ms, long enough to outlive the measurement); once every stream has its
-//      first content frame, 2 s pass, then the median of 20 samples over 2 s; per stream = (live −
-//      idle) / N.
+//   3. live: N streams held by a holder process of its own (each a slow mock stream of 16-byte deltas,
+//      one every 100 ms up to 1,024 streams and slower beyond, ~10,240 a second in all: see deltaMs;
+//      long enough to outlive the measurement), opened at most 256 waiting at a time, a reset connect
+//      tried again and counted; once every stream has its first content frame, 2 s pass, then the
+//      median of 20 samples over 2 s; per stream = (live − idle) / N. The holder reports how late each
+//      stream's latest delta is: a level whose streams fall behind counts queued output, not streams.
 // Then one more fresh stack measures idle after load — the retry replay cache and the heap's high-water
 // mark after the kind of traffic `bun run bench` sends before it reads its idle figure.
 //
