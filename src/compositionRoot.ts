@@ -134,11 +134,15 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
   };
   // A cluster node's durable state is PostgreSQL; the embedded node's, the SQLite file, with group
   // commit: the request path's ledger writes share one durable commit per event-loop turn.
+  // A cluster node's process is one incarnation of its node id, and its store connections say so: the
+  // store then refuses its writes of attempts another node adopted (docs/scale-out.md, "Fencing").
+  const incarnation = ports.redis ? crypto.randomUUID() : undefined;
   const store: AsyncStore =
     config.databaseUrl !== undefined
       ? await openPostgresStore(config.databaseUrl, {
           keyPrefix: config.keyPrefix,
           now,
+          writer: incarnation,
           // Each call is retried alone and answered, so nothing is lost; a failing batch is still news.
           onBatchFailed: (what, size, error) => log.warn("store_batch_failed", { what, size, error: String(error), action: "retried_one_by_one" }),
         })
@@ -179,6 +183,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
         log,
         now,
         link: config.clusterLinkHost === "off" ? null : { host: config.clusterLinkHost, port: config.clusterLinkPort },
+        incarnation,
       })
     : null;
   // Retry results outlive the process: in Redis for a cluster, else in a SQLite file beside the store.
@@ -259,6 +264,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     ownership: node
       ? { opened: (key, ttlMs) => node.own(key, false, ttlMs), settled: (key) => node.own(key, true), requestEnded: (id) => node.own(`r:${id}`, true) }
       : undefined,
+    adoptedElsewhere: node ? () => node.adoptedElsewhere() : undefined,
   });
   // The operator console (/console) sees what the metrics see: the prometheus port, teed.
   const operatorConsole = await createConsole({
@@ -310,7 +316,8 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     registry.sessionChanged = (sessionId) => node.sessionChanged(sessionId);
     // A cluster node resumes only what it owns: the others' pending settlements are theirs, and a dead
     // node's are resolved by the survivor that notices its death (clusterBridge.ts, reap). The first
-    // node of a cold cluster (no other member alive) resumes everything, as a single node would.
+    // node of a cold cluster (no other member alive) resumes everything, as a single node would —
+    // unless Redis itself was empty, where no member proves nothing: then a lease later, by the sweep.
     clusterReady = node.start(bridge.handlers).then(async () => {
       const others = await node.redis.call<number>("EVAL", [
         "local n = 0 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do if id ~= ARGV[1] and redis.call('EXISTS', 'gw:node:' .. id) == 1 then n = n + 1 end end return n",
@@ -318,7 +325,12 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
         "gw:nodes",
         node.nodeId,
       ]);
-      if (others.ok && others.value === 0) {
+      if (others.ok && others.value === 0 && node.joinedEmptyRedis) {
+        // Redis was empty: live nodes may not have re-announced themselves yet (docs/scale-out.md, "When
+        // Redis loses its data"). What nobody owns is resolved a lease later, as after a data loss.
+        log.info("cluster_cold_start_deferred", { node_id: node.nodeId, lease_ms: node.leaseMs });
+        node.sweepLater();
+      } else if (others.ok && others.value === 0) {
         const resumed = await settlements.resumePending();
         if (resumed.resumed + resumed.interrupted > 0) log.info("settlements_resumed", resumed);
       } else {

@@ -18,6 +18,8 @@ export interface ClusterNodeOptions {
   now?: () => number;
   /** Where this node's link server listens (links.ts); null: every message goes over pub/sub. */
   link?: { host: string; port: number } | null;
+  /** This process's incarnation (default a new random one): also its store connections' writer (fencing). */
+  incarnation?: string;
 }
 
 export interface ClusterHandlers<V extends SharedSessionView> {
@@ -92,7 +94,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   readonly redis: ClusterRedis;
   readonly leaseMs: number;
   /** This process's incarnation of `nodeId`: a node restarted under its id gets a new one. */
-  readonly incarnation = crypto.randomUUID();
+  readonly incarnation: string;
   private readonly log: Log;
   private readonly now: () => number;
   private handlers: ClusterHandlers<V> | null = null;
@@ -113,6 +115,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   /** When (monotonic ms) the last renewal that Redis acknowledged was sent: the lease holds 70 % of a lease from then at least. */
   private leaseSentAt = 0;
   private isFenced = false;
+  private joinedFreshData = false;
   /** The Redis data this node last saw (EPOCH), and what it owns there (gw:owned:<id>), kept here to be written again after a loss. */
   private epoch: string | null = null;
   private readonly owned = new Set<string>();
@@ -124,6 +127,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     this.log = options.log;
     this.now = options.now ?? Date.now;
     this.linkListen = options.link ?? null;
+    this.incarnation = options.incarnation ?? crypto.randomUUID();
   }
 
   /** Joins: subscribes, takes the membership lease, reads every live node's registry. */
@@ -227,6 +231,15 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     return this.isFenced;
   }
 
+  /**
+   * Whether Redis held no data when this node joined (it set `gw:epoch` itself): a new cluster, or a
+   * Redis restarted empty, where live nodes may not have re-announced themselves yet — an empty member
+   * set then proves nothing.
+   */
+  get joinedEmptyRedis(): boolean {
+    return this.joinedFreshData;
+  }
+
   /** Whether this node already knows `nodeId` died (no Redis round trip). */
   knownDead(nodeId: string): boolean {
     return this.dead.has(nodeId);
@@ -290,6 +303,15 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     this.log.info("cluster_node_unfenced", { node_id: this.nodeId });
   }
 
+  /**
+   * The store refused a write: another node adopted an attempt of this one, having taken it for dead.
+   * A stall this node has not noticed yet (its timers have not run since) fences it now; otherwise it
+   * fenced itself already when it woke, and the refused write was about work it let go then.
+   */
+  adoptedElsewhere(): void {
+    if (!this.stopped) this.checkFence();
+  }
+
   private checkFence(): void {
     if (this.isFenced || performance.now() - this.leaseSentAt <= this.leaseMs * FENCE_AFTER) return;
     this.isFenced = true;
@@ -305,16 +327,25 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
    */
   private async checkEpoch(): Promise<void> {
     const r = this.redis;
-    await r.call("SET", [EPOCH, crypto.randomUUID(), "NX"]);
+    const created = await r.call<string | null>("SET", [EPOCH, crypto.randomUUID(), "NX"]);
     const current = await r.call<string | null>("GET", [EPOCH]);
     if (!current.ok || current.value === null) return;
     const seen = this.epoch;
+    if (seen === null) this.joinedFreshData = created.ok && created.value === "OK";
     this.epoch = current.value;
     if (seen === null || seen === current.value || this.stopped) return;
     this.log.warn("redis_data_lost", { node_id: this.nodeId, owned: this.owned.size });
     if (this.owned.size > 0) r.fire("SADD", [this.ownedKey, ...this.owned]);
-    const epoch = current.value;
-    setTimeout(() => void this.sweep(epoch), this.leaseMs).unref?.();
+    this.sweepLater();
+  }
+
+  /**
+   * In a lease (every live node has re-announced itself and written its owned set again by then), one
+   * node resolves what the store holds unresolved and no live node owns.
+   */
+  sweepLater(): void {
+    const epoch = this.epoch;
+    if (epoch !== null) setTimeout(() => void this.sweep(epoch), this.leaseMs).unref?.();
   }
 
   private async sweep(epoch: string): Promise<void> {

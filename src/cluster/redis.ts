@@ -20,6 +20,12 @@ export interface ClusterRedis {
   subscribe(channel: string, listener: (message: string) => void): Promise<void>;
   /** Called on each change of `up` (true: back; false: lost). */
   onChange(listener: (up: boolean) => void): void;
+  /**
+   * The latest time on Redis's clock (ms, as a script reads `TIME`) at which a command sent now runs
+   * before `call` gives up on it; null until Redis's clock was read once. A script that refuses to act
+   * after it cannot take effect for a caller that was already told the command failed.
+   */
+  commandDeadline(): number | null;
   close(): void;
 }
 
@@ -43,6 +49,9 @@ export async function connectRedis(options: RedisOptions): Promise<ClusterRedis>
   const listeners: ((up: boolean) => void)[] = [];
   let up = false;
   let closed = false;
+  // Redis's clock minus this process's monotonic one, read from TIME: its answer is taken as made at
+  // the moment it arrived, so this never exceeds the real offset (a late answer only lowers it).
+  let clockOffset: number | null = null;
 
   const setUp = (value: boolean, reason?: string) => {
     if (value === up) return;
@@ -114,13 +123,20 @@ export async function connectRedis(options: RedisOptions): Promise<ClusterRedis>
       } catch {}
       client = new RedisClient(options.url, clientOptions);
     }
-    void call("PING", []);
+    void readClock();
   }, probeMs);
   probe.unref?.();
+
+  // The probe: TIME answers as PING does and keeps the clock offset fresh.
+  async function readClock(): Promise<void> {
+    const result = await call<[string, string]>("TIME", []);
+    if (result.ok) clockOffset = Number(result.value[0]) * 1000 + Math.floor(Number(result.value[1]) / 1000) - performance.now();
+  }
 
   try {
     await withTimeout(client.connect());
     setUp(true);
+    await readClock();
   } catch (error) {
     log.warn("redis_down", { url: redact(options.url), error: String(error) });
   }
@@ -138,6 +154,9 @@ export async function connectRedis(options: RedisOptions): Promise<ClusterRedis>
       else if (up) await resubscribe();
     },
     onChange: (listener) => void listeners.push(listener),
+    // `call`'s timer starts after this is read, so a command that ran by then ran before it gave up; a
+    // small margin covers the two clocks' drift between reads (one a second).
+    commandDeadline: () => (clockOffset === null ? null : Math.floor(performance.now() + clockOffset + timeoutMs - Math.min(50, timeoutMs / 10))),
     close() {
       closed = true;
       clearInterval(probe);

@@ -7,12 +7,16 @@ import type { ClusterRedis } from "./redis.ts";
 
 export type SharedSlotResult = AcquireSlotResult | { ok: false; code: "engine_unavailable"; in_use: 0 };
 
-// ARGV: request id, limit, lease ms. Expired members go first; taking a held slot again is a no-op.
+// ARGV: request id, limit, lease ms, deadline (Redis ms, or empty). Expired members go first; taking a
+// held slot again is a no-op. Past its deadline the node has answered the buyer 503 already: the slot
+// is not taken (-1), or a command held in a silent connection and delivered late would count a slot
+// nobody holds for a whole lease (docs/scale-out.md, "When Redis is unreachable").
 // KEYS[2], when given: the node's owned set, which gets the request (`r:` + id) with its slot, so it
 // is recorded before anything of the request is written (its reservation comes next).
 const ACQUIRE = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[4] ~= '' and now > tonumber(ARGV[4]) then return {-1, 0} end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {1, redis.call('ZCARD', KEYS[1])} end
 local n = redis.call('ZCARD', KEYS[1])
@@ -56,7 +60,23 @@ const slotKey = (account_id: string) => `gw:slots:${account_id}`;
  */
 export function sharedSlots(redis: ClusterRedis, leaseMs: number, ownedKey?: string, owned?: (requestId: string) => void): SharedSlots {
   const accountOf = new Map<string, string>();
+  // Acquires whose answer never came: each may have run in Redis before the node gave up on it (its
+  // answer lost on the way back), so its slot is removed once Redis answers again.
+  const abandoned = new Map<string, string>();
+  const removeAbandoned = () => {
+    for (const [request, account] of abandoned) {
+      void redis.call("ZREM", [slotKey(account), request]).then((result) => {
+        if (!result.ok) return;
+        abandoned.delete(request);
+        if (ownedKey !== undefined) redis.fire("SREM", [ownedKey, `r:${request}`]);
+      });
+    }
+  };
+  redis.onChange((up) => {
+    if (up) removeAbandoned();
+  });
   const refresh = setInterval(() => {
+    if (abandoned.size > 0 && redis.up) removeAbandoned();
     if (accountOf.size === 0) return;
     const keys: string[] = [];
     const members: string[] = [];
@@ -70,9 +90,14 @@ export function sharedSlots(redis: ClusterRedis, leaseMs: number, ownedKey?: str
   return {
     async acquire(account_id, request_id, limit) {
       const keys = ownedKey === undefined ? [slotKey(account_id)] : [slotKey(account_id), ownedKey];
-      const result = await redis.call<[number, number]>("EVAL", [ACQUIRE, keys.length, ...keys, request_id, limit, leaseMs]);
-      if (!result.ok) return { ok: false, code: "engine_unavailable", in_use: 0 };
+      const deadline = redis.commandDeadline() ?? "";
+      const result = await redis.call<[number, number]>("EVAL", [ACQUIRE, keys.length, ...keys, request_id, limit, leaseMs, deadline]);
+      if (!result.ok) {
+        abandoned.set(request_id, account_id);
+        return { ok: false, code: "engine_unavailable", in_use: 0 };
+      }
       const [taken, inUse] = result.value;
+      if (taken === -1) return { ok: false, code: "engine_unavailable", in_use: 0 };
       if (taken !== 1) return { ok: false, code: "concurrency_exhausted", in_use: inUse };
       accountOf.set(request_id, account_id);
       owned?.(request_id);

@@ -49,6 +49,8 @@ export interface SettlementDeps {
    * end is written (`requestEnded`), so a survivor can resolve them.
    */
   ownership?: { opened(key: string, ttlMs: number): void; settled(key: string): void; requestEnded(requestId: string): void };
+  /** The store refused a write of an attempt because another node adopted it (cluster fencing). */
+  adoptedElsewhere?: (ids: { request_id: string; attempt_n?: number }) => void;
 }
 
 export interface OpenAttemptInput {
@@ -70,7 +72,18 @@ export function createSettlements(deps: SettlementDeps) {
   const open: OpenAttempts = new Map();
   /** Dead nodes' attempts being read back from the store (cluster adoption), by attempt key. */
   const adopting = new Map<string, Promise<boolean>>();
-  const writes = durableWrites(deps.log);
+  const writes = durableWrites(deps.log, Bun.sleep, (ids) => {
+    // Nothing of it is this node's to settle any more: its actor goes without writing.
+    const key = ids.attempt_n === undefined ? null : attemptKey(ids.request_id, ids.attempt_n);
+    const att = key === null ? undefined : open.get(key);
+    if (key !== null && att) {
+      open.delete(key);
+      closed(att.requestId);
+      (att.actor as AnyActorRef).send({ type: "xstate.stop" });
+    }
+    if (key !== null) deps.ownership?.settled(key);
+    deps.adoptedElsewhere?.(ids);
+  });
   /** Attempts open here, by request id. */
   const openByRequest = new Map<string, number>();
   /**

@@ -26,6 +26,11 @@ export function isStoreUnavailable(error: unknown): boolean {
  * Whether PostgreSQL aborted the transaction for a conflict with another one (deadlock_detected 40P01,
  * serialization_failure 40001): nothing was written, and the same transaction tried again succeeds.
  */
+/** Whether the store refused a write of an attempt another cluster node adopted (migration 11, "Fencing"). */
+export function isAdoptedElsewhere(error: unknown): boolean {
+  return (error as { errno?: string } | null)?.errno === "GWF01";
+}
+
 export function isTransientConflict(error: unknown): boolean {
   return ["40P01", "40001"].includes((error as { errno?: string } | null)?.errno ?? "");
 }
@@ -58,6 +63,13 @@ export type AsyncStore = Promised<Omit<Store, Sync>> &
      * PostgreSQL store); the embedded store's group commit runs at the end of the turn anyway.
      */
     writesAfter?(request_id: string, gate: Promise<void>): void;
+    /**
+     * Takes over a pending attempt another cluster node opened (it died): from now on its writes of it
+     * are refused (docs/scale-out.md, "Fencing"). Only a store shared by nodes needs it.
+     */
+    claimAttempt?(request_id: string, attempt_n: number): Promise<void>;
+    /** Takes over every pending attempt (a cold start of the whole cluster resumes them all). */
+    claimPending?(): Promise<void>;
   };
 
 /** Methods of the synchronous store that stay synchronous in the async face. */

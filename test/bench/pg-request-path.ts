@@ -5,7 +5,9 @@
 // this process's CPU a request (the SQL client's side). Transactions a request, by construction: five with
 // `current`, seven with `separate`, nine on builds without the key and attempt-head caches; fewer on
 // builds that batch waiting settlements and admissions (migrations 7 and 8).
-//   bun test/bench/pg-request-path.ts [--sequence current|separate] [--concurrency N] [--seconds S] [--statements N]
+//   bun test/bench/pg-request-path.ts [--sequence current|separate] [--concurrency N] [--seconds S] [--statements N] [--writer ID|""]
+// --writer: the store's connections carry it as a cluster node's do (fencing, migration 11; default
+// "bench-node"); "" opens the store as the operator CLI does, unchecked.
 // --statements N also lists the N statements with the most execution time a request (pg_stat_statements,
 // nested ones included). --functions also lists every function's (triggers' too) calls and self time a
 // request (track_functions) and each table's sequential and index scans and row updates (HOT ones too) a
@@ -27,6 +29,7 @@ const { values } = parseArgs({
     seconds: { type: "string", default: "8" },
     statements: { type: "string", default: "0" },
     functions: { type: "boolean", default: false },
+    writer: { type: "string", default: "bench-node" },
   },
 });
 const STATEMENTS = Number(values.statements);
@@ -63,7 +66,7 @@ const selfCpu = () => {
 const pg = await startPostgres();
 try {
   const url = await pg.freshDatabase();
-  const store = await openPostgresStore(url, { maxConnections: 16 });
+  const store = await openPostgresStore(url, { maxConnections: 16, ...(values.writer ? { writer: values.writer } : {}) });
   const { account_id } = await store.createAccount({ tier: "paid", name: "bench" });
   const { api_key } = await store.createApiKey({ account_id });
   await store.grantCredits(account_id, 1e15);

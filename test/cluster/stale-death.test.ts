@@ -31,6 +31,7 @@ function scriptedRedis() {
       listeners.set(channel, listener);
     },
     onChange() {},
+    commandDeadline: () => null,
     close() {},
   };
   const broadcast = (node: string, incarnation: string) =>

@@ -2,12 +2,14 @@
 // an engine (PostgreSQL, Redis) while both stay alive. `cut("reset")` closes every connection and
 // refuses new ones (the peer sees the failure at once); `cut("blackhole")` keeps every connection open
 // but moves no byte either way and holds new ones unanswered (packets dropped: the peer sees only
-// timeouts). `restore()` lets bytes flow again, on the held connections too (TCP resends what waited).
+// timeouts); `cut("replies")` is a one-way blackhole: what the peer sends arrives, what comes back is
+// held (a command runs, its answer is lost on the way). `restore()` lets bytes flow again, on the held
+// connections too (TCP resends what waited).
 // It runs in a child process of its own (this file as a script): a test process that blocks on a
 // spawnSync would otherwise stall every byte through it, a split nobody asked for.
 import { createServer, connect, type Server, type Socket } from "node:net";
 
-export type CutStyle = "reset" | "blackhole";
+export type CutStyle = "reset" | "blackhole" | "replies";
 
 export interface TcpProxy {
   port: number;
@@ -89,16 +91,25 @@ async function serve(targetPort: number): Promise<void> {
     });
     if (state === "blackhole") client.pause();
     else join(pair);
+    if (state === "replies") holdReplies(pair);
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   console.log((server.address() as { port: number }).port);
 
+  const holdReplies = (pair: Pair) => {
+    pair.upstream?.unpipe();
+    pair.upstream?.pause();
+  };
   const cut = (style: CutStyle) => {
     state = style;
     for (const pair of [...pairs]) {
       if (style === "reset") {
         pair.client.destroy();
         pair.upstream?.destroy();
+        continue;
+      }
+      if (style === "replies") {
+        holdReplies(pair);
         continue;
       }
       pair.client.unpipe();
@@ -109,7 +120,12 @@ async function serve(targetPort: number): Promise<void> {
   };
   const restore = () => {
     state = "open";
-    for (const pair of pairs) join(pair);
+    for (const pair of pairs) {
+      // Unpiped first: a one-way cut left the other way piped, and a second pipe would copy each byte twice.
+      pair.client.unpipe();
+      pair.upstream?.unpipe();
+      join(pair);
+    }
   };
   let pending = "";
   process.stdin.on("data", (bytes: Buffer) => {

@@ -5,7 +5,7 @@
 // write is tried again every RETRY_MS until it lands, and the settlement carries on where it stood
 // (docs/postgres-store.md).
 import type { Log } from "../../log.ts";
-import { isStoreUnavailable, isTransientConflict } from "../../store/asyncStore.ts";
+import { isAdoptedElsewhere, isStoreUnavailable, isTransientConflict } from "../../store/asyncStore.ts";
 
 /** While the database is unreachable, how long a settlement write waits before it tries again. */
 export const RETRY_MS = 500;
@@ -19,7 +19,11 @@ export interface DurableWrites {
   stop(): void;
 }
 
-export function durableWrites(log: Log, sleep: (ms: number) => Promise<void> = Bun.sleep): DurableWrites {
+/**
+ * `adoptedElsewhere` hears of a write the store refused because another cluster node adopted the attempt
+ * (docs/scale-out.md, "Fencing"): nothing was written, and nothing of it is this node's to write any more.
+ */
+export function durableWrites(log: Log, sleep: (ms: number) => Promise<void> = Bun.sleep, adoptedElsewhere?: (ids: { request_id: string; attempt_n?: number }) => void): DurableWrites {
   let stopped = false;
   return {
     async run(what, ids, write) {
@@ -27,6 +31,11 @@ export function durableWrites(log: Log, sleep: (ms: number) => Promise<void> = B
         try {
           return await write();
         } catch (error) {
+          if (isAdoptedElsewhere(error)) {
+            log.warn("settlement_write_refused", { ...ids, write: what, reason: "adopted_elsewhere" });
+            adoptedElsewhere?.(ids);
+            return null;
+          }
           if (!isStoreUnavailable(error) && !isTransientConflict(error)) {
             log.error("settlement_write_failed", { ...ids, write: what, error: String(error) });
             return null;

@@ -18,6 +18,8 @@ export async function recoverPending(
 ): Promise<{ resumed: number; interrupted: number }> {
   let resumed = 0;
   let interrupted = 0;
+  // Every pending attempt is this process's from now on (a stalled process that wakes cannot write one).
+  await store.claimPending?.();
   const pending = await store.listSettlements({ label: "pending" });
   for (const row of pending) {
     const stored = await store.getRouteSnapshot(row.request_id, row.attempt_n);
@@ -50,6 +52,9 @@ export async function recoverOne(
   attemptN: number,
   resume: (att: ResumedAttempt) => void,
 ): Promise<boolean> {
+  // Claimed before it is read (docs/scale-out.md, "Fencing"): a write the dead node makes after this
+  // is refused, and one it made before is in the row read here.
+  await store.claimAttempt?.(requestId, attemptN);
   const row = await store.getSettlement(requestId, attemptN);
   if (!row || row.label !== "pending") return false;
   const stored = await store.getRouteSnapshot(requestId, attemptN);

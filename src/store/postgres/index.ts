@@ -31,6 +31,12 @@ export interface PostgresStoreOptions extends StoreOptions {
   connectionTimeoutSeconds?: number;
   /** Told when a batch of settlements or admissions failed (its calls are then retried one by one). */
   onBatchFailed?: BatchFailed;
+  /**
+   * The cluster node incarnation writing through this store: its connections carry it (gateway.writer),
+   * the attempts it opens are its own, and a write of one another node adopted since is refused
+   * (migration 11; docs/scale-out.md, "Fencing"). Absent: nothing is checked (operator CLI, no Redis).
+   */
+  writer?: string;
 }
 
 export { isStoreUnavailable };
@@ -101,6 +107,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     connectionTimeout: options.connectionTimeoutSeconds ?? 5,
     idleTimeout: 60,
     onconnect: () => {},
+    ...(options.writer === undefined ? {} : { connection: { "gateway.writer": options.writer } }),
   });
   try {
     await migratePostgres(sql);

@@ -59,6 +59,8 @@ export type PgLedgerStore = Pick<
   | "ledgerBalances"
   | "availableCredits"
   | "ledgerAuditData"
+  | "claimAttempt"
+  | "claimPending"
 >;
 
 const isCount = (n: number) => Number.isSafeInteger(n) && n >= 0;
@@ -361,6 +363,17 @@ export function pgLedgerStore(sql: SQL, clock: () => number, onBatchFailed: Batc
     },
 
     getSettlement: selectSettlement,
+
+    // The row lock orders a claim and the previous owner's write: whichever commits first, the other
+    // sees it (the adopter reads the row after its claim; a stale write after it is refused).
+    async claimAttempt(request_id, attempt_n) {
+      await sql`UPDATE settlements SET owner = NULLIF(current_setting('gateway.writer', true), '')
+        WHERE request_id = ${request_id} AND attempt_n = ${attempt_n} AND label = 'pending'`;
+    },
+
+    async claimPending() {
+      await sql`UPDATE settlements SET owner = NULLIF(current_setting('gateway.writer', true), '') WHERE label = 'pending'`;
+    },
 
     async listSettlements(filter = {}) {
       const where: string[] = [];

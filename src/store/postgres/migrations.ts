@@ -683,4 +683,24 @@ export const postgresMigrations: readonly string[] = [
   `
   DROP INDEX reservations_held;
   `,
+  // Fencing (docs/scale-out.md, "Fencing"): an attempt's row names the process that may write it — the
+  // cluster node incarnation that opened it (each node's connections carry it as gateway.writer), or
+  // the one that adopted it since (gateway claims: UPDATE … SET owner = its own writer). A write by any
+  // other writer is refused in its own transaction, so a node that stalled past its membership and wakes
+  // cannot write an attempt a survivor took over. The row lock orders the claim and a stale write. A
+  // connection without a writer (operator CLI, a store without Redis) is not checked; nor are rows
+  // opened by one. The condition runs in the executor: the trigger's function only for a refusal or a claim.
+  `
+  ALTER TABLE settlements ADD COLUMN owner TEXT;
+  ALTER TABLE settlements ALTER COLUMN owner SET DEFAULT NULLIF(current_setting('gateway.writer', true), '');
+  CREATE FUNCTION gateway_owner_check() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE v_writer TEXT := NULLIF(current_setting('gateway.writer', true), '');
+    BEGIN
+      IF v_writer IS NULL OR NEW.owner IS NOT DISTINCT FROM v_writer THEN RETURN NEW; END IF;
+      RAISE EXCEPTION 'attempt %#% was adopted by another node', OLD.request_id, OLD.attempt_n USING ERRCODE = 'GWF01';
+    END $$;
+  CREATE TRIGGER settlements_owner BEFORE UPDATE ON settlements FOR EACH ROW
+    WHEN (OLD.owner IS NOT NULL AND OLD.owner IS DISTINCT FROM NULLIF(current_setting('gateway.writer', true), ''))
+    EXECUTE FUNCTION gateway_owner_check();
+  `,
 ];
