@@ -193,7 +193,10 @@ async function holdStreams(s: Stack, n: number): Promise<HoldReady & { listen_ov
   // The admission gate starts a burst 32 requests a turn (docs/decisions.md, "Live streams first"):
   // 4,096 slow streams, busy the whole time, take over a minute to all have a first frame here. The
   // slow stream lasts 200 s, so every one is still live once the last has started.
-  const r = await Promise.race([readyP, Bun.sleep(180_000).then(() => ({ ok: -1, failed: -1, connect_retries: -1, ramp_s: -1 }))]);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const gaveUp = new Promise<HoldReady>((r) => (timer = setTimeout(() => r({ ok: -1, failed: -1, connect_retries: -1, ramp_s: -1 }), 180_000)));
+  // The timer is cleared once the holder is ready: a pending one kept the process (and the heavy lock) for up to 180 s after its last level.
+  const r = await Promise.race([readyP, gaveUp]).finally(() => clearTimeout(timer));
   if (r.failed !== 0 || r.ok !== n) {
     holder.kill("SIGKILL");
     throw new Error(`holder: ${JSON.stringify(r)}`);
@@ -292,8 +295,9 @@ async function measureLevel(mockUrl: string, n: number): Promise<LevelResult> {
         gateway_live_requests: await liveRequests(s.url),
         chunks_per_s: Math.round(((after.chunks - before.chunks) * 1000) / (performance.now() - t)),
         lag_ms: { p50: after.lag_p50_ms, p99: after.lag_p99_ms, max: after.lag_max_ms },
-        // Every stream's latest delta at most two intervals old: the stack keeps pace, nothing queues.
-        keeps_pace: after.live === n && after.lag_p99_ms <= 2 * deltaMs(n),
+        // Every stream's latest delta at most an interval and a second old: a second's deltas at most
+        // wait anywhere (~1 KB a stream at 100 ms), not a backlog growing with the machine's load.
+        keeps_pace: after.live === n && after.lag_p99_ms <= deltaMs(n) + 1000,
       };
       if (SNAPSHOT_DIR) writeFileSync(join(SNAPSHOT_DIR, `live-${n}.smaps`), readFileSync(`/proc/${s.gateway.pid}/smaps`));
       out.live_mb = round1(live);
