@@ -190,8 +190,8 @@ async function holdStreams(s: Stack, n: number): Promise<HoldReady & { listen_ov
       }
     },
   });
-  // The admission gate starts a burst 32 requests a turn (docs/decisions.md, "Live streams first"):
-  // 4,096 slow streams, busy the whole time, take over a minute to all have a first frame here. The
+  // The admission gate starts 32 requests a turn (docs/decisions.md, "Live streams first"): 4,096 held
+  // streams take ~5–15 s to all have a first frame here, and streams that fall behind far longer. The
   // slow stream lasts 200 s, so every one is still live once the last has started.
   let timer: ReturnType<typeof setTimeout> | undefined;
   const gaveUp = new Promise<HoldReady>((r) => (timer = setTimeout(() => r({ ok: -1, failed: -1, connect_retries: -1, ramp_s: -1 }), 180_000)));
@@ -244,9 +244,10 @@ interface LevelResult {
   live_mb: number | null;
   per_stream_kb: number | null;
   /**
-   * How the streams stood while RSS was sampled: the ramp's length and retried connects, streams still
-   * reading, chunks a second the holder got (N × 10 when every stream keeps pace), and how late each
-   * stream's latest delta was (a lag of seconds is output queued somewhere, counted in RSS).
+   * How the streams stood while RSS was sampled: the delta interval, the ramp's length and retried
+   * connects, streams still reading, reads a second the holder got (N × 1000 / delta_ms while every
+   * stream keeps pace; fewer when deltas merge), and how late each stream's latest delta was (a lag of
+   * seconds is output queued somewhere, counted in RSS).
    */
   holder?: {
     delta_ms: number;
