@@ -22,15 +22,15 @@ export function isStoreUnavailable(error: unknown): boolean {
   );
 }
 
-/**
- * Whether PostgreSQL aborted the transaction for a conflict with another one (deadlock_detected 40P01,
- * serialization_failure 40001): nothing was written, and the same transaction tried again succeeds.
- */
 /** Whether the store refused a write of an attempt another cluster node adopted (migration 11, "Fencing"). */
 export function isAdoptedElsewhere(error: unknown): boolean {
   return (error as { errno?: string } | null)?.errno === "GWF01";
 }
 
+/**
+ * Whether PostgreSQL aborted the transaction for a conflict with another one (deadlock_detected 40P01,
+ * serialization_failure 40001): nothing was written, and the same transaction tried again succeeds.
+ */
 export function isTransientConflict(error: unknown): boolean {
   return ["40P01", "40001"].includes((error as { errno?: string } | null)?.errno ?? "");
 }
