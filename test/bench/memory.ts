@@ -13,10 +13,12 @@
 //      working size first, so the per-stream figure is what one more live stream costs a gateway that
 //      has served traffic (the default's includes that growth: 512 streams start in the same instant);
 //   2. idle: the gateway's VmRSS (/proc/PID/status), median of 10 samples over 1 s;
-//   3. live: N streams opened at once by a holder process of its own (each a slow mock stream: one
-//      16-byte delta every 100 ms, long enough to outlive the measurement); once every stream has its
-//      first content frame, 2 s pass, then the median of 20 samples over 2 s; per stream = (live −
-//      idle) / N.
+//   3. live: N streams held by a holder process of its own (each a slow mock stream of 16-byte deltas,
+//      one every 100 ms up to 1,024 streams and slower beyond, ~10,240 a second in all: see deltaMs;
+//      long enough to outlive the measurement), opened at most 256 waiting at a time, a reset connect
+//      tried again and counted; once every stream has its first content frame, 2 s pass, then the
+//      median of 20 samples over 2 s; per stream = (live − idle) / N. The holder reports how late each
+//      stream's latest delta is: a level whose streams fall behind counts queued output, not streams.
 // Then one more fresh stack measures idle after load — the retry replay cache and the heap's high-water
 // mark after the kind of traffic `bun run bench` sends before it reads its idle figure.
 //
@@ -45,9 +47,17 @@ const SNAPSHOT_DIR = env.MEM_SNAPSHOT ?? "";
 /** Extra flags for the gateway's bun (e.g. `--smol`), to compare runtime settings. */
 const BUN_FLAGS = (env.MEM_BUN_FLAGS ?? "").split(" ").filter(Boolean);
 
-/** Slow enough that a stream outlives the measurement (2,000 deltas × 100 ms); fast enough to keep the stream idle timer quiet. */
-const SLOW_MODEL = "bench-sse-n2000-i100";
-const MODELS = ["bench-json", "bench-json-d20", "bench-sse-n4-i0", "bench-sse-n256-i0", SLOW_MODEL];
+/**
+ * Milliseconds between a held stream's deltas: by default 100 up to 1,024 streams and slower beyond,
+ * so that the gateway relays the same ~10,240 chunks a second at every level (4,096 streams: 400 ms).
+ * At 100 ms, 4,096 streams are 41,000 chunks a second, more than this two-core machine carries
+ * through the whole stack: the streams fall seconds behind and RSS counts queued output, not what a
+ * live stream holds (docs/benchmarks.md, "Held RSS pass"). MEM_DELTA_MS fixes it for every level.
+ */
+const deltaMs = (n: number): number => Number(env.MEM_DELTA_MS ?? Math.max(100, Math.round((n * 100) / 1024)));
+/** Slow enough that a stream outlives the measurement (200 s of deltas); fast enough to keep the stream idle timer quiet. */
+const slowModel = (n: number): string => `bench-sse-n${Math.ceil(200_000 / deltaMs(n))}-i${deltaMs(n)}`;
+const MODELS = ["bench-json", "bench-json-d20", "bench-sse-n4-i0", "bench-sse-n256-i0", ...new Set(LEVELS.filter((n) => n > 0).map(slowModel))];
 const modelHash = (id: string) => createHash("sha256").update(`bench-weights:${id}`).digest("hex");
 /** MEM_PROMPT_BYTES (default 256): real buyers send up to 512 KiB, and a stream must not keep its prompt. */
 const USER_MESSAGE = "x".repeat(Number(env.MEM_PROMPT_BYTES ?? 256));
@@ -154,22 +164,51 @@ async function liveRequests(url: string): Promise<number> {
   return ((await (await fetch(`${url}/healthz`)).json()) as { live_requests: number }).live_requests;
 }
 
+/** The kernel's count of connections dropped because a listen queue was full (machine-wide; TcpExt ListenOverflows). */
+function listenOverflows(): number {
+  const lines = readFileSync("/proc/net/netstat", "utf8").split("\n").filter((l) => l.startsWith("TcpExt:"));
+  const names = lines[0]!.split(/\s+/);
+  return Number(lines[1]!.split(/\s+/)[names.indexOf("ListenOverflows")]);
+}
+
 /** Opens N slow streams in a holder process; resolves once each has its first content frame. */
-async function holdStreams(s: Stack, n: number): Promise<{ stop: () => Promise<void> }> {
-  let ready!: (m: { ok: number; failed: number }) => void;
-  const readyP = new Promise<{ ok: number; failed: number }>((r) => (ready = r));
+async function holdStreams(s: Stack, n: number): Promise<HoldReady & { listen_overflows: number; stats: () => Promise<HoldStats>; stop: () => Promise<void> }> {
+  const overflowsBefore = listenOverflows();
+  let ready!: (m: HoldReady) => void;
+  const readyP = new Promise<HoldReady>((r) => (ready = r));
+  const asked: ((m: HoldStats) => void)[] = [];
+  let isReady = false;
   const holder = Bun.spawn(["bun", import.meta.path, "hold", s.url, s.apiKey, String(n)], {
     env: { ...env, ...FETCH_ENV },
     stdout: "inherit",
     stderr: "inherit",
-    ipc: (m) => ready(m as { ok: number; failed: number }),
+    ipc: (m) => {
+      if (isReady) asked.shift()?.(m as HoldStats);
+      else {
+        isReady = true;
+        ready(m as HoldReady);
+      }
+    },
   });
-  // The admission gate starts a burst 32 requests a turn (docs/decisions.md, "Live streams first"):
-  // 4,096 slow streams, busy the whole time, take over a minute to all have a first frame here. The
+  // The admission gate starts 32 requests a turn (docs/decisions.md, "Live streams first"): 4,096 held
+  // streams take ~5–15 s to all have a first frame here, and streams that fall behind far longer. The
   // slow stream lasts 200 s, so every one is still live once the last has started.
-  const r = await Promise.race([readyP, Bun.sleep(180_000).then(() => ({ ok: -1, failed: -1 }))]);
-  if (r.failed !== 0) throw new Error(`holder: ${JSON.stringify(r)}`);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const gaveUp = new Promise<HoldReady>((r) => (timer = setTimeout(() => r({ ok: -1, failed: -1, connect_retries: -1, ramp_s: -1 }), 180_000)));
+  // The timer is cleared once the holder is ready: a pending one kept the process (and the heavy lock) for up to 180 s after its last level.
+  const r = await Promise.race([readyP, gaveUp]).finally(() => clearTimeout(timer));
+  if (r.failed !== 0 || r.ok !== n) {
+    holder.kill("SIGKILL");
+    throw new Error(`holder: ${JSON.stringify(r)}`);
+  }
   return {
+    ...r,
+    listen_overflows: listenOverflows() - overflowsBefore,
+    stats() {
+      const p = new Promise<HoldStats>((resolve) => asked.push(resolve));
+      holder.send("stats");
+      return p;
+    },
     async stop() {
       holder.kill("SIGKILL");
       await holder.exited;
@@ -204,6 +243,23 @@ interface LevelResult {
   idle_mb: number;
   live_mb: number | null;
   per_stream_kb: number | null;
+  /**
+   * How the streams stood while RSS was sampled: the delta interval, the ramp's length and retried
+   * connects, streams still reading, reads a second the holder got (N × 1000 / delta_ms while every
+   * stream keeps pace; fewer when deltas merge), and how late each stream's latest delta was (a lag of
+   * seconds is output queued somewhere, counted in RSS).
+   */
+  holder?: {
+    delta_ms: number;
+    ramp_s: number;
+    connect_retries: number;
+    listen_overflows: number;
+    live_streams: number;
+    gateway_live_requests: number;
+    chunks_per_s: number;
+    lag_ms: { p50: number; p99: number; max: number };
+    keeps_pace: boolean;
+  };
   heap_idle?: Omit<HeapReport, "objects">;
   heap_live?: Omit<HeapReport, "objects">;
   heap_per_stream_kb?: number;
@@ -227,7 +283,23 @@ async function measureLevel(mockUrl: string, n: number): Promise<LevelResult> {
     if (n > 0) {
       const hold = await holdStreams(s, n);
       await Bun.sleep(2000);
+      const before = await hold.stats();
+      const t = performance.now();
       const live = await sampleRss(s.gateway.pid, 20, 100);
+      const after = await hold.stats();
+      out.holder = {
+        delta_ms: deltaMs(n),
+        ramp_s: hold.ramp_s,
+        connect_retries: hold.connect_retries,
+        listen_overflows: hold.listen_overflows,
+        live_streams: after.live,
+        gateway_live_requests: await liveRequests(s.url),
+        chunks_per_s: Math.round(((after.chunks - before.chunks) * 1000) / (performance.now() - t)),
+        lag_ms: { p50: after.lag_p50_ms, p99: after.lag_p99_ms, max: after.lag_max_ms },
+        // Every stream's latest delta at most an interval and a second old: a second's deltas at most
+        // wait anywhere (~1 KB a stream at 100 ms), not a backlog growing with the machine's load.
+        keeps_pace: after.live === n && after.lag_p99_ms <= deltaMs(n) + 1000,
+      };
       if (SNAPSHOT_DIR) writeFileSync(join(SNAPSHOT_DIR, `live-${n}.smaps`), readFileSync(`/proc/${s.gateway.pid}/smaps`));
       out.live_mb = round1(live);
       out.per_stream_kb = Math.round(((live - idle) * 1024) / n);
@@ -326,8 +398,12 @@ async function main(): Promise<void> {
     const afterLoad = AFTER_LOAD ? await measureAfterLoad(mock.url) : null;
     const result = { date: new Date().toISOString(), bun: Bun.version, providers: PROVIDERS, heap_mode: HEAP, levels, after_load: afterLoad };
     if (env.MEM_JSON) writeFileSync(env.MEM_JSON, `${JSON.stringify(result, null, 2)}\n`);
-    console.log("| streams | idle RSS MB | live RSS MB | per stream KB |\n| ---: | ---: | ---: | ---: |");
-    for (const l of levels) console.log(`| ${l.streams} | ${l.idle_mb} | ${l.live_mb ?? "–"} | ${l.per_stream_kb ?? "–"} |`);
+    console.log("| streams | idle RSS MB | live RSS MB | per stream KB | delta every ms | live while sampled | chunks/s | delta lag p50 / p99 ms | keeps pace | ramp s | connects retried |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (const l of levels) {
+      const h = l.holder;
+      const held = h ? `${h.delta_ms} | ${h.live_streams} | ${h.chunks_per_s} | ${h.lag_ms.p50} / ${h.lag_ms.p99} | ${h.keeps_pace ? "yes" : "**no**"} | ${h.ramp_s} | ${h.connect_retries}` : "– | – | – | – | – | – | –";
+      console.log(`| ${l.streams} | ${l.idle_mb} | ${l.live_mb ?? "–"} | ${l.per_stream_kb ?? "–"} | ${held} |`);
+    }
     if (afterLoad) {
       console.log(`\nidle fresh ${afterLoad.idle_fresh_mb} MB → after load, identical bodies ${afterLoad.idle_after_load_mb} MB (${JSON.stringify(afterLoad.requests)})`);
       console.log(`→ after distinct bodies ${afterLoad.idle_after_distinct_mb} MB (${JSON.stringify(afterLoad.distinct_requests)}); 16 s later ${afterLoad.idle_after_distinct_16s_mb} MB`);
@@ -337,44 +413,106 @@ async function main(): Promise<void> {
   }
 }
 
-/** `hold URL KEY N`: opens N slow streams, tells the parent when each has a content frame, then keeps reading. */
+/** What the holder tells the parent: once every stream is live, and when asked during the sampling. */
+type HoldReady = { ok: number; failed: number; connect_retries: number; ramp_s: number };
+type HoldStats = { live: number; chunks: number; lag_p50_ms: number; lag_p99_ms: number; lag_max_ms: number };
+
+/**
+ * `hold URL KEY N`: N slow streams, at most MEM_HOLD_OPENING (default 256, half of Bun's listen backlog
+ * of 512: thousands of connects at once overflow the gateway's accept queue and some come back reset)
+ * waiting for their first content frame at a time, the next opened as one gets it; a connect reset
+ * before any response is tried again with a new body (MEM_HOLD_RETRIES times, counted). Then it keeps
+ * reading, and answers the parent's `stats` with how many streams still read and how late their
+ * latest delta is (the mock stamps each delta with the microsecond it wrote it).
+ */
 async function hold(url: string, apiKey: string, n: number): Promise<void> {
+  const opening = Math.max(1, Number(env.MEM_HOLD_OPENING ?? 256));
+  const maxRetries = Number(env.MEM_HOLD_RETRIES ?? 5);
   let ok = 0;
   let failed = 0;
-  let reported = false;
-  const report = () => {
-    if (!reported && ok + failed === n) {
-      reported = true;
-      process.send!({ ok, failed });
-    }
-  };
+  let retries = 0;
+  let live = 0;
+  let chunks = 0;
+  /** Each stream's latest read (its stamp is parsed only when the parent asks, not a chunk). */
+  const latest: (Uint8Array | undefined)[] = new Array(n);
   const headers = { "content-type": "application/json", authorization: `Bearer ${apiKey}` };
-  const one = async (_: unknown, i: number) => {
-    const init = { method: "POST", headers, body: body(SLOW_MODEL, true, 4096, i) };
-    let counted = false;
-    try {
-      const res = await fetch(`${url}/v1/chat/completions`, init);
-      if (res.status !== 200 || !res.body) throw new Error(`status ${res.status}: ${await res.text()}`);
-      const reader = res.body.getReader();
-      const decoder = new TextDecoder();
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        if (!counted && decoder.decode(value).includes('"content":"')) {
-          counted = true;
-          ok++;
-          report();
+  const marker = new TextEncoder().encode('"content":"');
+  const decoder = new TextDecoder();
+  /** Resolves once stream i has its first content frame (or failed); its reading goes on. */
+  const one = (i: number): Promise<void> =>
+    new Promise<void>((started) => {
+      void (async () => {
+        for (let attempt = 0; ; attempt++) {
+          let res: Response;
+          try {
+            res = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers, body: body(slowModel(n), true, 4096, i + attempt * n) });
+          } catch (error) {
+            if (attempt < maxRetries && /ECONNRESET|ECONNREFUSED|closed unexpectedly/i.test(String(error))) {
+              retries++;
+              await Bun.sleep(50 * (attempt + 1));
+              continue;
+            }
+            failed++;
+            console.error(`[memory hold] ${String(error)}`);
+            return started();
+          }
+          let counted = false;
+          try {
+            if (res.status !== 200 || !res.body) throw new Error(`status ${res.status}: ${await res.text()}`);
+            live++;
+            const reader = res.body.getReader();
+            for (;;) {
+              const { value, done } = await reader.read();
+              if (done) break;
+              chunks++;
+              latest[i] = value;
+              if (!counted && decoder.decode(value).includes('"content":"')) {
+                counted = true;
+                ok++;
+                started();
+              }
+            }
+          } catch (error) {
+            if (!counted) console.error(`[memory hold] ${String(error)}`);
+          }
+          live--;
+          if (!counted) {
+            failed++;
+            started();
+          }
+          return;
         }
-      }
-    } catch (error) {
-      if (!counted) {
-        failed++;
-        console.error(`[memory hold] ${String(error)}`);
-        report();
+      })();
+    });
+  const t0 = performance.now();
+  let next = 0;
+  const progress = setInterval(() => console.error(`[memory hold] ${round1((performance.now() - t0) / 1000)} s: ${ok} streams live, ${failed} failed, ${retries} connects retried`), 10_000);
+  const opener = async () => {
+    while (next < n) await one(next++);
+  };
+  await Promise.all(Array.from({ length: Math.min(opening, n) }, opener));
+  clearInterval(progress);
+  const lagMs = (chunk: Uint8Array, nowUs: number): number | null => {
+    let at = -1;
+    for (let j = chunk.length - marker.length - 16; j >= 0; j--) {
+      let m = 0;
+      while (m < marker.length && chunk[j + m] === marker[m]) m++;
+      if (m === marker.length) {
+        at = j + m;
+        break;
       }
     }
+    if (at < 0) return null;
+    const stamp = Number(decoder.decode(chunk.subarray(at, at + 16)));
+    return Number.isFinite(stamp) ? (nowUs - stamp) / 1000 : null;
   };
-  await Promise.all(Array.from({ length: n }, one));
+  process.on("message", () => {
+    const nowUs = (performance.timeOrigin + performance.now()) * 1000;
+    const lags = latest.flatMap((c) => (c ? [lagMs(c, nowUs)] : [])).filter((x): x is number => x !== null).sort((a, b) => a - b);
+    const at = (q: number) => round1(lags[Math.min(lags.length - 1, Math.floor(q * lags.length))] ?? NaN);
+    process.send!({ live, chunks, lag_p50_ms: at(0.5), lag_p99_ms: at(0.99), lag_max_ms: round1(lags.at(-1) ?? NaN) } satisfies HoldStats);
+  });
+  process.send!({ ok, failed, connect_retries: retries, ramp_s: round1((performance.now() - t0) / 1000) } satisfies HoldReady);
 }
 
 /** `host CONFIG`: `gateway serve` (src/main.ts, same module graph) plus heap reports over IPC. */
