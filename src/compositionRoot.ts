@@ -182,7 +182,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
         leaseMs: config.clusterLeaseMs,
         log,
         now,
-        link: config.clusterLinkHost === "off" ? null : { host: config.clusterLinkHost, port: config.clusterLinkPort },
+        link: config.clusterLinkHost === "off" ? null : { host: config.clusterLinkHost, port: config.clusterLinkPort, announce: config.clusterLinkAnnounce },
         incarnation,
       })
     : null;

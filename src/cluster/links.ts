@@ -20,9 +20,16 @@ export interface NodeLinksOptions {
   host: string;
   /** Its port (0: any free one). */
   port: number;
+  /** `host:port` the other nodes dial, when not the bound address (a NAT, a published port, a proxy). */
+  announce?: string;
   log: Log;
   /** A message that came over a link from another node, in the order that node sent it. */
   deliver(header: NodeMessage, frame: Uint8Array | null): void;
+  /**
+   * A link to or from `peer` closed after it had opened: the messages still in it are lost (a broken
+   * connection keeps no count of what arrived), so whatever was waiting on them must not wait on.
+   */
+  lost?(peer: string): void;
   /** Tells `peer` over its Redis inbox that this node's link `linkId` to it is open. */
   sendOpenedMarker(peer: string, linkId: string): void;
   /** How long a dropped link waits before it is made again (while its peer is a member). */
@@ -89,7 +96,8 @@ export class NodeLinks {
         close: (ws) => this.inboundClosed(ws),
       },
     });
-    return { url: `ws://${urlHost(this.options.host)}:${this.server.port}${PATH}`, token: this.token };
+    const dialed = this.options.announce || `${urlHost(this.options.host)}:${this.server.port}`;
+    return { url: `ws://${dialed}${PATH}`, token: this.token };
   }
 
   /** Sends a message over the open link to `peer`; false when there is none (the caller uses pub/sub). */
@@ -149,8 +157,10 @@ export class NodeLinks {
     socket.onclose = () => {
       link.open = false;
       if (this.outbound.get(peer) !== link || this.closed) return;
-      if (opened) this.options.log.warn("cluster_link_closed", { peer });
-      else if (!this.unreachable.has(address.url)) {
+      if (opened) {
+        this.options.log.warn("cluster_link_closed", { peer });
+        this.options.lost?.(peer);
+      } else if (!this.unreachable.has(address.url)) {
         this.unreachable.add(address.url);
         this.options.log.warn("cluster_link_unreachable", { peer, url: address.url });
       }
@@ -196,6 +206,7 @@ export class NodeLinks {
     const link = ws.data;
     if (link.timer) clearTimeout(link.timer);
     this.inbound.delete(link.linkId);
+    if (!this.closed) this.options.lost?.(link.peer);
   }
 
   private release(link: Inbound): void {

@@ -17,7 +17,7 @@ export interface ClusterNodeOptions {
   log: Log;
   now?: () => number;
   /** Where this node's link server listens (links.ts); null: every message goes over pub/sub. */
-  link?: { host: string; port: number } | null;
+  link?: { host: string; port: number; announce?: string } | null;
   /** This process's incarnation (default a new random one): also its store connections' writer (fencing). */
   incarnation?: string;
 }
@@ -31,6 +31,12 @@ export interface ClusterHandlers<V extends SharedSessionView> {
    * which resolves what its predecessor owned itself: nothing to take over).
    */
   nodeDied(nodeId: string, takeOver: boolean): void;
+  /**
+   * A link to or from a live node broke: what it carried when it broke is lost (docs/scale-out.md,
+   * "Node links"), so the work shared with that node is let go of as for a death, without taking over
+   * anything — the node lives and resolves what it owns.
+   */
+  linkLost(nodeId: string): void;
   /** Something changed that every node must apply (key revoked, provider banned, …). */
   changed(change: ChangeMessage): void;
   /** This node's own provider sessions, as the other nodes route to them. */
@@ -146,6 +152,11 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
         ...this.linkListen,
         log: this.log,
         deliver: (header, frame) => handlers.message(header, frame),
+        lost: (peer) => {
+          if (this.stopped || this.dead.has(peer)) return;
+          this.log.warn("cluster_link_lost", { peer });
+          this.safely("link_lost_failed", () => handlers.linkLost(peer));
+        },
         sendOpenedMarker: (peer, link) => r.fire("PUBLISH", [r.channel(inbox(peer)), encodeMessage({ t: "linked", from: this.nodeId, link })]),
       });
       try {

@@ -114,23 +114,41 @@ export async function connectRedis(options: RedisOptions): Promise<ClusterRedis>
     }
   }
 
+  let probing = false;
   const probe = setInterval(() => {
-    if (closed) return;
-    // A hung command leaves the client unusable: a fresh one is made while down.
+    if (closed || probing) return;
+    probing = true;
+    void reprobe().finally(() => (probing = false));
+  }, probeMs);
+  probe.unref?.();
+
+  // A hung command leaves the client unusable: a fresh one is made while down, and connected before
+  // the probe's command — without an offline queue, a command sent while it connects fails at once, so
+  // a probe that did not wait would never see Redis back unless other traffic did.
+  async function reprobe(): Promise<void> {
     if (!up) {
       try {
         client.close();
       } catch {}
       client = new RedisClient(options.url, clientOptions);
+      try {
+        await withTimeout(client.connect());
+      } catch (error) {
+        setUp(false, String(error));
+        return;
+      }
     }
-    void readClock();
-  }, probeMs);
-  probe.unref?.();
+    await readClock();
+  }
 
-  // The probe: TIME answers as PING does and keeps the clock offset fresh.
+  // The probe: TIME answers as PING does and keeps the clock offset fresh. A slow answer (one held in
+  // a silent connection, delivered late) would make the offset far too low and refuse every acquire
+  // until the next probe: only a quick one is taken.
   async function readClock(): Promise<void> {
+    const sent = performance.now();
     const result = await call<[string, string]>("TIME", []);
-    if (result.ok) clockOffset = Number(result.value[0]) * 1000 + Math.floor(Number(result.value[1]) / 1000) - performance.now();
+    const now = performance.now();
+    if (result.ok && now - sent <= timeoutMs / 4) clockOffset = Number(result.value[0]) * 1000 + Math.floor(Number(result.value[1]) / 1000) - now;
   }
 
   try {

@@ -65,10 +65,10 @@ export function sharedSlots(redis: ClusterRedis, leaseMs: number, ownedKey?: str
   const abandoned = new Map<string, string>();
   const removeAbandoned = () => {
     for (const [request, account] of abandoned) {
+      // On one connection, in order: once the ZREM is acknowledged, the SREM before it has run.
+      if (ownedKey !== undefined) redis.fire("SREM", [ownedKey, `r:${request}`]);
       void redis.call("ZREM", [slotKey(account), request]).then((result) => {
-        if (!result.ok) return;
-        abandoned.delete(request);
-        if (ownedKey !== undefined) redis.fire("SREM", [ownedKey, `r:${request}`]);
+        if (result.ok) abandoned.delete(request);
       });
     }
   };

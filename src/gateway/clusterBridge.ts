@@ -266,11 +266,13 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
   };
 
   function nodeDied(nodeId: string, takeOver: boolean): void {
+    // Its sessions' links first: a request lost below may fail over to another session there (a live
+    // node whose link broke), on a link made anew that must stay.
+    for (const [id, link] of [...registry.remoteSessions]) if (link.nodeId === nodeId) registry.remoteSessions.delete(id);
     // This node's requests streaming from there: lost, as a dropped socket is (in-band error mid-stream).
     for (const [key, attempt] of [...registry.attempts]) {
       if (isRemote(attempt.session) && attempt.session.nodeId === nodeId) lose(key);
     }
-    for (const [id, link] of [...registry.remoteSessions]) if (link.nodeId === nodeId) registry.remoteSessions.delete(id);
     // Its jobs running here: nobody reads them any more. Cancelled; their receipts are judged here.
     for (const [key, forwarded] of registry.forwarded) {
       if (forwarded.ownerNode !== nodeId || forwarded.released) continue;
@@ -316,7 +318,7 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
   }
 
   return {
-    handlers: { message, nodeDied, changed: deps.changed, localViews, fenced: deps.fenced, sweepOrphans },
+    handlers: { message, nodeDied, linkLost: (nodeId) => nodeDied(nodeId, false), changed: deps.changed, localViews, fenced: deps.fenced, sweepOrphans },
     resolvePredecessor: async () => resolveOwned(me, await node.predecessorOwned()),
     endpoint,
     remote,

@@ -3,8 +3,9 @@
 // restarting it and checking the ledger audit, acknowledged postings, double charges and charges
 // beyond what buyers read; and CLUSTER_CHAOS_RUNS runs of its cluster variant (.ci/run sets 2;
 // test/chaos/cluster.ts: three nodes on PostgreSQL and Redis, each run's fault drawn from its seed:
-// a node killed once or twice, two nodes, an engine failing around a kill, or a node split from its
-// engines; seeds 22100 and 22101 draw a split and two deaths). Skipped, visibly, when
+// a node killed once or twice, two nodes, an engine failing around a kill, a node split from its
+// engines (a node killed meanwhile, or not), or two nodes' links cut; seeds 22100 and 22101 draw a
+// split with a kill and two deaths). Skipped, visibly, when
 // unset: a plain `bun test` on the shared development machine (eight suites at once) cannot afford
 // real process restarts. `bun run chaos --runs 50` and `bun run chaos --cluster --runs 10` are the
 // full runs reported in docs/reliability.md.
@@ -34,7 +35,7 @@ test.skipIf(CLUSTER_RUNS === 0 || clusterMissing !== null)(`cluster crash chaos:
       const result = await oneClusterRun(run, 22_100 + run, false, engines);
       if (result.violations.length > 0) console.error(JSON.stringify(result));
       expect(result.violations).toEqual([]);
-      expect(result.killed.some((k) => k.startsWith("node:") || k.startsWith("split:"))).toBe(true);
+      expect(result.killed.some((k) => k.startsWith("node:") || k.startsWith("split:") || k.startsWith("links:"))).toBe(true);
     }
   } finally {
     engines.stop();

@@ -17,7 +17,12 @@
 //   - split:  no kill: one live node cut off from Redis, PostgreSQL or both (through a TCP proxy the
 //             run severs: connections reset, or held silent) for 1.5–3 leases while it keeps its
 //             provider sockets and buyers; a free-tier account (2 at once) holds two slow streams on
-//             it and asks a survivor for two more once the cut outlived a lease.
+//             it and asks a survivor for two more once the cut outlived a lease;
+//   - splitkill: the split, and a node killed while it lasts (the cut-off one or another), started
+//             again at once or a moment later;
+//   - links:  no kill: two live nodes' node links cut (each node's link server behind a proxy it
+//             announces; the two proxies reset, or held silent) for 1.5–3 leases while both reach
+//             the engines and buyers are served across them.
 // On kill runs also a provider or a CLI in the middle of `credits grant` on some. Then more load,
 // every settlement resolves, and the run checks the embedded run's invariants against PostgreSQL
 // (`gateway ledger audit --database-url …`), plus: no request hangs, no concurrency slot is left once
@@ -58,7 +63,7 @@ const PENDING_DEADLINE_MS = 2000;
 /** The free tier's concurrency limit (the default): what the split's slot check counts against. */
 const FREE_LIMIT = 2;
 
-export const CLUSTER_MODES = ["kill", "double", "two", "pg", "redis", "split"] as const;
+export const CLUSTER_MODES = ["kill", "double", "two", "pg", "redis", "split", "splitkill", "links"] as const;
 export type ClusterMode = (typeof CLUSTER_MODES)[number];
 
 export interface ClusterRunOptions {
@@ -201,7 +206,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
     const killed: string[] = [];
     const cli = (args: string[]) => gatewayCli([...args, "--data-dir", dataDir, "--database-url", databaseUrl]);
     if (cli(["catalog", "init"]).exitCode !== 0) throw new Error("catalog init failed");
-    const split = mode === "split" ? { index: Math.floor(random() * NODES), engines: (["redis", "postgres", "both"] as const)[Math.floor(random() * 3)]!, style: (random() < 0.5 ? "reset" : "blackhole") as CutStyle } : null;
+    const split = mode === "split" || mode === "splitkill" ? { index: Math.floor(random() * NODES), engines: (["redis", "postgres", "both"] as const)[Math.floor(random() * 3)]!, style: (random() < 0.5 ? "reset" : "blackhole") as CutStyle } : null;
     const slowModels = split ? ["chaos-slow-a", "chaos-slow-b"] : [];
     for (const m of [MODEL, ...slowModels]) if (cli(["catalog", "add", "--model-id", m, "--model-hash", modelHash(m)]).exitCode !== 0) throw new Error("catalog add failed");
     const created = JSON.parse(cli(["accounts", "create", "--tier", "paid", "--name", "chaos"]).stdout) as { account_id: string; api_key: string };
@@ -218,6 +223,10 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
     const pgProxy = split && split.engines !== "redis" ? await startTcpProxy(engines.postgres.port) : null;
     for (const p of [redisProxy, pgProxy]) if (p) proxies.push(p);
     const ports = await Promise.all(Array.from({ length: NODES }, () => freePort()));
+    // Links runs: each node's link server behind a proxy of its own, which the node announces.
+    const linkPorts = mode === "links" ? await Promise.all(Array.from({ length: NODES }, () => freePort())) : [];
+    const linkProxies = await Promise.all(linkPorts.map((port) => startTcpProxy(port)));
+    proxies.push(...linkProxies);
     const nodeArgs = (i: number) => {
       const nodeRedis = i === split?.index && redisProxy ? `redis://127.0.0.1:${redisProxy.port}` : redisUrl;
       const nodeDatabase = i === split?.index && pgProxy ? databaseUrl.replace(`:${engines.postgres.port}/`, `:${pgProxy.port}/`) : databaseUrl;
@@ -227,6 +236,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
         "--pending-deadline-ms", String(PENDING_DEADLINE_MS), "--heartbeat-interval-ms", "500",
         // Six buyers on one account: the shared slot limit is exercised, not the point of every refusal.
         "--paid-concurrent-requests", "16",
+        ...(linkProxies[i] ? ["--cluster-link-port", String(linkPorts[i]), "--cluster-link-announce", `127.0.0.1:${linkProxies[i]!.port}`] : []),
       ];
     };
     // As systemd's Restart=always (RestartSec=1): a node that exits before it joined (its engine down) is started again.
@@ -320,6 +330,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
     let grantDuringKill: Promise<void> | null = null;
     const limited: TimedStream[] = [];
     let splitFigures: { cutMs: number; probeStatuses: number[]; heldEnded: (string | null)[] } | null = null;
+    let linkFigures: { style: CutStyle; cutMs: number; linksOpened: number; linksClosed: number; linksLost: number } | null = null;
 
     if (split) {
       // The split: the free account's two slow streams on the split node, then its engines cut off.
@@ -335,6 +346,21 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       for (const p of proxies) await p.cut(split.style);
       const cutAt = performance.now();
       killed.push(`split:${victim.name}:${split.engines}:${split.style}`);
+      // splitkill: a node killed while the cut lasts — the cut-off one, or another — and started again
+      // as systemd would: at once (it joins once it reaches its engines), or a moment later.
+      let restarting: Promise<void> = Promise.resolve();
+      if (mode === "splitkill") {
+        const target = random() < 0.5 ? victimIndex : (victimIndex + 1 + Math.floor(random() * (NODES - 1))) % NODES;
+        const killAt = Math.floor(cutMs * (0.1 + random() * 0.8));
+        const pause = random() < 0.5 ? 0 : 500 + Math.floor(random() * 1500);
+        restarting = (async () => {
+          await Bun.sleep(killAt);
+          await killNode(target);
+          down.add(target);
+          await Bun.sleep(pause);
+          await restartNode(target);
+        })();
+      }
       // Once the cut outlived a lease, the account asks a survivor for two more (short) streams: the
       // split node's two must no longer run by then (or must still count), or the account has four at once.
       await Bun.sleep(LEASE_MS * 1.3);
@@ -343,6 +369,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       await Bun.sleep(Math.max(0, cutMs - (performance.now() - cutAt)));
       for (const p of proxies) await p.restore();
       const restoredAt = performance.now();
+      await restarting;
       const all = await Promise.all([...held, ...probes]);
       splitFigures = { cutMs, probeStatuses: all.slice(FREE_LIMIT).map((t) => t.status), heldEnded: all.slice(0, FREE_LIMIT).map((t) => t.ended) };
       if (all.slice(0, FREE_LIMIT).some((t) => t.okAt === null)) violations.push(`the split node did not start the free account's streams before the cut (statuses ${all.slice(0, FREE_LIMIT).map((t) => t.status)})`);
@@ -350,7 +377,8 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       // The split node serves again once its engines are back, without a restart.
       let recoverMs = -1;
       while (performance.now() - restoredAt < 60_000) {
-        if ((await admitted(victim)) >= 1 && (await oneRequest(victim.base, created.api_key, false, received, random, null))) {
+        const node = nodes[victimIndex]!;
+        if ((await admitted(node)) >= 1 && (await oneRequest(node.base, created.api_key, false, received, random, null))) {
           recoverMs = Math.round(performance.now() - restoredAt);
           break;
         }
@@ -360,6 +388,31 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       if (recoverMs < 0) violations.push(`the split node ${victim.name} did not serve within 60 s of its engines' return`);
       downMs = cutMs;
       return await finish(recoverMs);
+    }
+
+    if (mode === "links") {
+      // Two live nodes split from each other: every link into both goes through its proxy, which the
+      // run cuts (reset, or held silent) for 1.5–3 leases while both reach Redis and PostgreSQL and
+      // serve. One of them holds a provider's socket when one does, so buyers of the other are served
+      // across the cut; the third node's links into the two are cut too (one proxy a node).
+      const holding = nodes.findIndex((n) => current.some((p) => providerNode(providers[p]!) === n.ws));
+      const anyNode = Math.floor(random() * NODES);
+      victimIndex = holding >= 0 ? holding : anyNode;
+      victim = nodes[victimIndex]!;
+      const other = (victimIndex + 1 + Math.floor(random() * (NODES - 1))) % NODES;
+      const style: CutStyle = random() < 0.5 ? "reset" : "blackhole";
+      const cutMs = Math.round(LEASE_MS * (1.5 + random() * 1.5));
+      await linkProxies[victimIndex]!.cut(style);
+      await linkProxies[other]!.cut(style);
+      killed.push(`links:${victim.name}-${nodes[other]!.name}:${style}`);
+      await Bun.sleep(cutMs);
+      await linkProxies[victimIndex]!.restore();
+      await linkProxies[other]!.restore();
+      const logged = (event: string) => nodes.reduce((n, node) => n + node.events.filter((e) => e.event === event).length, 0);
+      linkFigures = { style, cutMs, linksOpened: logged("cluster_link_open"), linksClosed: logged("cluster_link_closed"), linksLost: logged("cluster_link_lost") };
+      downMs = cutMs;
+      listeningMs = 0;
+      return await finish(0);
     }
 
     // The crash: a random node every run; on some runs also a provider, or a CLI in the middle of a grant.
@@ -596,6 +649,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
             slotsFreedMs,
             refused: Object.fromEntries(refused),
             ...(splitFigures ? { split: splitFigures } : {}),
+            ...(linkFigures ? { links: linkFigures } : {}),
           },
           violations,
         };

@@ -26,7 +26,7 @@ describe.skipIf(redisMissing !== null)("a replay claim of a node's earlier proce
 
   const node = async (nodeId: string) => {
     const n = new ClusterNode({ nodeId, redis, leaseMs: 10_000, log: silentLog, link: null });
-    await n.start({ message() {}, nodeDied() {}, changed() {}, localViews: () => [], fenced: () => 0, sweepOrphans: async () => {} });
+    await n.start({ message() {}, nodeDied() {}, linkLost() {}, changed() {}, localViews: () => [], fenced: () => 0, sweepOrphans: async () => {} });
     nodes.push(n);
     return n;
   };

@@ -44,7 +44,7 @@ describe("a dead node's verdict older than its last broadcast", () => {
     const { redis, held, broadcast } = scriptedRedis();
     const node = new ClusterNode<SharedSessionView>({ nodeId: "n1", redis, leaseMs: 200, log: silentLog, link: null });
     const deaths: { nodeId: string; takeOver: boolean }[] = [];
-    await node.start({ message() {}, nodeDied: (nodeId, takeOver) => deaths.push({ nodeId, takeOver }), changed() {}, localViews: () => [], fenced: () => 0, sweepOrphans: async () => {} });
+    await node.start({ message() {}, nodeDied: (nodeId, takeOver) => deaths.push({ nodeId, takeOver }), linkLost() {}, changed() {}, localViews: () => [], fenced: () => 0, sweepOrphans: async () => {} });
     try {
       broadcast("n2", "first");
       // A look is on its way (the script ran while n2's membership was missing) ...
