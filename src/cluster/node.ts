@@ -125,6 +125,8 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   /** The Redis data this node last saw (EPOCH), and what it owns there (gw:owned:<id>), kept here to be written again after a loss. */
   private epoch: string | null = null;
   private readonly owned = new Set<string>();
+  /** When each owned attempt's `gw:att:<key>` record expires (this node's clock), to write it again after a loss. */
+  private readonly ownerRecords = new Map<string, number>();
 
   constructor(options: ClusterNodeOptions) {
     this.nodeId = options.nodeId;
@@ -347,6 +349,10 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     if (seen === null || seen === current.value || this.stopped) return;
     this.log.warn("redis_data_lost", { node_id: this.nodeId, owned: this.owned.size });
     if (this.owned.size > 0) r.fire("SADD", [this.ownedKey, ...this.owned]);
+    // And who owns each attempt: a receipt reaching another node finds its owner, instead of that node
+    // adopting a live attempt as an orphan.
+    const now = Date.now();
+    for (const [key, expiresAt] of this.ownerRecords) if (expiresAt > now) r.fire("SET", [`gw:att:${key}`, this.nodeId, "PX", expiresAt - now]);
     this.sweepLater();
   }
 
@@ -457,8 +463,13 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     else this.owned.add(member);
     this.redis.fire(done ? "SREM" : "SADD", [this.ownedKey, member]);
     if (member.startsWith("r:")) return;
-    if (done) this.redis.fire("DEL", [`gw:att:${member}`]);
-    else this.redis.fire("SET", [`gw:att:${member}`, this.nodeId, "PX", Math.max(1, ttlMs)]);
+    if (done) {
+      this.ownerRecords.delete(member);
+      this.redis.fire("DEL", [`gw:att:${member}`]);
+    } else {
+      this.ownerRecords.set(member, Date.now() + Math.max(1, ttlMs));
+      this.redis.fire("SET", [`gw:att:${member}`, this.nodeId, "PX", Math.max(1, ttlMs)]);
+    }
   }
 
   /** A request this node recorded in its owned set itself (with its slot, src/cluster/slots.ts). */

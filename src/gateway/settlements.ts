@@ -78,7 +78,8 @@ export function createSettlements(deps: SettlementDeps) {
     const att = key === null ? undefined : open.get(key);
     if (key !== null && att) {
       open.delete(key);
-      closed(att.requestId);
+      // Its request's end, if it was to ride this settlement, is written on its own.
+      if (closed(att.requestId) && endingWithSettlement.delete(att.requestId)) writeRequestEnd(att.requestId);
       (att.actor as AnyActorRef).send({ type: "xstate.stop" });
     }
     if (key !== null) deps.ownership?.settled(key);
