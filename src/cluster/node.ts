@@ -467,8 +467,9 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
       this.ownerRecords.delete(member);
       this.redis.fire("DEL", [`gw:att:${member}`]);
     } else {
-      this.ownerRecords.set(member, Date.now() + Math.max(1, ttlMs));
-      this.redis.fire("SET", [`gw:att:${member}`, this.nodeId, "PX", Math.max(1, ttlMs)]);
+      const ttl = Math.max(1, ttlMs);
+      this.ownerRecords.set(member, Date.now() + ttl);
+      this.redis.fire("SET", [`gw:att:${member}`, this.nodeId, "PX", ttl]);
     }
   }
 

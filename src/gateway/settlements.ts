@@ -73,18 +73,21 @@ export function createSettlements(deps: SettlementDeps) {
   /** Dead nodes' attempts being read back from the store (cluster adoption), by attempt key. */
   const adopting = new Map<string, Promise<boolean>>();
   const writes = durableWrites(deps.log, Bun.sleep, (ids) => {
-    // Nothing of it is this node's to settle any more: its actor goes without writing.
-    const key = ids.attempt_n === undefined ? null : attemptKey(ids.request_id, ids.attempt_n);
-    const att = key === null ? undefined : open.get(key);
-    if (key !== null && att) {
+    if (ids.attempt_n !== undefined) dropAdopted(attemptKey(ids.request_id, ids.attempt_n));
+    deps.adoptedElsewhere?.(ids);
+  });
+  /** An attempt another node adopted: nothing of it is this node's to settle any more. */
+  const dropAdopted = (key: string) => {
+    // Its actor goes without writing.
+    const att = open.get(key);
+    if (att) {
       open.delete(key);
       // Its request's end, if it was to ride this settlement, is written on its own.
       if (closed(att.requestId) && endingWithSettlement.delete(att.requestId)) writeRequestEnd(att.requestId);
       (att.actor as AnyActorRef).send({ type: "xstate.stop" });
     }
-    if (key !== null) deps.ownership?.settled(key);
-    deps.adoptedElsewhere?.(ids);
-  });
+    deps.ownership?.settled(key);
+  };
   /** Attempts open here, by request id. */
   const openByRequest = new Map<string, number>();
   /**
