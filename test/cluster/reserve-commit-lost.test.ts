@@ -6,8 +6,10 @@
 // The probe: the node reaches PostgreSQL through a TCP proxy (test/support/tcpProxy.ts); a trigger
 // makes the reservation's insert wait on an advisory lock the test holds; meanwhile the proxy holds
 // every byte, the test lets the statement commit (its answer waits), then resets the connections.
-// The lock, not a sleep in the trigger: a test process stalled past a fixed window (a loaded full
-// suite) saw the reservation commit and answer before it cut, and timed out waiting for it in flight.
+// The test cuts once the statement waits on that lock (wait_event 'advisory'), not on a 1.5 s sleep
+// and state 'active': a test stalled past the sleep missed it in flight, and PostgreSQL reports a
+// Parse message 'active' too, and a cut then can keep its Execute from arriving (land run 03:52: nothing
+// committed in 10 s).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { SQL } from "bun";
 import { waitFor } from "../support/harness.ts";
