@@ -9,20 +9,18 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { SQL } from "bun";
 import { waitFor } from "../support/harness.ts";
 import { clusterMissing, startCluster, type TestCluster } from "../support/cluster.ts";
+import { holdShareLock } from "../support/tableLock.ts";
 
 const MODEL = "late-write-model";
 
 describe.skipIf(clusterMissing !== null)("a dead node's attempt opening that commits late", () => {
   let cluster: TestCluster;
   let side: SQL;
-  let locker: SQL;
   beforeAll(async () => {
     cluster = await startCluster({ nodes: 2, models: [MODEL], leaseMs: 2000 });
     side = new SQL(cluster.databaseUrl, { max: 1 });
-    locker = new SQL(cluster.databaseUrl, { max: 1 });
   }, 180_000);
   afterAll(async () => {
-    await locker?.close();
     await side?.close();
     await cluster?.close();
   });
@@ -35,16 +33,7 @@ describe.skipIf(clusterMissing !== null)("a dead node's attempt opening that com
     cluster.provider({ id: "late-write-prov", gateways: [n2] });
     await cluster.waitRoutable(n1, 1);
 
-    let release!: () => void;
-    const held = new Promise<void>((resolve) => (release = resolve));
-    let locked!: () => void;
-    const taken = new Promise<void>((resolve) => (locked = resolve));
-    const locking = locker.begin(async (tx) => {
-      await tx`LOCK TABLE route_snapshots IN SHARE MODE`;
-      locked();
-      await held;
-    });
-    await taken;
+    const lock = await holdShareLock(cluster.databaseUrl, "route_snapshots");
     const answer = fetch(`${n1.baseURL}/chat/completions`, {
       method: "POST",
       headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
@@ -63,8 +52,7 @@ describe.skipIf(clusterMissing !== null)("a dead node's attempt opening that com
       15_000,
       "n1 reaped",
     );
-    release();
-    await locking;
+    await lock.release();
 
     const unresolved = async () =>
       (await count(side`SELECT count(*)::int AS n FROM settlements WHERE label = 'pending'`)) +

@@ -7,12 +7,13 @@
 // flight commits before the mark (and the survivor reads it), a write arriving after it is refused.
 // Real PostgreSQL; the dead node's connections go through a TCP proxy that holds the bytes.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { SQL } from "bun";
+import type { SQL } from "bun";
 import { recoverOne } from "../../src/gateway/settlement/recovery.ts";
 import { isAdoptedElsewhere, type AsyncStore } from "../../src/store/asyncStore.ts";
 import { openPostgresStore } from "../../src/store/postgres/index.ts";
 import { waitFor } from "../support/harness.ts";
 import { postgresMissing } from "../support/postgres.ts";
+import { holdShareLock } from "../support/tableLock.ts";
 import { startTcpProxy, type TcpProxy } from "../support/tcpProxy.ts";
 import { attempt } from "../ledger/attempt-fixture.ts";
 import { pgStoreWithSide, type PgStoreFixture } from "./pg-store-fixture.ts";
@@ -97,26 +98,14 @@ describe.skipIf(postgresMissing !== null)("a reaped writer's late write on Postg
     const dead = await node("n6-a", false);
     expect((await reserve(dead, "in-flight")).ok).toBe(true);
     // The opening starts and waits inside PostgreSQL (its insert behind a table lock) when n6 dies.
-    let release!: () => void;
-    const held = new Promise<void>((resolve) => (release = resolve));
-    const locker = new SQL(pg.url, { max: 1 });
-    let locked!: () => void;
-    const taken = new Promise<void>((resolve) => (locked = resolve));
-    const locking = locker.begin(async (tx) => {
-      await tx`LOCK TABLE route_snapshots IN SHARE MODE`;
-      locked();
-      await held;
-    });
-    await taken;
+    const lock = await holdShareLock(pg.url, "route_snapshots");
     const waitingOn = async (what: string) =>
       ((await side`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = ${what}`)[0] as { n: number }).n;
     const opened = dead.recordRouteSnapshot(attempt("in-flight"));
     await waitFor(async () => (await waitingOn("relation")) === 1, 10_000, "the opening waiting");
     const reaped = reap("n6-a", "in-flight");
     await waitFor(async () => (await waitingOn("advisory")) === 1, 10_000, "the reaper's mark waiting for the opening");
-    release();
-    await locking;
-    await locker.close();
+    await lock.release();
     expect((await opened).ok).toBe(true);
     // The survivor saw the attempt: claimed and resolved as interrupted (nothing delivered), not left behind.
     expect(await reaped).toBe(false);
