@@ -71,7 +71,16 @@ async function twoLiveRequests(streamMarker: string, jsonMarker: string) {
   const pending = post(jsonMarker, false, jsonAbort.signal).catch((e: unknown) => e);
   // At the provider, not only registered: on PostgreSQL the job leaves after its commit, and a hang-up
   // before then needs no cancel (the job never left).
-  await waitFor(() => gw.gateway.registry.attempts.size === 2 && jobs().length === jobsBefore + 1, 5000, "both jobs at the provider");
+  try {
+    await waitFor(() => gw.gateway.registry.attempts.size === 2 && jobs().length === jobsBefore + 1, 10_000, "both jobs at the provider");
+  } catch (error) {
+    // Seen once in a loaded full suite (2026-11-28) and never alone: say what state it stopped in.
+    const second = await Promise.race([
+      pending.then(async (r) => (r instanceof Response ? `answered ${r.status}: ${await r.text()}` : `failed: ${String(r)}`)),
+      Bun.sleep(0).then(() => "still waiting"),
+    ]);
+    throw new Error(`${(error as Error).message}: ${gw.gateway.registry.attempts.size} attempts live, ${jobs().length - jobsBefore} new jobs at the provider, the non-streaming request ${second}`);
+  }
   return { reader, jsonAbort, pending };
 }
 
