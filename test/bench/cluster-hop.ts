@@ -1,5 +1,5 @@
 // The cluster's own figures (docs/scale-out.md, "Measured"), beside the embedded mode, on loopback:
-//   hop         three nodes on one PostgreSQL and one Redis, one provider runtime (openai engine → the
+//   hop         two or three nodes on one PostgreSQL and one Redis, one provider runtime (openai engine → the
 //               bench mock, test/bench/mock.ts) on node 1; the same streams asked of node 1 (provider
 //               local), of node 2 (job, frames and `settled` cross a node link) and of node 3 (links
 //               off: they cross Redis pub/sub), interleaved one at a time. TTFT and each delta's
@@ -9,7 +9,8 @@
 //               load split between them, one provider runtime on each); req/s and the CPU seconds of
 //               every process (gateway nodes, providers, mock, Redis, PostgreSQL, this driver).
 // Prints one JSON object. Runs alone (`bun run bench:cluster`); run it under the heavy lock on a quiet
-// machine. Environment: BENCH_HOP_STREAMS (default 300 per path), BENCH_LOAD_MS (default 10000),
+// machine. Environment: BENCH_HOP_STREAMS (default 2000 per path), BENCH_HOP_PATHS (default
+// "same,cross,pubsub"), BENCH_HOP_BLOCKS (default 4), BENCH_HOP_MODEL (default bench-sse-n8-i2), BENCH_LOAD_MS (default 10000),
 // BENCH_CONCURRENCY (default 64), BENCH_PARTS (default "hop,throughput"; "throughput" alone for A/B loops, or any of
 // "embedded", "one", "two" for those throughput runs only), BENCH_PG_STATEMENTS=N (the cluster runs also
 // list PostgreSQL's N costliest statements of the window per request, nested ones included, from
@@ -30,12 +31,12 @@ const HOP_PATHS = new Set((process.env.BENCH_HOP_PATHS ?? "same,cross,pubsub").s
 // The interleaved sequence is cut into this many blocks, each summarised on its own: the spread of a
 // p99 within one run (with 300 streams a path, a p99 was the 3rd-worst stream of each).
 const HOP_BLOCKS = Number(process.env.BENCH_HOP_BLOCKS ?? 4);
-// Driver-side stamps (start, first byte) per request id, for joining with a traced build's marks.
-const TRACE_DIR = process.env.GATEWAY_HOP_TRACE;
+
 const LOAD_MS = Number(process.env.BENCH_LOAD_MS ?? 10_000);
 const WARMUP_MS = Math.min(3000, LOAD_MS / 3);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
-const STREAM_MODEL = "bench-sse-n32-i2";
+// 8 deltas 2 ms apart: TTFT needs only the first, and 2,000 streams a path stay ~2 minutes in all.
+const STREAM_MODEL = process.env.BENCH_HOP_MODEL ?? "bench-sse-n8-i2";
 const JSON_MODEL = "bench-json";
 const MODELS = [STREAM_MODEL, JSON_MODEL];
 const PARTS = new Set((process.env.BENCH_PARTS ?? "hop,throughput").split(","));
@@ -100,7 +101,6 @@ async function routable(url: string, apiKey: string, providers: number): Promise
 
 /** One stream: TTFT (first content delta) and each delta's transit from the mock's stamp. */
 async function stream(url: string, apiKey: string, i: number): Promise<{ ttft: number; transits: number[] }> {
-  const startUs = (performance.timeOrigin + performance.now()) * 1000;
   const t0 = performance.now();
   const res = await fetch(`${url}/v1/chat/completions`, {
     method: "POST",
@@ -110,7 +110,6 @@ async function stream(url: string, apiKey: string, i: number): Promise<{ ttft: n
   if (res.status !== 200) throw new Error(`${url}: ${res.status} ${await res.text()}`);
   const decoder = new TextDecoder();
   let ttft = -1;
-  let firstUs = 0;
   let buffered = "";
   const transits: number[] = [];
   for await (const bytes of res.body!) {
@@ -118,18 +117,13 @@ async function stream(url: string, apiKey: string, i: number): Promise<{ ttft: n
     buffered += decoder.decode(bytes, { stream: true });
     // Each delta's content is the mock's 16-digit write time in µs (several may share one read).
     for (const m of buffered.matchAll(/"content":"(\d{16})"/g)) {
-      if (ttft < 0) {
-        ttft = performance.now() - t0;
-        firstUs = arrivedUs;
-      }
+      if (ttft < 0) ttft = performance.now() - t0;
       transits.push((arrivedUs - Number(m[1])) / 1000);
     }
     buffered = buffered.slice(buffered.lastIndexOf("\n") + 1);
   }
-  if (TRACE_DIR) traced.push(`${res.headers.get("x-request-id")}\td_start\t${startUs.toFixed(1)}\t${url}`, `${res.headers.get("x-request-id")}\td_first\t${firstUs.toFixed(1)}`);
   return { ttft, transits };
 }
-const traced: string[] = [];
 
 type Samples = { ttft: number[]; transit: number[] };
 const summary = (s: Samples) => ({
@@ -141,6 +135,16 @@ const summary = (s: Samples) => ({
   transit_p99_ms: round(pct(s.transit, 99)),
   deltas: s.transit.length,
 });
+/**
+ * The 95 % interval of p(cross) − p(same) by bootstrap (each path's TTFTs resampled with replacement,
+ * 1,000 times): how far the one measured difference of two tails may be from the machine's own.
+ */
+function bootstrapAdded(cross: number[], same: number[], p: number): [number, number] {
+  const draw = (xs: number[]) => Array.from({ length: xs.length }, () => xs[Math.floor(Math.random() * xs.length)]!);
+  const diffs = Array.from({ length: 1000 }, () => pct(draw(cross), p) - pct(draw(same), p));
+  return [round(pct(diffs, 2.5)), round(pct(diffs, 97.5))];
+}
+
 /** A path's figures over the same-node path's, from the summaries of both. */
 const added = (path: ReturnType<typeof summary>, same: ReturnType<typeof summary>) => ({
   added_ttft_p50_ms: round(path.ttft_p50_ms - same.ttft_p50_ms),
@@ -170,7 +174,12 @@ async function hop(apiKey: string, n1: ClusterNodeProcess, n2: ClusterNodeProces
   const result: Record<string, unknown> = { streams_per_path: HOP_STREAMS, model: STREAM_MODEL, same_node: same };
   if (paths.some(([name]) => name === "cross_node")) {
     const cross = summary(whole("cross_node"));
-    Object.assign(result, { cross_node: cross, ...added(cross, same) });
+    Object.assign(result, {
+      cross_node: cross,
+      ...added(cross, same),
+      added_ttft_p50_ci95_ms: bootstrapAdded(whole("cross_node").ttft, whole("same_node").ttft, 50),
+      added_ttft_p99_ci95_ms: bootstrapAdded(whole("cross_node").ttft, whole("same_node").ttft, 99),
+    });
     // The same difference within each block: how far one run's p99 moves from block to block.
     result.blocks = blocks.map((b) => {
       const s = summary(b.get("same_node")!);
@@ -183,7 +192,6 @@ async function hop(apiKey: string, n1: ClusterNodeProcess, n2: ClusterNodeProces
     const pubsub = summary(whole("cross_node_pubsub"));
     result.pubsub = { cross_node: pubsub, ...added(pubsub, same) };
   }
-  if (TRACE_DIR) writeFileSync(join(TRACE_DIR, `driver-${process.pid}.tsv`), traced.join("\n") + "\n");
   return result as { streams_per_path: number; added_ttft_p99_ms: number; added_transit_p99_ms: number } & Record<string, unknown>;
 }
 
