@@ -1,5 +1,5 @@
 // The cluster's own figures (docs/scale-out.md, "Measured"), beside the embedded mode, on loopback:
-//   hop         three nodes on one PostgreSQL and one Redis, one provider runtime (openai engine → the
+//   hop         two or three nodes on one PostgreSQL and one Redis, one provider runtime (openai engine → the
 //               bench mock, test/bench/mock.ts) on node 1; the same streams asked of node 1 (provider
 //               local), of node 2 (job, frames and `settled` cross a node link) and of node 3 (links
 //               off: they cross Redis pub/sub), interleaved one at a time. TTFT and each delta's
@@ -9,7 +9,8 @@
 //               load split between them, one provider runtime on each); req/s and the CPU seconds of
 //               every process (gateway nodes, providers, mock, Redis, PostgreSQL, this driver).
 // Prints one JSON object. Runs alone (`bun run bench:cluster`); run it under the heavy lock on a quiet
-// machine. Environment: BENCH_HOP_STREAMS (default 300 per path), BENCH_LOAD_MS (default 10000),
+// machine. Environment: BENCH_HOP_STREAMS (default 2000 per path), BENCH_HOP_PATHS (default
+// "same,cross,pubsub"), BENCH_HOP_BLOCKS (default 4), BENCH_HOP_MODEL (default bench-sse-n8-i2), BENCH_LOAD_MS (default 10000),
 // BENCH_CONCURRENCY (default 64), BENCH_PARTS (default "hop,throughput"; "throughput" alone for A/B loops, or any of
 // "embedded", "one", "two" for those throughput runs only), BENCH_PG_STATEMENTS=N (the cluster runs also
 // list PostgreSQL's N costliest statements of the window per request, nested ones included, from
@@ -24,11 +25,18 @@ import { sharedPostgres } from "../support/postgres.ts";
 import { settingSpecs } from "../../src/config/settings.ts";
 import { cpuSeconds, postgresCpuSeconds } from "./children.ts";
 
-const HOP_STREAMS = Number(process.env.BENCH_HOP_STREAMS ?? 300);
+const HOP_STREAMS = Number(process.env.BENCH_HOP_STREAMS ?? 2000);
+// The paths the hop asks, interleaved one stream at a time (pubsub: a third node with links off).
+const HOP_PATHS = new Set((process.env.BENCH_HOP_PATHS ?? "same,cross,pubsub").split(","));
+// The interleaved sequence is cut into this many blocks, each summarised on its own: the spread of a
+// p99 within one run (with 300 streams a path, a p99 was the 3rd-worst stream of each).
+const HOP_BLOCKS = Number(process.env.BENCH_HOP_BLOCKS ?? 4);
+
 const LOAD_MS = Number(process.env.BENCH_LOAD_MS ?? 10_000);
 const WARMUP_MS = Math.min(3000, LOAD_MS / 3);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
-const STREAM_MODEL = "bench-sse-n32-i2";
+// 8 deltas 2 ms apart: TTFT needs only the first, and 2,000 streams a path stay ~2 minutes in all.
+const STREAM_MODEL = process.env.BENCH_HOP_MODEL ?? "bench-sse-n8-i2";
 const JSON_MODEL = "bench-json";
 const MODELS = [STREAM_MODEL, JSON_MODEL];
 const PARTS = new Set((process.env.BENCH_PARTS ?? "hop,throughput").split(","));
@@ -106,55 +114,85 @@ async function stream(url: string, apiKey: string, i: number): Promise<{ ttft: n
   const transits: number[] = [];
   for await (const bytes of res.body!) {
     const arrivedUs = (performance.timeOrigin + performance.now()) * 1000;
-    if (ttft < 0) ttft = performance.now() - t0;
     buffered += decoder.decode(bytes, { stream: true });
     // Each delta's content is the mock's 16-digit write time in µs (several may share one read).
-    for (const m of buffered.matchAll(/"content":"(\d{16})"/g)) transits.push((arrivedUs - Number(m[1])) / 1000);
+    for (const m of buffered.matchAll(/"content":"(\d{16})"/g)) {
+      if (ttft < 0) ttft = performance.now() - t0;
+      transits.push((arrivedUs - Number(m[1])) / 1000);
+    }
     buffered = buffered.slice(buffered.lastIndexOf("\n") + 1);
   }
   return { ttft, transits };
 }
 
-async function hop(cluster: TestCluster, apiKey: string, n1: ClusterNodeProcess, n2: ClusterNodeProcess, n3: ClusterNodeProcess) {
-  const paths = { same_node: n1, cross_node: n2, cross_node_pubsub: n3 };
-  const empty = () => ({ ttft: [] as number[], transit: [] as number[] });
-  const samples = { same_node: empty(), cross_node: empty(), cross_node_pubsub: empty() };
-  for (let i = 0; i < 40; i++) for (const node of [n1, n2, n3]) await stream(node.url, apiKey, i); // warm-up
+type Samples = { ttft: number[]; transit: number[] };
+const summary = (s: Samples) => ({
+  ttft_p50_ms: round(pct(s.ttft, 50)),
+  ttft_p90_ms: round(pct(s.ttft, 90)),
+  ttft_p99_ms: round(pct(s.ttft, 99)),
+  ttft_max_ms: round(Math.max(...s.ttft)),
+  transit_p50_ms: round(pct(s.transit, 50)),
+  transit_p99_ms: round(pct(s.transit, 99)),
+  deltas: s.transit.length,
+});
+/**
+ * The 95 % interval of p(cross) − p(same) by bootstrap (each path's TTFTs resampled with replacement,
+ * 1,000 times): how far the one measured difference of two tails may be from the machine's own.
+ */
+function bootstrapAdded(cross: number[], same: number[], p: number): [number, number] {
+  const draw = (xs: number[]) => Array.from({ length: xs.length }, () => xs[Math.floor(Math.random() * xs.length)]!);
+  const diffs = Array.from({ length: 1000 }, () => pct(draw(cross), p) - pct(draw(same), p));
+  return [round(pct(diffs, 2.5)), round(pct(diffs, 97.5))];
+}
+
+/** A path's figures over the same-node path's, from the summaries of both. */
+const added = (path: ReturnType<typeof summary>, same: ReturnType<typeof summary>) => ({
+  added_ttft_p50_ms: round(path.ttft_p50_ms - same.ttft_p50_ms),
+  added_ttft_p99_ms: round(path.ttft_p99_ms - same.ttft_p99_ms),
+  added_transit_p50_ms: round(path.transit_p50_ms - same.transit_p50_ms),
+  added_transit_p99_ms: round(path.transit_p99_ms - same.transit_p99_ms),
+});
+
+async function hop(apiKey: string, n1: ClusterNodeProcess, n2: ClusterNodeProcess, n3: ClusterNodeProcess | null) {
+  const paths = Object.entries({ same_node: n1, cross_node: n2, cross_node_pubsub: n3 }).filter(
+    ([name, node]) => node !== null && (name === "same_node" || HOP_PATHS.has(name === "cross_node" ? "cross" : "pubsub")),
+  ) as [string, ClusterNodeProcess][];
+  const empty = (): Samples => ({ ttft: [], transit: [] });
+  // Every path's samples, per block of the interleaved sequence.
+  const blocks = Array.from({ length: HOP_BLOCKS }, () => new Map(paths.map(([name]) => [name, empty()])));
+  for (let i = 0; i < 40; i++) for (const [, node] of paths) await stream(node.url, apiKey, i); // warm-up
   for (let i = 0; i < HOP_STREAMS; i++) {
-    for (const [name, node] of Object.entries(paths) as [keyof typeof paths, ClusterNodeProcess][]) {
+    const block = blocks[Math.min(HOP_BLOCKS - 1, Math.floor((i * HOP_BLOCKS) / HOP_STREAMS))]!;
+    for (const [name, node] of paths) {
       const r = await stream(node.url, apiKey, i);
-      samples[name].ttft.push(r.ttft);
-      samples[name].transit.push(...r.transits);
+      block.get(name)!.ttft.push(r.ttft);
+      block.get(name)!.transit.push(...r.transits);
     }
   }
-  const summary = (s: { ttft: number[]; transit: number[] }) => ({
-    ttft_p50_ms: round(pct(s.ttft, 50)),
-    ttft_p99_ms: round(pct(s.ttft, 99)),
-    transit_p50_ms: round(pct(s.transit, 50)),
-    transit_p99_ms: round(pct(s.transit, 99)),
-    deltas: s.transit.length,
-  });
-  const same = summary(samples.same_node);
-  const cross = summary(samples.cross_node);
-  const pubsub = summary(samples.cross_node_pubsub);
-  void cluster;
-  return {
-    streams_per_path: HOP_STREAMS,
-    same_node: same,
-    cross_node: cross,
-    added_ttft_p50_ms: round(cross.ttft_p50_ms - same.ttft_p50_ms),
-    added_ttft_p99_ms: round(cross.ttft_p99_ms - same.ttft_p99_ms),
-    added_transit_p50_ms: round(cross.transit_p50_ms - same.transit_p50_ms),
-    added_transit_p99_ms: round(cross.transit_p99_ms - same.transit_p99_ms),
+  const whole = (name: string): Samples => ({ ttft: blocks.flatMap((b) => b.get(name)!.ttft), transit: blocks.flatMap((b) => b.get(name)!.transit) });
+  const same = summary(whole("same_node"));
+  const result: Record<string, unknown> = { streams_per_path: HOP_STREAMS, model: STREAM_MODEL, same_node: same };
+  if (paths.some(([name]) => name === "cross_node")) {
+    const cross = summary(whole("cross_node"));
+    Object.assign(result, {
+      cross_node: cross,
+      ...added(cross, same),
+      added_ttft_p50_ci95_ms: bootstrapAdded(whole("cross_node").ttft, whole("same_node").ttft, 50),
+      added_ttft_p99_ci95_ms: bootstrapAdded(whole("cross_node").ttft, whole("same_node").ttft, 99),
+    });
+    // The same difference within each block: how far one run's p99 moves from block to block.
+    result.blocks = blocks.map((b) => {
+      const s = summary(b.get("same_node")!);
+      const c = summary(b.get("cross_node")!);
+      return { streams: b.get("same_node")!.ttft.length, same_ttft_p99_ms: s.ttft_p99_ms, cross_ttft_p99_ms: c.ttft_p99_ms, ...added(c, s) };
+    });
+  }
+  if (paths.some(([name]) => name === "cross_node_pubsub")) {
     // The same hop over Redis pub/sub (a node with links off), for the transport choice (docs/scale-out.md).
-    pubsub: {
-      cross_node: pubsub,
-      added_ttft_p50_ms: round(pubsub.ttft_p50_ms - same.ttft_p50_ms),
-      added_ttft_p99_ms: round(pubsub.ttft_p99_ms - same.ttft_p99_ms),
-      added_transit_p50_ms: round(pubsub.transit_p50_ms - same.transit_p50_ms),
-      added_transit_p99_ms: round(pubsub.transit_p99_ms - same.transit_p99_ms),
-    },
-  };
+    const pubsub = summary(whole("cross_node_pubsub"));
+    result.pubsub = { cross_node: pubsub, ...added(pubsub, same) };
+  }
+  return result as { streams_per_path: number; added_ttft_p99_ms: number; added_transit_p99_ms: number } & Record<string, unknown>;
 }
 
 /** Closed-loop load: CONCURRENCY workers, spread over `urls`, each sending the next request when its last answer is read. */
@@ -353,9 +391,9 @@ async function hopFigures(mockUrl: string) {
     const created = JSON.parse(cluster.cli(["accounts", "create", "--tier", "paid", "--name", "hop"]).stdout) as { account_id: string; api_key: string };
     cluster.cli(["credits", "grant", "--account", created.account_id, "--credits", String(1e15)]);
     const [n1, n2] = cluster.nodes as [ClusterNodeProcess, ClusterNodeProcess];
-    const n3 = await cluster.startNode("n3-pubsub", ["--cluster-link-host", "off"]);
-    for (const node of [n1, n2, n3]) await routable(node.url, created.api_key, 1);
-    return await hop(cluster, created.api_key, n1, n2, n3);
+    const n3 = HOP_PATHS.has("pubsub") ? await cluster.startNode("n3-pubsub", ["--cluster-link-host", "off"]) : null;
+    for (const node of [n1, n2, n3]) if (node) await routable(node.url, created.api_key, 1);
+    return await hop(created.api_key, n1, n2, n3);
   } finally {
     provider.kill("SIGKILL");
     await provider.exited;
