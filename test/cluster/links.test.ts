@@ -168,7 +168,7 @@ describe("a link held silent", () => {
     expect(b.dropped).toEqual([a.markers[0]!]);
     expect(a.links.send("b", frameMsg("a", 6))).toBe(false); // pub/sub meanwhile
 
-    // The path flows again: the held bytes reach only terminated sockets; a new link carries what follows.
+    // The path flows again: the held bytes reach no one (both ends terminated their sockets); a new link carries what follows.
     await proxy!.restore();
     await waitFor(() => a.markers.length === 2, 10_000, "link made again");
     b.links.markerArrived(a.markers[1]!);
@@ -188,6 +188,7 @@ describe("a link held silent", () => {
     await proxy!.cut("blackhole");
     await waitFor(() => noticing.dropped.length > 0, 20_000, "one end dropped the link");
     expect(noticing.lost.map(([peer]) => peer)).toEqual([other]);
+    // The blackhole holds the terminated socket's close too: the other end knows nothing yet.
     expect(told.lost).toEqual([]);
     told.links.droppedByPeer(first, noticing.dropped);
     expect(told.lost.map(([peer]) => peer)).toEqual([first]);
