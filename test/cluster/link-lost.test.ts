@@ -6,8 +6,6 @@
 // `provider_disconnected`, never a `[DONE]` after missing text, and the provider's node lets go of the job;
 // a request that sent nothing yet fails over — to another session on the same node too, whose frames
 // come over pub/sub meanwhile (seed 33001 again: the failover's link was dropped with the broken one's).
-// A link held silent (a blackholed path: TCP open, no byte moves, no reset) is dropped as broken once
-// nothing arrived on it for a lease (pings every fifth of one), with the same outcomes.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { syntheticPlan } from "../../src/provider/synthetic.ts";
@@ -18,8 +16,6 @@ import { startTcpProxy, type TcpProxy } from "../support/tcpProxy.ts";
 
 const MODEL = "link-model";
 const FAILOVER = "link-failover";
-/** The cluster's lease (support/cluster.ts): a link silent this long is dropped. */
-const LEASE_MS = 2000;
 
 /** A prompt whose synthetic answer has at least 40 tokens: at 20 tokens/s it streams for 2 s at least. */
 function longPrompt(): string {
@@ -39,9 +35,6 @@ describe.skipIf(clusterMissing !== null)("a node link broken between two live no
     buyerNode = await cluster.startNode("n2", ["--cluster-link-port", String(linkPort), "--cluster-link-announce", `127.0.0.1:${proxy.port}`]);
     apiKey = cluster.paidBuyer("link-buyer").api_key;
   }, 180_000);
-  /** n1's link to n2 is open (the last of its link events about n2 is an open). */
-  const linkOpen = () =>
-    cluster.nodes[0]!.events.filter((e) => e.peer === "n2" && ["cluster_link_open", "cluster_link_closed", "cluster_link_silent", "cluster_link_unreachable"].includes(String(e.event))).at(-1)?.event === "cluster_link_open";
   afterAll(async () => {
     await proxy?.stop();
     await cluster?.close();
@@ -98,6 +91,7 @@ describe.skipIf(clusterMissing !== null)("a node link broken between two live no
     const providers = [0, 1].map((i) => cluster.provider({ id: `link-failover-${i}`, gateways: [n1], models: [FAILOVER], tokensPerSecond: 20 }));
     await waitFor(async () => (await admitted()) >= before + 2, 30_000, "both providers routable from n2");
     // n1's link to n2 is open (the one the test before broke is made again every second).
+    const linkOpen = () => n1.events.filter((e) => e.peer === "n2" && String(e.event).startsWith("cluster_link_") && e.event !== "cluster_link_lost").at(-1)?.event === "cluster_link_open";
     await waitFor(linkOpen, 10_000, "n1's link to n2 open");
     const content = longPrompt();
     const answer = syntheticPlan([{ role: "user", content }], 1000).tokens.join("");
@@ -121,84 +115,6 @@ describe.skipIf(clusterMissing !== null)("a node link broken between two live no
     expect(body.choices[0]!.message.content).toBe(answer);
     await providers[1 - first]!.waitForEvent("job_ended", () => true, 1000);
     await proxy.restore();
-    expect(cluster.cli(["ledger", "audit"]).exitCode).toBe(0);
-  }, 60_000);
-
-  test("held silent: the stream ends in-band within about a lease, and the link is made again once it flows", async () => {
-    const [n1] = cluster.nodes as [TestCluster["nodes"][0]];
-    const provider = cluster.provider({ id: "silent-prov", gateways: [n1], tokensPerSecond: 20 });
-    await cluster.waitRoutable(buyerNode, 1);
-    await waitFor(linkOpen, 10_000, "n1's link to n2 open");
-    const content = longPrompt();
-    const answer = syntheticPlan([{ role: "user", content }], 1000).tokens.join("");
-    const silentBefore = cluster.nodes.map((n) => n.events.filter((e) => e.event === "cluster_link_silent").length);
-
-    const client = new OpenAI({ apiKey, baseURL: buyerNode.baseURL, maxRetries: 0 });
-    const stream = await client.chat.completions.create({ model: MODEL, stream: true, max_tokens: 1000, messages: [{ role: "user", content }] });
-    let text = "";
-    let chunks = 0;
-    let error: unknown = null;
-    let done = false;
-    let cutAt = 0;
-    try {
-      for await (const chunk of stream) {
-        text += chunk.choices[0]?.delta?.content ?? "";
-        // The rest of the answer, its end included, goes into the silent link: no close, no reset.
-        if (++chunks === 3) {
-          await proxy.cut("blackhole");
-          cutAt = performance.now();
-        }
-      }
-      done = true;
-    } catch (e) {
-      error = e;
-    }
-    const endedAfter = performance.now() - cutAt;
-    expect(done).toBe(false);
-    expect(String((error as { error?: { code?: string } })?.error?.code ?? error)).toContain("provider_disconnected");
-    // Dropped once a lease passed without a byte (checked every fifth of one): not before a lease less
-    // one ping interval, and long before the stream's idle timeout (a minute). Generous above: a loaded machine.
-    expect(endedAfter).toBeGreaterThanOrEqual(LEASE_MS * 0.8 - 100);
-    expect(endedAfter).toBeLessThan(LEASE_MS * 6);
-    expect(answer.startsWith(text)).toBe(true);
-    // n2 dropped it (its own check, or n1's marker over Redis); the job at the provider ends too.
-    expect(buyerNode.events.filter((e) => e.event === "cluster_link_silent").length).toBeGreaterThan(silentBefore[1]!);
-    await provider.waitForEvent("job_ended", () => true, 10_000);
-    // Flowing again: what the link held reaches sockets already terminated; a new link opens.
-    await proxy.restore();
-    await waitFor(linkOpen, 15_000, "n1's link to n2 made again");
-    expect(cluster.cli(["ledger", "audit"]).exitCode).toBe(0);
-  }, 60_000);
-
-  test("held silent: a request with nothing sent yet fails over and is served", async () => {
-    const [n1] = cluster.nodes as [TestCluster["nodes"][0]];
-    const admitted = async () => ((await (await fetch(`${buyerNode.url}/healthz`)).json()) as { providers_admitted: number }).providers_admitted;
-    const before = await admitted();
-    const providers = [0, 1].map((i) => cluster.provider({ id: `silent-failover-${i}`, gateways: [n1], models: [FAILOVER], tokensPerSecond: 20 }));
-    await waitFor(async () => (await admitted()) >= before + 2, 30_000, "both providers routable from n2");
-    await waitFor(linkOpen, 15_000, "n1's link to n2 open");
-    const content = longPrompt();
-    const answer = syntheticPlan([{ role: "user", content }], 1000).tokens.join("");
-
-    const response = fetch(`${buyerNode.baseURL}/chat/completions`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-      body: JSON.stringify({ model: FAILOVER, max_tokens: 1000, messages: [{ role: "user", content }] }),
-    });
-    // The first attempt's whole answer goes into the silent link (a non-streaming buyer has nothing yet).
-    const first = await Promise.race(providers.map((p, i) => p.waitForEvent("job_received", () => true, 10_000).then(() => i)));
-    await proxy.cut("blackhole");
-    const cutAt = performance.now();
-    const answered = await response;
-    expect(answered.status).toBe(200);
-    // A lease of silence, then the failover's own answer (40+ tokens at 20 a second): well before the
-    // first-byte timeout (30 s). Its frames come over pub/sub while the path stays silent.
-    expect(performance.now() - cutAt).toBeLessThan(LEASE_MS * 6 + 10_000);
-    const body = (await answered.json()) as { choices: { message: { content: string } }[] };
-    expect(body.choices[0]!.message.content).toBe(answer);
-    await providers[1 - first]!.waitForEvent("job_ended", () => true, 1000);
-    await proxy.restore();
-    await waitFor(linkOpen, 15_000, "n1's link to n2 made again");
     expect(cluster.cli(["ledger", "audit"]).exitCode).toBe(0);
   }, 60_000);
 });
