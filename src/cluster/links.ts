@@ -27,8 +27,9 @@ export interface NodeLinksOptions {
   /** A message that came over a link from another node, in the order that node sent it. */
   deliver(header: NodeMessage, frame: Uint8Array | null): void;
   /**
-   * A link to or from `peer` closed after it had opened: the messages still in it are lost (a broken
-   * connection keeps no count of what arrived), so whatever was waiting on them must not wait on.
+   * A link to or from `peer` closed after it had opened, or was dropped as silent: the messages still
+   * in it are lost (a broken connection keeps no count of what arrived), so whatever was waiting on
+   * them must not wait on.
    */
   lost?(peer: string): void;
   /** Tells `peer` over its Redis inbox that this node's link `linkId` to it is open. */
@@ -167,7 +168,7 @@ export class NodeLinks {
     setTimeout(() => this.earlyMarkers.delete(linkId), 10_000).unref?.();
   }
 
-  /** `peer` dropped links `linkIds` between the two as silent (its marker came over pub/sub): so does this node. */
+  /** `peer` dropped links `linkIds` between the two as silent (its marker came over pub/sub or a link): so does this node. */
   droppedByPeer(peer: string, linkIds: string[]): void {
     this.dropSilent(peer, new Set(linkIds), "peer");
   }
