@@ -7,21 +7,15 @@
 // with nothing sent yet fails over, and the link is made again once the path flows.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { syntheticPlan } from "../../src/provider/synthetic.ts";
-import { clusterMissing, startCluster, type TestCluster } from "../support/cluster.ts";
+import { clusterMissing, type TestCluster } from "../support/cluster.ts";
 import { waitFor } from "../support/harness.ts";
-import { freePort } from "../support/ports.ts";
-import { startTcpProxy, type TcpProxy } from "../support/tcpProxy.ts";
+import { askOnce, longPrompt, startLinkSplit, twoProviders } from "../support/linkSplit.ts";
+import type { TcpProxy } from "../support/tcpProxy.ts";
 
 const MODEL = "silent-model";
 const FAILOVER = "silent-failover";
 /** The cluster's lease (support/cluster.ts's default): a link silent this long is dropped. */
 const LEASE_MS = 2000;
-
-/** A prompt whose synthetic answer has at least 40 tokens: at 20 tokens/s it streams for 2 s at least. */
-function longPrompt(): string {
-  for (let i = 0; ; i++) if (syntheticPlan([{ role: "user", content: `silent ${i}` }], 1000).tokens.length >= 40) return `silent ${i}`;
-}
 
 describe.skipIf(clusterMissing !== null)("a node link held silent between two live nodes", () => {
   let cluster: TestCluster;
@@ -29,12 +23,7 @@ describe.skipIf(clusterMissing !== null)("a node link held silent between two li
   let buyerNode: TestCluster["nodes"][0];
   let apiKey: string;
   beforeAll(async () => {
-    cluster = await startCluster({ nodes: 1, leaseMs: LEASE_MS, models: [MODEL, FAILOVER] });
-    // The buyer's node, n2: every link into it (the provider node's frames) goes through the proxy.
-    const linkPort = await freePort();
-    proxy = await startTcpProxy(linkPort);
-    buyerNode = await cluster.startNode("n2", ["--cluster-link-port", String(linkPort), "--cluster-link-announce", `127.0.0.1:${proxy.port}`]);
-    apiKey = cluster.paidBuyer("silent-buyer").api_key;
+    ({ cluster, proxy, buyerNode, apiKey } = await startLinkSplit([MODEL, FAILOVER], "silent-buyer"));
   }, 180_000);
   afterAll(async () => {
     await proxy?.stop();
@@ -49,8 +38,7 @@ describe.skipIf(clusterMissing !== null)("a node link held silent between two li
     const provider = cluster.provider({ id: "silent-prov", gateways: [n1], models: [MODEL], tokensPerSecond: 20 });
     await cluster.waitRoutable(buyerNode, 1);
     await waitFor(linkOpen, 10_000, "n1's link to n2 open");
-    const content = longPrompt();
-    const answer = syntheticPlan([{ role: "user", content }], 1000).tokens.join("");
+    const { content, answer } = longPrompt("silent");
     const silentOnN2 = () => buyerNode.events.filter((e) => e.event === "cluster_link_silent").length;
     const silentBefore = silentOnN2();
 
@@ -93,19 +81,11 @@ describe.skipIf(clusterMissing !== null)("a node link held silent between two li
 
   test("a request with nothing sent yet fails over to another provider on the same node, and is served", async () => {
     const [n1] = cluster.nodes as [TestCluster["nodes"][0]];
-    const admitted = async () => ((await (await fetch(`${buyerNode.url}/healthz`)).json()) as { providers_admitted: number }).providers_admitted;
-    const before = await admitted();
-    const providers = [0, 1].map((i) => cluster.provider({ id: `silent-failover-${i}`, gateways: [n1], models: [FAILOVER], tokensPerSecond: 20 }));
-    await waitFor(async () => (await admitted()) >= before + 2, 30_000, "both providers routable from n2");
+    const providers = await twoProviders(cluster, n1, buyerNode, "silent-failover", FAILOVER);
     await waitFor(linkOpen, 15_000, "n1's link to n2 open");
-    const content = longPrompt();
-    const answer = syntheticPlan([{ role: "user", content }], 1000).tokens.join("");
+    const { content, answer } = longPrompt("silent");
 
-    const response = fetch(`${buyerNode.baseURL}/chat/completions`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-      body: JSON.stringify({ model: FAILOVER, max_tokens: 1000, messages: [{ role: "user", content }] }),
-    });
+    const response = askOnce(buyerNode, apiKey, FAILOVER, content);
     // The first attempt's whole answer goes into the silent link (a non-streaming buyer has nothing yet).
     const first = await Promise.race(providers.map((p, i) => p.waitForEvent("job_received", () => true, 10_000).then(() => i)));
     await proxy.cut("blackhole");
