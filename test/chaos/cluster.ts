@@ -226,7 +226,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
     // Links runs: each node's link server behind a proxy of its own, which the node announces; the
     // proxy tells the dialing node by its link's header, so a cut can part two nodes only.
     const linkPorts = mode === "links" ? await Promise.all(Array.from({ length: NODES }, () => freePort())) : [];
-    const linkProxies = await Promise.all(linkPorts.map((port) => startTcpProxy(port, { tagHeader: "x-gateway-node" })));
+    const linkProxies = await Promise.all(linkPorts.map((port) => startTcpProxy(port, { tagHeader: "x-gateway-node", holdCloses: true })));
     proxies.push(...linkProxies);
     const nodeArgs = (i: number) => {
       const nodeRedis = i === split?.index && redisProxy ? `redis://127.0.0.1:${redisProxy.port}` : redisUrl;

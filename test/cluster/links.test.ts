@@ -140,7 +140,7 @@ describe("a link held silent", () => {
     const a = node("a", { silenceMs: silenceMs.a });
     const b = node("b", { silenceMs: silenceMs.b });
     const address = b.links.listen();
-    proxy = await startTcpProxy(Number(new URL(address.url).port));
+    proxy = await startTcpProxy(Number(new URL(address.url).port), { holdCloses: true });
     a.links.connect("b", { ...address, url: address.url.replace(/:\d+\//, `:${proxy.port}/`) });
     await waitFor(() => a.markers.length === 1, 10_000, "link open");
     b.links.markerArrived(a.markers[0]!);

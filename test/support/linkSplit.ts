@@ -43,7 +43,7 @@ export function askOnce(node: Node, apiKey: string, model: string, content: stri
 export async function startLinkSplit(models: string[], buyer: string): Promise<{ cluster: TestCluster; proxy: TcpProxy; buyerNode: Node; apiKey: string }> {
   const cluster = await startCluster({ nodes: 1, models });
   const linkPort = await freePort();
-  const proxy = await startTcpProxy(linkPort);
+  const proxy = await startTcpProxy(linkPort, { holdCloses: true });
   const buyerNode = await cluster.startNode("n2", ["--cluster-link-port", String(linkPort), "--cluster-link-announce", `127.0.0.1:${proxy.port}`]);
   return { cluster, proxy, buyerNode, apiKey: cluster.paidBuyer(buyer).api_key };
 }

@@ -1,7 +1,8 @@
 // A TCP proxy on loopback that a test can sever and restore: a network split between one process and
 // an engine (PostgreSQL, Redis) while both stay alive. `cut("reset")` closes every connection and
 // refuses new ones (the peer sees the failure at once); `cut("blackhole")` keeps every connection open
-// but moves no byte either way — a close neither, which reaches the other side only once restored — and
+// but moves no byte either way (with `holdCloses`, a close neither: it reaches the other side only once
+// restored, as on a dropped path; without, at once, which frees what the closed connection held) and
 // holds new ones unanswered (packets dropped: the peer sees only timeouts); `cut("replies")` is a
 // one-way blackhole: what the peer sends arrives, what comes back is held (a command runs, its answer
 // is lost on the way). `restore()` lets bytes flow again, on the held connections too (TCP resends
@@ -25,8 +26,9 @@ export interface TcpProxy {
 }
 
 /** Starts a proxy to 127.0.0.1:`targetPort` in a child process; commands go over its stdin, each acknowledged on its stdout. */
-export async function startTcpProxy(targetPort: number, options: { tagHeader?: string } = {}): Promise<TcpProxy> {
-  const proc = Bun.spawn(["bun", import.meta.path, String(targetPort), options.tagHeader ?? ""], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+export async function startTcpProxy(targetPort: number, options: { tagHeader?: string; holdCloses?: boolean } = {}): Promise<TcpProxy> {
+  const args = [String(targetPort), options.tagHeader ?? "", options.holdCloses ? "hold-closes" : ""];
+  const proc = Bun.spawn(["bun", import.meta.path, ...args], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
   const reader = (proc.stdout as ReadableStream<Uint8Array>).getReader();
   const decoder = new TextDecoder();
   let buffered = "";
@@ -67,17 +69,17 @@ interface Pair {
   tag: string | null;
   /** What the client sent before the pair was placed (its request head): written upstream first. */
   head: Buffer | null;
-  /** One side closed while the pair was held silent: the other learns it on restore. */
+  /** One side closed while the pair was held silent (with holdCloses): the other learns it on restore. */
   closedWhileHeld: boolean;
 }
 
 /** The proxy itself (in the child process). */
-async function serve(targetPort: number, tagHeader: string): Promise<void> {
+async function serve(targetPort: number, tagHeader: string, holdCloses: boolean): Promise<void> {
   const pairs = new Set<Pair>();
   let state: "open" | CutStyle = "open";
   const bySource = new Map<string, CutStyle>();
   const styleOf = (pair: Pair): "open" | CutStyle => (pair.tag !== null ? bySource.get(pair.tag) : undefined) ?? state;
-  const held = (pair: Pair) => styleOf(pair) === "blackhole";
+  const held = (pair: Pair) => holdCloses && styleOf(pair) === "blackhole";
 
   const close = (pair: Pair) => {
     pairs.delete(pair);
@@ -190,4 +192,4 @@ async function serve(targetPort: number, tagHeader: string): Promise<void> {
   process.stdin.on("end", () => process.exit(0));
 }
 
-if (import.meta.main) await serve(Number(process.argv[2]), process.argv[3] ?? "");
+if (import.meta.main) await serve(Number(process.argv[2]), process.argv[3] ?? "", process.argv[4] === "hold-closes");
