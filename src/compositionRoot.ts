@@ -199,7 +199,9 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     : replayFile!;
   // A request is recorded as this node's with its slot, before its reservation is written: a node killed
   // in between leaves a survivor the request to resolve (docs/scale-out.md, "Leases and failure").
-  const slots = node ? sharedSlots(node.redis, config.clusterLeaseMs, node.ownedKey, (id) => node.ownedRequest(id)) : null;
+  const slots = node
+    ? sharedSlots(node.redis, config.clusterLeaseMs, { key: node.ownedKey, writerMember: node.writerMember, owned: (id) => node.ownedRequest(id) })
+    : null;
   const replays = createReplayCache({ now, backend: replayBackend, maxEntries: config.replayCacheEntries });
 
   let stopped: () => void = () => {};

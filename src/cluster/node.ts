@@ -172,6 +172,8 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
       }
     }
     this.refreshLease();
+    // Then its writer (after the membership: a reaper's take never gets this process's).
+    r.fire("SADD", [this.ownedKey, this.writerMember]);
     await r.subscribe(r.channel(inbox(this.nodeId)), (text) => {
       const decoded = decodeMessage(text);
       if (!decoded) return;
@@ -353,7 +355,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     this.epoch = current.value;
     if (seen === null || seen === current.value || this.stopped) return;
     this.log.warn("redis_data_lost", { node_id: this.nodeId, owned: this.owned.size });
-    if (this.owned.size > 0) r.fire("SADD", [this.ownedKey, ...this.owned]);
+    r.fire("SADD", [this.ownedKey, this.writerMember, ...this.owned]);
     // And who owns each attempt: a receipt reaching another node finds its owner, instead of that node
     // adopting a live attempt as an orphan.
     const now = Date.now();
@@ -466,7 +468,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   own(member: string, done: boolean, ttlMs = 0): void {
     if (done) this.owned.delete(member);
     else this.owned.add(member);
-    this.redis.fire(done ? "SREM" : "SADD", [this.ownedKey, member]);
+    this.redis.fire(done ? "SREM" : "SADD", done ? [this.ownedKey, member] : [this.ownedKey, member, this.writerMember]);
     if (member.startsWith("r:")) return;
     if (done) {
       this.ownerRecords.delete(member);
@@ -488,6 +490,15 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     return `gw:owned:${this.nodeId}`;
   }
 
+  /**
+   * The member of the owned set that names this process's store writer (`w:` + incarnation), added with
+   * every other member: whoever takes the set marks the writer reaped before resolving the rest, so a
+   * write of this process held in the network cannot land after (docs/scale-out.md, "Fencing").
+   */
+  get writerMember(): string {
+    return `w:${this.incarnation}`;
+  }
+
   /** The node that owns an attempt, when one is recorded. */
   async ownerOf(key: string): Promise<string | null> {
     const result = await this.redis.call<string | null>("GET", [`gw:att:${key}`]);
@@ -495,7 +506,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   }
 
   /**
-   * What a dead node owned (attempt keys and `r:` request ids), taken: the first caller gets it, later
+   * What a dead node owned (attempt keys, `r:` request ids and `w:` writers), taken: the first caller gets it, later
    * ones nothing; nothing either once the node is a member again (it then resolves it itself).
    */
   async takeOwned(nodeId: string): Promise<string[]> {

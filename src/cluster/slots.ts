@@ -12,7 +12,8 @@ export type SharedSlotResult = AcquireSlotResult | { ok: false; code: "engine_un
 // is not taken (-1), or a command held in a silent connection and delivered late would count a slot
 // nobody holds for a whole lease (docs/scale-out.md, "When Redis is unreachable").
 // KEYS[2], when given: the node's owned set, which gets the request (`r:` + id) with its slot, so it
-// is recorded before anything of the request is written (its reservation comes next).
+// is recorded before anything of the request is written (its reservation comes next), and ARGV[5],
+// the node's writer member (`w:` + incarnation, src/cluster/node.ts).
 const ACQUIRE = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -21,7 +22,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {1, redis.call('ZCARD', KEYS[1])} end
 local n = redis.call('ZCARD', KEYS[1])
 if n >= tonumber(ARGV[2]) then return {0, n} end
-if KEYS[2] then redis.call('SADD', KEYS[2], 'r:' .. ARGV[1]) end
+if KEYS[2] then redis.call('SADD', KEYS[2], 'r:' .. ARGV[1], ARGV[5]) end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2)
 return {1, n + 1}`;
@@ -55,10 +56,15 @@ export interface SharedSlots {
 const slotKey = (account_id: string) => `gw:slots:${account_id}`;
 
 /**
- * `ownedKey`: the node's set of what it owns (src/cluster/node.ts), which each request joins with its
- * slot; `owned` hears each request that joined it.
+ * `owner`: the node's set of what it owns (src/cluster/node.ts), which each request joins with its
+ * slot (together with the node's writer member); `owned` hears each request that joined it.
  */
-export function sharedSlots(redis: ClusterRedis, leaseMs: number, ownedKey?: string, owned?: (requestId: string) => void): SharedSlots {
+export function sharedSlots(
+  redis: ClusterRedis,
+  leaseMs: number,
+  owner?: { key: string; writerMember: string; owned?: (requestId: string) => void },
+): SharedSlots {
+  const ownedKey = owner?.key;
   const accountOf = new Map<string, string>();
   // Acquires whose answer never came: each may have run in Redis before the node gave up on it (its
   // answer lost on the way back), so its slot is removed once Redis answers again.
@@ -91,7 +97,8 @@ export function sharedSlots(redis: ClusterRedis, leaseMs: number, ownedKey?: str
     async acquire(account_id, request_id, limit) {
       const keys = ownedKey === undefined ? [slotKey(account_id)] : [slotKey(account_id), ownedKey];
       const deadline = redis.commandDeadline() ?? "";
-      const result = await redis.call<[number, number]>("EVAL", [ACQUIRE, keys.length, ...keys, request_id, limit, leaseMs, deadline]);
+      const writer = owner === undefined ? [] : [owner.writerMember];
+      const result = await redis.call<[number, number]>("EVAL", [ACQUIRE, keys.length, ...keys, request_id, limit, leaseMs, deadline, ...writer]);
       if (!result.ok) {
         abandoned.set(request_id, account_id);
         return { ok: false, code: "engine_unavailable", in_use: 0 };
@@ -100,7 +107,7 @@ export function sharedSlots(redis: ClusterRedis, leaseMs: number, ownedKey?: str
       if (taken === -1) return { ok: false, code: "engine_unavailable", in_use: 0 };
       if (taken !== 1) return { ok: false, code: "concurrency_exhausted", in_use: inUse };
       accountOf.set(request_id, account_id);
-      owned?.(request_id);
+      owner?.owned?.(request_id);
       return { ok: true, in_use: inUse };
     },
     release(request_id) {

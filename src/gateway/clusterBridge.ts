@@ -302,10 +302,15 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
   /** Resolves a dead process's settlements and reservations (`owned`: what it left), as a restart resolves its own. */
   async function resolveOwned(nodeId: string, owned: string[]): Promise<void> {
     if (owned.length === 0) return;
+    // Its writers first (docs/scale-out.md, "Fencing"): an opening or a reservation it sent that
+    // lands after this is refused, and one in flight is committed, so the reads below see all it wrote.
+    const writers = owned.filter((member) => member.startsWith("w:"));
+    for (const member of writers) await settlements.writerReaped(member.slice(2));
     let resumed = 0;
     let interrupted = 0;
     const requests = new Set<string>();
     for (const member of owned) {
+      if (member.startsWith("w:")) continue;
       if (member.startsWith("r:")) {
         requests.add(member.slice(2));
         continue;
@@ -317,7 +322,7 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
       else interrupted++;
     }
     for (const requestId of requests) deps.requestEnded(requestId);
-    log.info("cluster_node_reaped", { node_id: nodeId, resumed, interrupted, requests: requests.size });
+    log.info("cluster_node_reaped", { node_id: nodeId, writers: writers.length, resumed, interrupted, requests: requests.size });
   }
 
   /** After Redis lost its data: what the store holds unresolved and no live node owns is resolved here. */

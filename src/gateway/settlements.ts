@@ -11,7 +11,7 @@ import type { RateCard } from "../ledger/index.ts";
 import { canonicalize, DeliveredPrefixBuilder, jobRouteOf, sha256Hex } from "../receipts/index.ts";
 import { inlineJudge, type ReceiptJudge } from "../receipts/judge.ts";
 import type { Log } from "../log.ts";
-import type { AsyncStore as Store } from "../store/asyncStore.ts";
+import { isAdoptedElsewhere, type AsyncStore as Store } from "../store/asyncStore.ts";
 import { durableWrites } from "./settlement/durableWrites.ts";
 import type { JobRoute } from "../wire/frames.ts";
 import { actorHost } from "./actorHost.ts";
@@ -200,7 +200,11 @@ export function createSettlements(deps: SettlementDeps) {
       (result) => {
         if (!result.ok) deps.log.error("route_snapshot_refused", { request_id: input.requestId, attempt_n: input.attemptN, code: result.code });
       },
-      (error) => deps.log.warn("route_snapshot_not_written", { request_id: input.requestId, attempt_n: input.attemptN, error: String(error) }),
+      (error) => {
+        deps.log.warn("route_snapshot_not_written", { request_id: input.requestId, attempt_n: input.attemptN, error: String(error) });
+        // Refused as a reaped writer's (docs/scale-out.md, "Fencing"): this node was taken for dead.
+        if (isAdoptedElsewhere(error)) deps.adoptedElsewhere?.({ request_id: input.requestId, attempt_n: input.attemptN });
+      },
     );
     startActor(
       {
@@ -274,6 +278,14 @@ export function createSettlements(deps: SettlementDeps) {
         adopting.set(key, adoption);
       }
       return adoption;
+    },
+    /**
+     * A dead node incarnation's writer, marked reaped before anything of it is read (cluster; tried
+     * again while the database is unreachable, like an adoption: the owned set naming it is taken).
+     */
+    writerReaped: async (writer: string): Promise<void> => {
+      if (deps.store.writerReaped === undefined) return;
+      await writes.run("writer_reaped", { request_id: `(writer ${writer})` }, () => deps.store.writerReaped!(writer, deps.now()));
     },
     /** Whether this node has the attempt open (not settled yet). */
     isOpen: (requestId: string, attemptN: number) => open.has(attemptKey(requestId, attemptN)),

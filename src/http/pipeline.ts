@@ -11,7 +11,7 @@ import type { RequestRunner } from "../gateway/requests.ts";
 import type { RequestSpec } from "../gateway/requestHandle.ts";
 import type { BodyTemplate, FacadeResponder, StreamFlow } from "./output.ts";
 import type { Log } from "../log.ts";
-import { isStoreUnavailable, type AsyncStore as Store } from "../store/asyncStore.ts";
+import { isAdoptedElsewhere, isStoreUnavailable, type AsyncStore as Store } from "../store/asyncStore.ts";
 import type { Settlements } from "../gateway/settlements.ts";
 import type { AdmittedPricing } from "../gateway/settlement/pricing.ts";
 import { reservationCredits, type Rates } from "../ledger/index.ts";
@@ -273,7 +273,9 @@ async function runHoldingSlot(
     reserved = await reserveForRequest(deps, principal, ids.requestId, promptBound, chat.params.max_tokens, admission.rates);
   } catch (error) {
     end(false);
-    if (isStoreUnavailable(error)) {
+    // Refused as a reaped writer's (docs/scale-out.md, "Fencing"): nothing written, and the next
+    // request is this node's to write again.
+    if (isStoreUnavailable(error) || isAdoptedElsewhere(error)) {
       // The reservation is one transaction, but a connection lost after its COMMIT left it written
       // with nobody to end it: the request's end is written (tried again until the database answers).
       deps.settlements.requestEnded(ids.requestId);

@@ -22,7 +22,11 @@ export function isStoreUnavailable(error: unknown): boolean {
   );
 }
 
-/** Whether the store refused a write of an attempt another cluster node adopted (migration 11, "Fencing"). */
+/**
+ * Whether the store refused a write as no longer this cluster node's (docs/scale-out.md, "Fencing"): an
+ * attempt another node adopted (migration 11), or an opening or reservation of a writer a survivor
+ * reaped (migration 12). Nothing of it was written.
+ */
 export function isAdoptedElsewhere(error: unknown): boolean {
   return (error as { errno?: string } | null)?.errno === "GWF01";
 }
@@ -70,6 +74,12 @@ export type AsyncStore = Promised<Omit<Store, Sync>> &
     claimAttempt?(request_id: string, attempt_n: number): Promise<void>;
     /** Takes over every pending attempt (a cold start of the whole cluster resumes them all). */
     claimPending?(): Promise<void>;
+    /**
+     * Marks a dead cluster node incarnation's writer reaped, before anything of it is read or resolved:
+     * returns once its attempt openings and reservations in flight are committed, and refuses every
+     * later one it made before it learned of the reap (GWF01; docs/scale-out.md, "Fencing").
+     */
+    writerReaped?(writer: string, now_ms?: number): Promise<void>;
   };
 
 /** Methods of the synchronous store that stay synchronous in the async face. */

@@ -6,6 +6,7 @@ import { expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { LoadResult } from "./driver.ts";
 import type { BenchResult } from "./report.ts";
 
 const ROWS = [
@@ -36,11 +37,12 @@ test("bun run bench --quick measures every path and prints issue 27's targets ta
     expect(r.meta.quick).toBe(true);
     expect(Object.keys(r.paths).sort()).toEqual(["direct", "floor", "full", "relay"]);
     for (const [name, p] of Object.entries(r.paths)) {
-      // Every request of every phase was answered with a 2xx and every stream delivered in full.
-      expect({ name, errors: p.latency_c1.errors }).toEqual({ name, errors: 0 });
-      expect(p.latency_c1.ok).toBeGreaterThan(0);
+      // Every request of every phase was answered with a 2xx and every stream delivered in full. The
+      // answers that ended past a phase's 300–500 ms window count too: under load none may end inside it.
+      const served = (l: LoadResult) => ({ name, errors: l.errors + l.outside_window.errors, ok: l.ok + l.outside_window.ok > 0 });
+      expect(served(p.latency_c1)).toEqual({ name, errors: 0, ok: true });
       expect(p.load.length).toBeGreaterThan(0);
-      for (const l of p.load) expect({ name, errors: l.errors, ok: l.ok > 0 }).toEqual({ name, errors: 0, ok: true });
+      for (const l of p.load) expect(served(l)).toEqual({ name, errors: 0, ok: true });
       for (const s of [p.stream_c1.ttft_run, p.stream_c1.gap_run, p.stream_throughput, ...p.streams]) {
         expect({ name, delivered: s.delivered_ratio, errors: s.errors }).toEqual({ name, delivered: 1, errors: 0 });
         expect(s.peak_live).toBeGreaterThan(0);

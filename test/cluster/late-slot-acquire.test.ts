@@ -34,7 +34,7 @@ describe.skipIf(redisMissing !== null)("an ACQUIRE the node gave up on", () => {
     cleanup.push(() => proxy.stop());
     const redis = await connectRedis({ url: `redis://127.0.0.1:${proxy.port}`, log: silentLog, commandTimeoutMs: 1000, probeMs: 100 });
     cleanup.push(() => redis.close());
-    const slots = sharedSlots(redis, LEASE_MS, OWNED);
+    const slots = sharedSlots(redis, LEASE_MS, { key: OWNED, writerMember: "w:late-node" });
     cleanup.push(() => slots.stop());
     const direct = new RedisClient(server.url);
     await direct.connect();

@@ -31,7 +31,7 @@ import type {
   SettleInput,
   SettleResult,
 } from "../ledgerTypes.ts";
-import type { AsyncStore } from "../asyncStore.ts";
+import { isAdoptedElsewhere, type AsyncStore } from "../asyncStore.ts";
 import { heldReservation } from "../rowMapping.ts";
 import { keyedBatcher, naturalBatcher } from "./naturalBatch.ts";
 import { num, toReservation, toSettlement } from "./rows.ts";
@@ -61,6 +61,7 @@ export type PgLedgerStore = Pick<
   | "ledgerAuditData"
   | "claimAttempt"
   | "claimPending"
+  | "writerReaped"
 >;
 
 const isCount = (n: number) => Number.isSafeInteger(n) && n >= 0;
@@ -179,6 +180,8 @@ interface ReserveCall {
   daily_token_limit: number | null;
   ledger_account: string;
   now: number;
+  /** The writer's epoch when the call was made (migration 12): a call made before a refusal taught a new one is refused, batched or alone. */
+  epoch: number;
 }
 
 /** The most calls one batch carries. */
@@ -203,6 +206,22 @@ export function pgLedgerStore(sql: SQL, clock: () => number, onBatchFailed: Batc
   // call (docs/scale-out.md, "Measured"): the row was written with exactly these values and they never
   // change; whether the attempt is still pending is checked under the locks by gateway_settle_attempt.
   const heads = new Map<string, AttemptHead>();
+  // The reaps of this store's writer it has learned of (migration 12): an opening or a reservation
+  // carries it as of when it was made, and is refused once a survivor reaped the writer since. A refusal
+  // teaches the count, so a node reaped while alive (split from Redis, stalled) writes again from its
+  // next call on; what it made before is refused.
+  let epoch = 0;
+  const learning = async <T>(write: () => Promise<T>): Promise<T> => {
+    try {
+      return await write();
+    } catch (error) {
+      if (isAdoptedElsewhere(error)) {
+        const [row] = await sql`SELECT reaped FROM gateway_writers WHERE writer = current_setting('gateway.writer', true)`.catch(() => []);
+        if (row !== undefined) epoch = Math.max(epoch, num((row as Row).reaped));
+      }
+      throw error;
+    }
+  };
   const headKey = (request_id: string, attempt_n: number) => `${request_id}#${attempt_n}`;
   // A node's settlements go one call at a time, those that wait meanwhile together in one transaction:
   // the ledger sums' hot rows are then locked once per batch, not once per attempt.
@@ -220,12 +239,14 @@ export function pgLedgerStore(sql: SQL, clock: () => number, onBatchFailed: Batc
   const settle = naturalBatcher(settleOne, settleMany, BATCH_MAX, (size, error) => onBatchFailed("settlements", size, error));
   // An account's admissions queue on its lock anyway: a node sends one at a time per account, those
   // that wait meanwhile together (the lock is then taken once per batch, not once per request).
-  const admitOne = async (c: ReserveCall): Promise<Row> => {
-    const [row] = await sql`SELECT * FROM gateway_reserve(${c.request_id}, ${c.account_id}, ${c.payer}, ${c.day},
-      ${c.tokens}, ${c.credits}, ${c.daily_token_limit}::bigint, ${c.ledger_account}, ${c.now})`;
-    return row as Row;
-  };
-  const admitMany = (calls: ReserveCall[]) => batchRows(sql`SELECT * FROM gateway_reserves(${callsJson(calls)}::text::jsonb)`, calls.length);
+  const admitOne = (c: ReserveCall): Promise<Row> =>
+    learning(async () => {
+      const [row] = await sql`SELECT * FROM gateway_reserve(${c.request_id}, ${c.account_id}, ${c.payer}, ${c.day},
+        ${c.tokens}, ${c.credits}, ${c.daily_token_limit}::bigint, ${c.ledger_account}, ${c.now}, ${c.epoch}::integer)`;
+      return row as Row;
+    });
+  const admitMany = (calls: ReserveCall[]) =>
+    learning(() => batchRows(sql`SELECT * FROM gateway_reserves(${callsJson(calls)}::text::jsonb, ${Math.min(...calls.map((c) => c.epoch))}::integer)`, calls.length));
   const admit = keyedBatcher(admitOne, admitMany, BATCH_MAX, (size, error) => onBatchFailed("admissions", size, error));
   const selectSettlement = async (request_id: string, attempt_n: number) => {
     const rows = await sql.unsafe(`${SELECT_SETTLEMENTS} WHERE s.request_id = $1 AND s.attempt_n = $2`, [request_id, attempt_n]);
@@ -237,9 +258,12 @@ export function pgLedgerStore(sql: SQL, clock: () => number, onBatchFailed: Batc
       if (createHash("sha256").update(input.snapshot_json).digest("hex") !== input.digest) {
         return { ok: false as const, code: "digest_mismatch" as const };
       }
-      const [row] = await sql`SELECT gateway_open_attempt(${input.request_id}, ${input.attempt_n}, ${input.digest}, ${input.snapshot_json},
-        ${input.provider_id}, ${input.account_id}, ${input.payer}, ${input.mode}, ${input.rates.prompt_credits_per_million},
-        ${input.rates.completion_credits_per_million}, ${input.rates.provider_share_bps}, ${now_ms}) AS opened`;
+      const madeIn = epoch;
+      const [row] = await learning(
+        () => sql`SELECT gateway_open_attempt(${input.request_id}, ${input.attempt_n}, ${input.digest}, ${input.snapshot_json},
+          ${input.provider_id}, ${input.account_id}, ${input.payer}, ${input.mode}, ${input.rates.prompt_credits_per_million},
+          ${input.rates.completion_credits_per_million}, ${input.rates.provider_share_bps}, ${now_ms}, ${madeIn}::integer) AS opened`,
+      );
       if ((row as Row).opened !== true) return { ok: false as const, code: "duplicate_attempt" as const };
       if (heads.size >= HEADS_LIMIT) heads.delete(heads.keys().next().value!);
       heads.set(headKey(input.request_id, input.attempt_n), {
@@ -375,6 +399,11 @@ export function pgLedgerStore(sql: SQL, clock: () => number, onBatchFailed: Batc
       await sql`UPDATE settlements SET owner = NULLIF(current_setting('gateway.writer', true), '') WHERE label = 'pending'`;
     },
 
+    // Waits for the writer's openings and reservations in flight (their lock), then refuses the rest.
+    async writerReaped(writer, now_ms = clock()) {
+      await sql`SELECT gateway_writer_reaped(${writer}, ${now_ms})`;
+    },
+
     async listSettlements(filter = {}) {
       const where: string[] = [];
       const args: string[] = [];
@@ -405,6 +434,7 @@ export function pgLedgerStore(sql: SQL, clock: () => number, onBatchFailed: Batc
         daily_token_limit: input.daily_token_limit ?? null,
         ledger_account: buyerAccount(input.account_id),
         now: now_ms,
+        epoch,
       });
       switch (r.code as string) {
         case "ok":

@@ -703,4 +703,80 @@ export const postgresMigrations: readonly string[] = [
     WHEN (OLD.owner IS NOT NULL AND OLD.owner IS DISTINCT FROM NULLIF(current_setting('gateway.writer', true), ''))
     EXECUTE FUNCTION gateway_owner_check();
   `,
+  // Writers taken for dead (docs/scale-out.md, "Fencing"; docs/decisions.md, "A dead node's late
+  // write"): a survivor that reaps a cluster node incarnation marks its writer here (gateway_writer_reaped)
+  // before it reads or resolves anything of it, and the writes that would leave something for nobody to
+  // resolve — an attempt's opening, a reservation — check the mark, refusing with GWF01 a writer reaped
+  // since the epoch the call carries (the reaps its node has learned of; a node reaped while alive learns
+  // the count from its first refusal and carries it on). The writer's advisory lock orders the two: an
+  // opening holds it shared until it commits, the mark takes it exclusive — so the mark waits for the
+  // openings in flight (which the reaper's next statement then sees), and an opening after it sees the
+  // mark. The table holds reaped writers only: a writer needs no row to write.
+  `
+  CREATE TABLE gateway_writers (
+    writer       TEXT PRIMARY KEY,
+    reaped       INTEGER NOT NULL CHECK (reaped > 0),
+    reaped_at_ms BIGINT NOT NULL
+  );
+
+  -- Refuses the session's writer (GWF01) when it was reaped more often than p_epoch; holds its lock shared.
+  CREATE FUNCTION gateway_writer_live(p_epoch INTEGER) RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE v_writer TEXT := NULLIF(current_setting('gateway.writer', true), '');
+    BEGIN
+      IF v_writer IS NULL THEN RETURN; END IF;
+      PERFORM pg_advisory_xact_lock_shared(hashtextextended('w:' || v_writer, 0));
+      PERFORM 1 FROM gateway_writers WHERE writer = v_writer AND reaped > p_epoch;
+      IF FOUND THEN RAISE EXCEPTION 'writer % was taken for dead', v_writer USING ERRCODE = 'GWF01'; END IF;
+    END $$;
+
+  -- A reaper's mark: waits for the writer's writes in flight, then counts one more reap. Returns the count.
+  CREATE FUNCTION gateway_writer_reaped(p_writer TEXT, p_now BIGINT) RETURNS INTEGER LANGUAGE plpgsql AS $$
+    DECLARE v_reaped INTEGER;
+    BEGIN
+      PERFORM pg_advisory_xact_lock(hashtextextended('w:' || p_writer, 0));
+      INSERT INTO gateway_writers (writer, reaped, reaped_at_ms) VALUES (p_writer, 1, p_now)
+        ON CONFLICT (writer) DO UPDATE SET reaped = gateway_writers.reaped + 1, reaped_at_ms = excluded.reaped_at_ms
+        RETURNING reaped INTO v_reaped;
+      RETURN v_reaped;
+    END $$;
+
+  -- gateway_open_attempt, gateway_reserve and gateway_reserves with the writer's epoch, checked first.
+  -- The versions without it stay for nodes of an older version.
+  CREATE FUNCTION gateway_open_attempt(p_request_id TEXT, p_attempt_n INTEGER, p_digest TEXT, p_snapshot TEXT,
+                                       p_provider_id TEXT, p_account_id TEXT, p_payer TEXT, p_mode TEXT,
+                                       p_prompt_rate BIGINT, p_completion_rate BIGINT, p_share_bps INTEGER, p_now BIGINT,
+                                       p_epoch INTEGER)
+    RETURNS BOOLEAN LANGUAGE plpgsql AS $$
+    BEGIN
+      PERFORM gateway_writer_live(p_epoch);
+      -- Pre-dispatch write: acknowledged once in the server's WAL buffers (docs/decisions.md).
+      PERFORM set_config('synchronous_commit', 'off', true);
+      INSERT INTO route_snapshots (request_id, attempt_n, digest, snapshot, created_at_ms)
+        VALUES (p_request_id, p_attempt_n, p_digest, p_snapshot, p_now)
+        ON CONFLICT (request_id, attempt_n) DO NOTHING;
+      IF NOT FOUND THEN RETURN false; END IF;
+      INSERT INTO settlements (request_id, attempt_n, provider_id, account_id, payer, mode,
+          prompt_credits_per_million, completion_credits_per_million, provider_share_bps, created_at_ms)
+        VALUES (p_request_id, p_attempt_n, p_provider_id, p_account_id, p_payer, p_mode,
+          p_prompt_rate, p_completion_rate, p_share_bps, p_now);
+      RETURN true;
+    END $$;
+
+  CREATE FUNCTION gateway_reserve(p_request_id TEXT, p_account_id TEXT, p_payer TEXT, p_day TEXT, p_tokens BIGINT,
+                                  p_credits BIGINT, p_daily_token_limit BIGINT, p_ledger_account TEXT, p_now BIGINT,
+                                  p_epoch INTEGER)
+    RETURNS TABLE (code TEXT, figure BIGINT) LANGUAGE plpgsql AS $$
+    BEGIN
+      PERFORM gateway_writer_live(p_epoch);
+      RETURN QUERY SELECT * FROM gateway_reserve(p_request_id, p_account_id, p_payer, p_day, p_tokens, p_credits,
+        p_daily_token_limit, p_ledger_account, p_now);
+    END $$;
+
+  CREATE FUNCTION gateway_reserves(p_calls JSONB, p_epoch INTEGER) RETURNS TABLE (i INTEGER, code TEXT, figure BIGINT)
+    LANGUAGE plpgsql AS $$
+    BEGIN
+      PERFORM gateway_writer_live(p_epoch);
+      RETURN QUERY SELECT * FROM gateway_reserves(p_calls);
+    END $$;
+  `,
 ];
