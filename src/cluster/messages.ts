@@ -23,7 +23,9 @@ export type NodeMessage =
   /** holder → owner: the attempt cannot run there, or the session holding it is gone. */
   | { t: "lost"; from: string; key: string }
   /** Over pub/sub only: everything `from` published here before it is delivered; its link `link` may carry the rest. */
-  | { t: "linked"; from: string; link: string };
+  | { t: "linked"; from: string; link: string }
+  /** Over pub/sub, and a link still open: `from` dropped links `links` between the two (either way) as silent; so must the receiver. */
+  | { t: "unlinked"; from: string; links: string[] };
 
 /** Registry broadcasts: a node's sessions, whole (`full`) or only those that changed. */
 export interface RegistryMessage<V extends SharedSessionView = SharedSessionView> {

@@ -158,6 +158,9 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
           this.safely("link_lost_failed", () => handlers.linkLost(peer));
         },
         sendOpenedMarker: (peer, link) => r.fire("PUBLISH", [r.channel(inbox(peer)), encodeMessage({ t: "linked", from: this.nodeId, link })]),
+        sendDroppedMarker: (peer, links) => r.fire("PUBLISH", [r.channel(inbox(peer)), encodeMessage({ t: "unlinked", from: this.nodeId, links })]),
+        // A live peer answers within a lease: one whose event loop stalls past half of one fences itself.
+        silenceMs: this.leaseMs,
       });
       try {
         this.linkAddress = links.listen();
@@ -165,6 +168,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
       } catch (error) {
         // Without a link server the other nodes reach this one over pub/sub, as before links.
         this.log.warn("cluster_link_listen_failed", { error: String(error) });
+        links.close();
       }
     }
     this.refreshLease();
@@ -174,6 +178,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
       const decoded = decodeMessage(text);
       if (!decoded) return;
       if (decoded.header.t === "linked") return this.links?.markerArrived(decoded.header.link);
+      if (decoded.header.t === "unlinked") return this.links?.droppedByPeer(decoded.header.from, decoded.header.links);
       this.safely("cluster_message_failed", () => handlers.message(decoded.header, decoded.frame));
     });
     await r.subscribe(r.channel(REGISTRY_CHANNEL), (text) => this.safely("registry_message_failed", () => this.applyRegistry(JSON.parse(text) as RegistryMessage<V>)));

@@ -91,7 +91,7 @@ export const settingSpecs = [
   s("clusterLinkHost", "string", "127.0.0.1", "Address of this cluster node's link server, bound and announced to the other nodes: give each node its own address that the others reach (docs/scale-out.md, \"Node links\"). \"off\": no links; frames between nodes go over Redis pub/sub."),
   s("clusterLinkPort", "integer", 0, "TCP port of this cluster node's link server (0 = any free port).", { min: 0 }),
   s("clusterLinkAnnounce", "string", undefined, "Address (host:port) the other cluster nodes dial for this node's link server, when it is not the bound one: a NAT, a container's published port, a TCP proxy. Default: clusterLinkHost and the bound port."),
-  s("clusterLeaseMs", "integer", 10_000, "How long a dead cluster node's slots, registry entries and membership outlive it; its buyers' and providers' work is let go within it.", { min: 100 }),
+  s("clusterLeaseMs", "integer", 10_000, "How long a dead cluster node's slots, registry entries and membership outlive it; its buyers' and providers' work is let go within it. A node link on which nothing arrives for this long (pings go every fifth of it) is dropped as broken.", { min: 100 }),
   s("requestBodyTimeoutMs", "integer", 30_000, "Longest a buyer may take to send a request body (after valid credentials) before 408 request_timeout.", { min: 1 }),
   s("streamBufferBytes", "integer", 1024 * 1024, "Bytes of a stream's output that may wait unsent for a buyer that does not read; past it the attempt is cancelled (see docs/reliability.md).", { min: 1024 }),
   s("streamStallMs", "integer", 30_000, "How long a stream's output may wait unsent for a buyer that does not read before the attempt is cancelled.", { min: 1 }),

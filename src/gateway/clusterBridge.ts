@@ -287,6 +287,18 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
     if (takeOver) void node.takeOwned(nodeId).then((owned) => resolveOwned(nodeId, owned));
   }
 
+  /**
+   * A link with a live node broke: the work shared with it is let go of as for a death, without a
+   * take-over. Its jobs cancelled here are also reported `lost` to it: the two ends may notice a
+   * silent link a moment apart, and an attempt it started in between (its frames sent into the
+   * silent link) would otherwise wait on there for frames that never come.
+   */
+  function linkLost(nodeId: string): void {
+    const cancelled = [...registry.forwarded].filter(([, f]) => f.ownerNode === nodeId && !f.released).map(([key]) => key);
+    nodeDied(nodeId, false);
+    for (const key of cancelled) node.send(nodeId, { t: "lost", from: me, key });
+  }
+
   /** Resolves a dead process's settlements and reservations (`owned`: what it left), as a restart resolves its own. */
   async function resolveOwned(nodeId: string, owned: string[]): Promise<void> {
     if (owned.length === 0) return;
@@ -323,7 +335,7 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
   }
 
   return {
-    handlers: { message, nodeDied, linkLost: (nodeId) => nodeDied(nodeId, false), changed: deps.changed, localViews, fenced: deps.fenced, sweepOrphans },
+    handlers: { message, nodeDied, linkLost, changed: deps.changed, localViews, fenced: deps.fenced, sweepOrphans },
     resolvePredecessor: async () => resolveOwned(me, await node.predecessorOwned()),
     endpoint,
     remote,

@@ -20,9 +20,9 @@
 //             it and asks a survivor for two more once the cut outlived a lease;
 //   - splitkill: the split, and a node killed while it lasts (the cut-off one or another), started
 //             again at once or a moment later;
-//   - links:  no kill: two live nodes' node links cut (each node's link server behind a proxy it
-//             announces; the two proxies reset, or held silent) for 1.5–3 leases while both reach
-//             the engines and buyers are served across them.
+//   - links:  no kill: the node links between two live nodes cut, and only those (each node's link
+//             server behind a proxy it announces, which cuts by the dialing node: reset, or held
+//             silent) for 1.5–3 leases while both reach the engines and buyers are served across them.
 // On kill runs also a provider or a CLI in the middle of `credits grant` on some. Then more load,
 // every settlement resolves, and the run checks the embedded run's invariants against PostgreSQL
 // (`gateway ledger audit --database-url …`), plus: no request hangs, no concurrency slot is left once
@@ -223,9 +223,10 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
     const pgProxy = split && split.engines !== "redis" ? await startTcpProxy(engines.postgres.port) : null;
     for (const p of [redisProxy, pgProxy]) if (p) proxies.push(p);
     const ports = await Promise.all(Array.from({ length: NODES }, () => freePort()));
-    // Links runs: each node's link server behind a proxy of its own, which the node announces.
+    // Links runs: each node's link server behind a proxy of its own, which the node announces; the
+    // proxy tells the dialing node by its link's header, so a cut can part two nodes only.
     const linkPorts = mode === "links" ? await Promise.all(Array.from({ length: NODES }, () => freePort())) : [];
-    const linkProxies = await Promise.all(linkPorts.map((port) => startTcpProxy(port)));
+    const linkProxies = await Promise.all(linkPorts.map((port) => startTcpProxy(port, { tagHeader: "x-gateway-node", holdCloses: true })));
     proxies.push(...linkProxies);
     const nodeArgs = (i: number) => {
       const nodeRedis = i === split?.index && redisProxy ? `redis://127.0.0.1:${redisProxy.port}` : redisUrl;
@@ -330,7 +331,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
     let grantDuringKill: Promise<void> | null = null;
     const limited: TimedStream[] = [];
     let splitFigures: { cutMs: number; probeStatuses: number[]; heldEnded: (string | null)[] } | null = null;
-    let linkFigures: { style: CutStyle; cutMs: number; linksOpened: number; linksClosed: number; linksLost: number } | null = null;
+    let linkFigures: { style: CutStyle; cutMs: number; linksOpened: number; linksClosed: number; linksSilent: number; linksLost: number; otherLinksLost: number } | null = null;
 
     if (split) {
       // The split: the free account's two slow streams on the split node, then its engines cut off.
@@ -391,10 +392,10 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
     }
 
     if (mode === "links") {
-      // Two live nodes split from each other: every link into both goes through its proxy, which the
-      // run cuts (reset, or held silent) for 1.5–3 leases while both reach Redis and PostgreSQL and
-      // serve. One of them holds a provider's socket when one does, so buyers of the other are served
-      // across the cut; the third node's links into the two are cut too (one proxy a node).
+      // Two live nodes split from each other, and from no one else: each one's proxy cuts the links the
+      // other dials into it (reset, or held silent) for 1.5–3 leases while both reach Redis and
+      // PostgreSQL and serve. One of them holds a provider's socket when one does, so buyers of the
+      // other are served across the cut; the other nodes' links to both stay up.
       const holding = nodes.findIndex((n) => current.some((p) => providerNode(providers[p]!) === n.ws));
       const anyNode = Math.floor(random() * NODES);
       victimIndex = holding >= 0 ? holding : anyNode;
@@ -402,14 +403,17 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       const other = (victimIndex + 1 + Math.floor(random() * (NODES - 1))) % NODES;
       const style: CutStyle = random() < 0.5 ? "reset" : "blackhole";
       const cutMs = Math.round(LEASE_MS * (1.5 + random() * 1.5));
-      await linkProxies[victimIndex]!.cut(style);
-      await linkProxies[other]!.cut(style);
+      await linkProxies[victimIndex]!.cut(style, [nodes[other]!.name]);
+      await linkProxies[other]!.cut(style, [victim.name]);
       killed.push(`links:${victim.name}-${nodes[other]!.name}:${style}`);
       await Bun.sleep(cutMs);
       await linkProxies[victimIndex]!.restore();
       await linkProxies[other]!.restore();
       const logged = (event: string) => nodes.reduce((n, node) => n + node.events.filter((e) => e.event === event).length, 0);
-      linkFigures = { style, cutMs, linksOpened: logged("cluster_link_open"), linksClosed: logged("cluster_link_closed"), linksLost: logged("cluster_link_lost") };
+      // Links lost between a node of the pair and one outside it: none, the partition being exact.
+      const pair = new Set([victim.name, nodes[other]!.name]);
+      const otherLinksLost = nodes.reduce((n, node) => n + node.events.filter((e) => e.event === "cluster_link_lost" && pair.has(node.name) !== pair.has(String(e.peer))).length, 0);
+      linkFigures = { style, cutMs, linksOpened: logged("cluster_link_open"), linksClosed: logged("cluster_link_closed"), linksSilent: logged("cluster_link_silent"), linksLost: logged("cluster_link_lost"), otherLinksLost };
       downMs = cutMs;
       listeningMs = 0;
       return await finish(0);

@@ -8,19 +8,13 @@
 // come over pub/sub meanwhile (seed 33001 again: the failover's link was dropped with the broken one's).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { syntheticPlan } from "../../src/provider/synthetic.ts";
-import { clusterMissing, startCluster, type TestCluster } from "../support/cluster.ts";
+import { clusterMissing, type TestCluster } from "../support/cluster.ts";
 import { waitFor } from "../support/harness.ts";
-import { freePort } from "../support/ports.ts";
-import { startTcpProxy, type TcpProxy } from "../support/tcpProxy.ts";
+import { askOnce, longPrompt, startLinkSplit, twoProviders } from "../support/linkSplit.ts";
+import type { TcpProxy } from "../support/tcpProxy.ts";
 
 const MODEL = "link-model";
 const FAILOVER = "link-failover";
-
-/** A prompt whose synthetic answer has at least 40 tokens: at 20 tokens/s it streams for 2 s at least. */
-function longPrompt(): string {
-  for (let i = 0; ; i++) if (syntheticPlan([{ role: "user", content: `link ${i}` }], 1000).tokens.length >= 40) return `link ${i}`;
-}
 
 describe.skipIf(clusterMissing !== null)("a node link broken between two live nodes", () => {
   let cluster: TestCluster;
@@ -28,12 +22,7 @@ describe.skipIf(clusterMissing !== null)("a node link broken between two live no
   let buyerNode: TestCluster["nodes"][0];
   let apiKey: string;
   beforeAll(async () => {
-    cluster = await startCluster({ nodes: 1, models: [MODEL, FAILOVER] });
-    // The buyer's node, n2: every link into it (the provider node's frames) goes through the proxy.
-    const linkPort = await freePort();
-    proxy = await startTcpProxy(linkPort);
-    buyerNode = await cluster.startNode("n2", ["--cluster-link-port", String(linkPort), "--cluster-link-announce", `127.0.0.1:${proxy.port}`]);
-    apiKey = cluster.paidBuyer("link-buyer").api_key;
+    ({ cluster, proxy, buyerNode, apiKey } = await startLinkSplit([MODEL, FAILOVER], "link-buyer"));
   }, 180_000);
   afterAll(async () => {
     await proxy?.stop();
@@ -45,8 +34,7 @@ describe.skipIf(clusterMissing !== null)("a node link broken between two live no
     const provider = cluster.provider({ id: "link-prov", gateways: [n1], tokensPerSecond: 20 });
     await cluster.waitRoutable(buyerNode, 1);
     await n1.waitForEvent("cluster_link_open", (e) => e.peer === "n2", 10_000);
-    const content = longPrompt();
-    const answer = syntheticPlan([{ role: "user", content }], 1000).tokens.join("");
+    const { content, answer } = longPrompt("link");
 
     const client = new OpenAI({ apiKey, baseURL: buyerNode.baseURL, maxRetries: 0 });
     const stream = await client.chat.completions.create({ model: MODEL, stream: true, max_tokens: 1000, messages: [{ role: "user", content }] });
@@ -86,21 +74,13 @@ describe.skipIf(clusterMissing !== null)("a node link broken between two live no
 
   test("a request with nothing sent yet fails over to another provider on the same node, and is served", async () => {
     const [n1] = cluster.nodes as [TestCluster["nodes"][0]];
-    const admitted = async () => ((await (await fetch(`${buyerNode.url}/healthz`)).json()) as { providers_admitted: number }).providers_admitted;
-    const before = await admitted();
-    const providers = [0, 1].map((i) => cluster.provider({ id: `link-failover-${i}`, gateways: [n1], models: [FAILOVER], tokensPerSecond: 20 }));
-    await waitFor(async () => (await admitted()) >= before + 2, 30_000, "both providers routable from n2");
+    const providers = await twoProviders(cluster, n1, buyerNode, "link-failover", FAILOVER);
     // n1's link to n2 is open (the one the test before broke is made again every second).
     const linkOpen = () => n1.events.filter((e) => e.peer === "n2" && String(e.event).startsWith("cluster_link_") && e.event !== "cluster_link_lost").at(-1)?.event === "cluster_link_open";
     await waitFor(linkOpen, 10_000, "n1's link to n2 open");
-    const content = longPrompt();
-    const answer = syntheticPlan([{ role: "user", content }], 1000).tokens.join("");
+    const { content, answer } = longPrompt("link");
 
-    const response = fetch(`${buyerNode.baseURL}/chat/completions`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" },
-      body: JSON.stringify({ model: FAILOVER, max_tokens: 1000, messages: [{ role: "user", content }] }),
-    });
+    const response = askOnce(buyerNode, apiKey, FAILOVER, content);
     // The first attempt's whole answer is held in the silent link, then lost with it.
     const first = await Promise.race(providers.map((p, i) => p.waitForEvent("job_received", () => true, 10_000).then(() => i)));
     await proxy.cut("blackhole");

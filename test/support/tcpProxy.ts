@@ -1,10 +1,15 @@
 // A TCP proxy on loopback that a test can sever and restore: a network split between one process and
 // an engine (PostgreSQL, Redis) while both stay alive. `cut("reset")` closes every connection and
 // refuses new ones (the peer sees the failure at once); `cut("blackhole")` keeps every connection open
-// but moves no byte either way and holds new ones unanswered (packets dropped: the peer sees only
-// timeouts); `cut("replies")` is a one-way blackhole: what the peer sends arrives, what comes back is
-// held (a command runs, its answer is lost on the way). `restore()` lets bytes flow again, on the held
-// connections too (TCP resends what waited).
+// but moves no byte either way (with `holdCloses`, a close neither: it reaches the other side only once
+// restored, as on a dropped path; without, at once, which frees what the closed connection held) and
+// holds new ones unanswered (packets dropped: the peer sees only timeouts); `cut("replies")` is a
+// one-way blackhole: what the peer sends arrives, what comes back is held (a command runs, its answer
+// is lost on the way). `restore()` lets bytes flow again, on the held connections too (TCP resends
+// what waited).
+// Started with `tagHeader`, it reads each connection's first HTTP request head before it connects
+// upstream and tags the connection with that header's value (a node link's `x-gateway-node`): a cut
+// or restore given `sources` then acts on those connections only (a partition between two nodes).
 // It runs in a child process of its own (this file as a script): a test process that blocks on a
 // spawnSync would otherwise stall every byte through it, a split nobody asked for.
 import { createServer, connect, type Server, type Socket } from "node:net";
@@ -13,14 +18,17 @@ export type CutStyle = "reset" | "blackhole" | "replies";
 
 export interface TcpProxy {
   port: number;
-  cut(style: CutStyle): Promise<void>;
-  restore(): Promise<void>;
+  /** Cuts every connection, or (with `sources`, given `tagHeader`) those tagged with one of them. */
+  cut(style: CutStyle, sources?: string[]): Promise<void>;
+  /** Restores every connection, or those of `sources` only. */
+  restore(sources?: string[]): Promise<void>;
   stop(): Promise<void>;
 }
 
 /** Starts a proxy to 127.0.0.1:`targetPort` in a child process; commands go over its stdin, each acknowledged on its stdout. */
-export async function startTcpProxy(targetPort: number): Promise<TcpProxy> {
-  const proc = Bun.spawn(["bun", import.meta.path, String(targetPort)], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+export async function startTcpProxy(targetPort: number, options: { tagHeader?: string; holdCloses?: boolean } = {}): Promise<TcpProxy> {
+  const args = [String(targetPort), options.tagHeader ?? "", options.holdCloses ? "hold-closes" : ""];
+  const proc = Bun.spawn(["bun", import.meta.path, ...args], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
   const reader = (proc.stdout as ReadableStream<Uint8Array>).getReader();
   const decoder = new TextDecoder();
   let buffered = "";
@@ -45,8 +53,8 @@ export async function startTcpProxy(targetPort: number): Promise<TcpProxy> {
   const port = Number(await line());
   return {
     port,
-    cut: (style) => command(`cut ${style}`),
-    restore: () => command("restore"),
+    cut: (style, sources) => command(`cut ${style} ${sources?.join(",") ?? ""}`),
+    restore: (sources) => command(`restore ${sources?.join(",") ?? ""}`),
     async stop() {
       proc.kill("SIGKILL");
       await proc.exited;
@@ -57,24 +65,59 @@ export async function startTcpProxy(targetPort: number): Promise<TcpProxy> {
 interface Pair {
   client: Socket;
   upstream: Socket | null;
+  /** With a tag header: the header's value once the first request head is read (null before). */
+  tag: string | null;
+  /** What the client sent before the pair was placed (its request head): written upstream first. */
+  head: Buffer | null;
+  /** One side closed while the pair was held silent (with holdCloses): the other learns it on restore. */
+  closedWhileHeld: boolean;
 }
 
 /** The proxy itself (in the child process). */
-async function serve(targetPort: number): Promise<void> {
+async function serve(targetPort: number, tagHeader: string, holdCloses: boolean): Promise<void> {
   const pairs = new Set<Pair>();
   let state: "open" | CutStyle = "open";
+  const bySource = new Map<string, CutStyle>();
+  const styleOf = (pair: Pair): "open" | CutStyle => (pair.tag !== null ? bySource.get(pair.tag) : undefined) ?? state;
+  const held = (pair: Pair) => holdCloses && styleOf(pair) === "blackhole";
 
+  const close = (pair: Pair) => {
+    pairs.delete(pair);
+    pair.client.destroy();
+    pair.upstream?.destroy();
+  };
   const join = (pair: Pair) => {
+    if (pair.closedWhileHeld) return close(pair);
     if (!pair.upstream) {
       const upstream = connect(targetPort, "127.0.0.1");
       upstream.on("error", () => {});
-      upstream.on("close", () => pair.client.destroy());
+      upstream.on("close", () => (held(pair) ? (pair.closedWhileHeld = true) : close(pair)));
       pair.upstream = upstream;
+      if (pair.head) upstream.write(pair.head);
+      pair.head = null;
     }
     pair.client.pipe(pair.upstream);
     pair.upstream.pipe(pair.client);
     pair.client.resume();
     pair.upstream.resume();
+  };
+  const holdReplies = (pair: Pair) => {
+    pair.upstream?.unpipe();
+    pair.upstream?.pause();
+  };
+  const hold = (pair: Pair) => {
+    pair.client.unpipe();
+    pair.upstream?.unpipe();
+    pair.client.pause();
+    pair.upstream?.pause();
+  };
+  /** A new connection (its head read, given a tag header), as the cut in force for it says. */
+  const place = (pair: Pair) => {
+    const style = styleOf(pair);
+    if (style === "reset") return close(pair);
+    if (style === "blackhole") return pair.client.pause();
+    join(pair);
+    if (style === "replies") holdReplies(pair);
   };
 
   const server: Server = createServer((client) => {
@@ -83,44 +126,49 @@ async function serve(targetPort: number): Promise<void> {
       client.destroy();
       return;
     }
-    const pair: Pair = { client, upstream: null };
+    const pair: Pair = { client, upstream: null, tag: null, head: null, closedWhileHeld: false };
     pairs.add(pair);
-    client.on("close", () => {
-      pairs.delete(pair);
-      pair.upstream?.destroy();
-    });
-    if (state === "blackhole") client.pause();
-    else join(pair);
-    if (state === "replies") holdReplies(pair);
+    client.on("close", () => (held(pair) ? (pair.closedWhileHeld = true) : close(pair)));
+    if (!tagHeader) return place(pair);
+    let head = Buffer.alloc(0);
+    const reading = (bytes: Buffer) => {
+      head = Buffer.concat([head, bytes]);
+      const end = head.indexOf("\r\n\r\n");
+      if (end < 0 && head.length < 64 * 1024) return;
+      client.off("data", reading);
+      client.pause();
+      const text = head.subarray(0, end < 0 ? head.length : end).toString("latin1");
+      const line = text.split("\r\n").find((l) => l.toLowerCase().startsWith(`${tagHeader.toLowerCase()}:`));
+      pair.tag = line ? line.slice(tagHeader.length + 1).trim() : "";
+      pair.head = head;
+      place(pair);
+    };
+    client.on("data", reading);
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   console.log((server.address() as { port: number }).port);
 
-  const holdReplies = (pair: Pair) => {
-    pair.upstream?.unpipe();
-    pair.upstream?.pause();
-  };
-  const cut = (style: CutStyle) => {
-    state = style;
+  const cut = (style: CutStyle, sources: string[]) => {
+    if (sources.length > 0) for (const source of sources) bySource.set(source, style);
+    else state = style;
     for (const pair of [...pairs]) {
-      if (style === "reset") {
-        pair.client.destroy();
-        pair.upstream?.destroy();
-        continue;
-      }
-      if (style === "replies") {
-        holdReplies(pair);
-        continue;
-      }
-      pair.client.unpipe();
-      pair.upstream?.unpipe();
-      pair.client.pause();
-      pair.upstream?.pause();
+      // Not yet tagged: placed as the cut says once its head is read.
+      if (sources.length > 0 && (pair.tag === null || !sources.includes(pair.tag))) continue;
+      if (tagHeader && pair.tag === null) continue;
+      if (style === "reset") close(pair);
+      else if (style === "replies") holdReplies(pair);
+      else hold(pair);
     }
   };
-  const restore = () => {
-    state = "open";
-    for (const pair of pairs) {
+  const restore = (sources: string[]) => {
+    if (sources.length > 0) for (const source of sources) bySource.delete(source);
+    else {
+      state = "open";
+      bySource.clear();
+    }
+    for (const pair of [...pairs]) {
+      if (tagHeader && pair.tag === null) continue;
+      if (styleOf(pair) !== "open") continue;
       // Unpiped first: a one-way cut left the other way piped, and a second pipe would copy each byte twice.
       pair.client.unpipe();
       pair.upstream?.unpipe();
@@ -132,10 +180,11 @@ async function serve(targetPort: number): Promise<void> {
     pending += bytes.toString();
     let nl: number;
     while ((nl = pending.indexOf("\n")) >= 0) {
-      const [verb, arg] = pending.slice(0, nl).split(" ");
+      const [verb, arg, list] = pending.slice(0, nl).split(" ");
       pending = pending.slice(nl + 1);
-      if (verb === "cut") cut(arg as CutStyle);
-      else if (verb === "restore") restore();
+      const sources = (verb === "cut" ? list : arg)?.split(",").filter(Boolean) ?? [];
+      if (verb === "cut") cut(arg as CutStyle, sources);
+      else if (verb === "restore") restore(sources);
       console.log("ok");
     }
   });
@@ -143,4 +192,4 @@ async function serve(targetPort: number): Promise<void> {
   process.stdin.on("end", () => process.exit(0));
 }
 
-if (import.meta.main) await serve(Number(process.argv[2]));
+if (import.meta.main) await serve(Number(process.argv[2]), process.argv[3] ?? "", process.argv[4] === "hold-closes");
