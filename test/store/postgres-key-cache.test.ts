@@ -45,8 +45,10 @@ describe.skipIf(postgresMissing !== null)("PostgreSQL key cache", () => {
     const { key_id, api_key } = await other.createApiKey({ account_id });
     // The creation's own notifications may reach the node after its first lookup cached the key (seen
     // once on a loaded machine) and drop it, once: ask again until the feed is quiet.
-    await waitFor(async () => (await cachedWithoutTriggers(key_id, api_key)) !== null, 5_000, "an answer from the cache");
-    expect(await cachedWithoutTriggers(key_id, api_key)).toEqual({ account_id, key_id, tier: "free" });
+    // (Each try's own un-revoking notifies, so the answer is the try's, not a further call's.)
+    const answers: Awaited<ReturnType<typeof cachedWithoutTriggers>>[] = [];
+    await waitFor(async () => answers.push(await cachedWithoutTriggers(key_id, api_key)) > 0 && answers.at(-1) !== null, 5_000, "an answer from the cache");
+    expect(answers.at(-1)).toEqual({ account_id, key_id, tier: "free" });
   });
 
   test("a key revoked through another store is refused within a second", async () => {
