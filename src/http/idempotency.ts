@@ -193,7 +193,9 @@ export function createReplayCache(options: ReplayCacheOptions) {
     // A run superseded by a newer identical one (unreachable) tells the backend nothing: the newer run
     // owns the body's entry there, and its own end writes or removes it (an end here used to delete
     // it — in Redis, the newer run's in-flight mark — for every superseded run).
-    const shared = reachable(e) ? options.backend?.finished(e.keyId, e.fingerprint, result ? { fingerprint: e.fingerprint, ...result } : null) : undefined;
+    const backend = options.backend;
+    const kept = result && !backend?.keepsCompact ? { ...result, body: expandBody(result.body) } : result;
+    const shared = backend && reachable(e) ? backend.finished(e.keyId, e.fingerprint, kept ? { fingerprint: e.fingerprint, ...kept } : null) : undefined;
     const waiters = e.waiters;
     e.waiters = null;
     if (waiters) {
@@ -217,7 +219,7 @@ export function createReplayCache(options: ReplayCacheOptions) {
     const h = e.headers!;
     for (let i = 0; i < h.length; i += 2) headers.set(h[i]!, h[i + 1]!);
     headers.set(REPLAYED_HEADER, "true");
-    return new Response(e.body!.slice(0), { status: e.status, headers });
+    return new Response(expandBody(e.body!), { status: e.status, headers });
   };
 
   const keyReused = () =>
@@ -278,7 +280,7 @@ export function createReplayCache(options: ReplayCacheOptions) {
       // buyer hung up never gets one, and its entry would stay in flight (never pruned) for good.
       if (ok === false) return finish(entry, null);
       if (ok === null || headers === null) return;
-      const body = entry.recording?.bytes();
+      const body = entry.recording?.kept();
       return finish(entry, body ? { status: 200, headers, body } : null);
     };
     const tracker: RunTracker = {
@@ -374,6 +376,8 @@ function keptHeaders(response: Response): string[] {
 /** Marks a templated piece in a recording: bytes UTF-8 text never holds. */
 const FILLED = 0xff;
 const FILLED_END = 0xfe;
+/** The first byte of a compact body: a whole one is UTF-8 text, which never starts with it. */
+const COMPACT = 0xff;
 /** Templates a recording tells apart (one index byte, below the markers). */
 const MAX_TEMPLATES = 0xfe;
 
@@ -381,7 +385,7 @@ const MAX_TEMPLATES = 0xfe;
  * A response body as its responder writes it, in one growing buffer rather than a list of the
  * responder's pieces (each its own string or Uint8Array), copied once, to its exact length, at the end.
  * A templated piece is kept as FILLED, its template's index, the hole's UTF-8 and FILLED_END — about
- * 20 bytes for a chat stream's delta event instead of ~220 — and written out whole at the end.
+ * 20 bytes for a chat stream's delta event instead of ~220 — and kept so (`kept`) until replayed.
  */
 class Recording {
   private buffer = Buffer.allocUnsafeSlow(0);
@@ -422,21 +426,52 @@ class Recording {
     b[this.length++] = FILLED_END;
   }
 
-  bytes(): ArrayBuffer {
+  /**
+   * The body as kept: its exact bytes when nothing was templated, else the compact form — COMPACT,
+   * each template's prefix and suffix (a 4-byte length before each), then the recording as it is.
+   * Expanded only when replayed (`expandBody`), not at every stream's end.
+   */
+  kept(): ArrayBuffer {
     const recorded = this.buffer.subarray(0, this.length);
     if (this.templates === null) return new Uint8Array(recorded).buffer;
-    const parts = this.templates.map((t) => [Buffer.from(t.prefix), Buffer.from(t.suffix)] as const);
-    const pieces: Uint8Array[] = [];
-    let at = 0;
-    for (let mark = recorded.indexOf(FILLED); mark >= 0; mark = recorded.indexOf(FILLED, at)) {
-      const [prefix, suffix] = parts[recorded[mark + 1]!]!;
-      const end = recorded.indexOf(FILLED_END, mark + 2);
-      pieces.push(recorded.subarray(at, mark), prefix, recorded.subarray(mark + 2, end), suffix);
-      at = end + 1;
+    const parts = this.templates.flatMap((t) => [Buffer.from(t.prefix), Buffer.from(t.suffix)]);
+    let size = 2 + this.length;
+    for (const p of parts) size += 4 + p.length;
+    const out = Buffer.allocUnsafeSlow(size);
+    out[0] = COMPACT;
+    out[1] = this.templates.length;
+    let at = 2;
+    for (const p of parts) {
+      at = out.writeUInt32LE(p.length, at);
+      at += p.copy(out, at);
     }
-    pieces.push(recorded.subarray(at));
-    const whole = Buffer.concat(pieces);
-    // Buffer.concat may return a view of a shared pool: the kept body gets a buffer of its own.
-    return whole.byteOffset === 0 && whole.byteLength === whole.buffer.byteLength ? whole.buffer : new Uint8Array(whole).buffer;
+    recorded.copy(out, at);
+    return out.buffer;
   }
+}
+
+/** A kept body made whole (a new buffer, also when it was whole already). */
+export function expandBody(kept: ArrayBuffer): ArrayBuffer {
+  const bytes = Buffer.from(kept);
+  if (bytes[0] !== COMPACT) return kept.slice(0);
+  const parts: Buffer[] = [];
+  let at = 2;
+  for (let i = 0; i < bytes[1]! * 2; i++) {
+    const length = bytes.readUInt32LE(at);
+    parts.push(bytes.subarray(at + 4, at + 4 + length));
+    at += 4 + length;
+  }
+  const recorded = bytes.subarray(at);
+  const pieces: Uint8Array[] = [];
+  at = 0;
+  for (let mark = recorded.indexOf(FILLED); mark >= 0; mark = recorded.indexOf(FILLED, at)) {
+    const index = recorded[mark + 1]! * 2;
+    const end = recorded.indexOf(FILLED_END, mark + 2);
+    pieces.push(recorded.subarray(at, mark), parts[index]!, recorded.subarray(mark + 2, end), parts[index + 1]!);
+    at = end + 1;
+  }
+  pieces.push(recorded.subarray(at));
+  const whole = Buffer.concat(pieces);
+  // Buffer.concat may return a view of a shared pool: the body gets a buffer of its own.
+  return whole.byteOffset === 0 && whole.byteLength === whole.buffer.byteLength ? whole.buffer : new Uint8Array(whole).buffer;
 }

@@ -9,12 +9,18 @@ export interface StoredResult {
   status: number;
   /** Header name/value pairs, flat. */
   headers: string[];
+  /** The body as kept: whole, or in the compact form of a templated stream (`expandBody` makes it whole). */
   body: ArrayBuffer;
 }
 
 export type SharedEntry = { state: "in_flight"; fingerprint: string } | ({ state: "succeeded" } & StoredResult);
 
 export interface ReplayBackend {
+  /**
+   * Whether `finished` may be given a body in its compact form, kept as is and expanded when replayed;
+   * otherwise it gets the whole body (a backend other processes read: they may run other code).
+   */
+  readonly keepsCompact?: boolean;
   /**
    * Claims an Idempotency-Key for a new run: null when this run may go ahead, else what holds the key
    * (a run in flight elsewhere, or a finished result), or "unavailable" when the backend cannot answer.
