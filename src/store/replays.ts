@@ -59,8 +59,8 @@ export function openReplayFile(path: string, options: { now: () => number; windo
     upsert.run(id, result.fingerprint, result.status, JSON.stringify(result.headers), new Uint8Array(result.body), at);
 
   return {
-    // A templated stream's body is kept compact (a tenth of its whole size in frames, docs/benchmarks.md
-    // "End-of-stream work pass"): one process writes and reads this file.
+    // A templated stream's body is kept compact, about a tenth of its bytes and WAL pages (docs/benchmarks.md,
+    // "End-of-stream work pass"): only this process's own code reads this file.
     keepsCompact: true,
     // No run survives a restart, so nothing is ever in flight here: only finished results are found.
     claim: async (keyId) => read(`k:${keyId}`),
