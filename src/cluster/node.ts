@@ -47,8 +47,8 @@ export interface ClusterHandlers<V extends SharedSessionView> {
   fenced(): number;
   /**
    * Redis lost its data (restarted empty) and this node won the sweep: resolve what the store holds
-   * unresolved that no live node owns (`liveOwned` reads the live nodes' owned sets; call it after
-   * reading the store, since a node records what it owns before writing it).
+   * unresolved that no live node owns (`liveOwned` reads the live nodes' owned sets and writers; call it
+   * after reading the store, since a node records what it owns before writing it).
    */
   sweepOrphans(liveOwned: () => Promise<Set<string> | null>): Promise<void>;
 }
@@ -77,11 +77,14 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 end
 return dead`;
 
-// What the live members (gw:nodes with their membership key) own, together.
+// What the live members (gw:nodes with their membership key) own, together, and each one's writer
+// (`w:` + the incarnation its membership key holds).
 const LIVE_OWNED = `
 local owned = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  if redis.call('EXISTS', 'gw:node:' .. id) == 1 then
+  local incarnation = redis.call('GET', 'gw:node:' .. id)
+  if incarnation then
+    table.insert(owned, 'w:' .. incarnation)
     for _, m in ipairs(redis.call('SMEMBERS', 'gw:owned:' .. id)) do table.insert(owned, m) end
   end
 end

@@ -328,6 +328,13 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
 
   /** After Redis lost its data: what the store holds unresolved and no live node owns is resolved here. */
   async function sweepOrphans(liveOwned: () => Promise<Set<string> | null>): Promise<void> {
+    // No owned set names a writer that died with Redis's data: every registered writer but the live
+    // nodes' is marked first (docs/scale-out.md, "Fencing"), so the store read below holds all it wrote.
+    const before = await liveOwned();
+    if (before === null) return;
+    const live = [...before].filter((member) => member.startsWith("w:")).map((member) => member.slice(2));
+    const marked = await settlements.writersReapedExcept(live);
+    if (marked > 0) log.info("cluster_writers_reaped", { writers: marked, live: live.length });
     const unresolved = await deps.unresolved();
     const owned = await liveOwned();
     if (owned === null) return;

@@ -287,6 +287,11 @@ export function createSettlements(deps: SettlementDeps) {
       if (deps.store.writerReaped === undefined) return;
       await writes.run("writer_reaped", { request_id: `(writer ${writer})` }, () => deps.store.writerReaped!(writer, deps.now()));
     },
+    /** Every registered writer but this node's and `live`'s, marked reaped (cluster sweep; tried again likewise). */
+    writersReapedExcept: async (live: readonly string[]): Promise<number> => {
+      if (deps.store.writersReapedExcept === undefined) return 0;
+      return (await writes.run("writers_reaped", { request_id: "(writers not alive)" }, () => deps.store.writersReapedExcept!(live, deps.now()))) ?? 0;
+    },
     /** Whether this node has the attempt open (not settled yet). */
     isOpen: (requestId: string, attemptN: number) => open.has(attemptKey(requestId, attemptN)),
     /** Runs `effect` once the writes made so far are durable (group commit; see src/store/groupCommit.ts). */

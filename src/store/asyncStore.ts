@@ -80,6 +80,12 @@ export type AsyncStore = Promised<Omit<Store, Sync>> &
      * later one it made before it learned of the reap (GWF01; docs/scale-out.md, "Fencing").
      */
     writerReaped?(writer: string, now_ms?: number): Promise<void>;
+    /**
+     * Marks reaped, as writerReaped does, every writer registered in the store that may still write, other
+     * than this store's own and `live` (the live nodes' incarnations): where no owned set names the dead
+     * (Redis lost its data; a cold start of the whole cluster). Returns how many were marked.
+     */
+    writersReapedExcept?(live: readonly string[], now_ms?: number): Promise<number>;
   };
 
 /** Methods of the synchronous store that stay synchronous in the async face. */

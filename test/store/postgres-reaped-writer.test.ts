@@ -5,10 +5,13 @@
 // nobody left to resolve them (the cluster chaos's splitkill, seed 41115). The survivor marks the dead
 // writer reaped before it reads anything, and the mark and the write exclude each other: a write in
 // flight commits before the mark (and the survivor reads it), a write arriving after it is refused.
-// Real PostgreSQL; the dead node's connections go through a TCP proxy that holds the bytes.
+// Where no owned set names the dead writer — a node that died while Redis lost its data, or a cold
+// start of the whole cluster — the sweep and the cold start mark every writer registered in the store
+// (migration 13) that is not alive. Real PostgreSQL; the dead node's connections go through a TCP proxy
+// that holds the bytes.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { SQL } from "bun";
-import { recoverOne } from "../../src/gateway/settlement/recovery.ts";
+import { recoverOne, recoverPending } from "../../src/gateway/settlement/recovery.ts";
 import { isAdoptedElsewhere, type AsyncStore } from "../../src/store/asyncStore.ts";
 import { openPostgresStore } from "../../src/store/postgres/index.ts";
 import { waitFor } from "../support/harness.ts";
@@ -126,5 +129,68 @@ describe.skipIf(postgresMissing !== null)("a reaped writer's late write on Postg
     expect((await alive.recordRouteSnapshot(attempt("after", 2))).ok).toBe(true);
     expect((await reserve(pg.store, "operator")).ok).toBe(true);
     expect(await rows("stale")).toEqual({ settlements: [], reservation: null });
+  }, 30_000);
+
+  const marks = async (...writers: string[]) =>
+    Object.fromEntries(
+      ((await side`SELECT writer, reaped, learned FROM gateway_writers WHERE writer IN ${side(writers)}`) as { writer: string; reaped: number; learned: number }[]).map(
+        (r) => [r.writer, [r.reaped, r.learned]],
+      ),
+    );
+
+  test("the sweep after a Redis data loss marks every writer not alive: the dead node's held opening is refused", async () => {
+    const sweeper = await node("sweeper-a", false);
+    const live = await node("live-a", false);
+    const dead = await node("dead-a");
+    expect(await marks("sweeper-a", "live-a", "dead-a")).toEqual({ "sweeper-a": [0, 0], "live-a": [0, 0], "dead-a": [0, 0] });
+    expect((await reserve(dead, "lost-open")).ok).toBe(true);
+    await proxy.cut("blackhole");
+    const late = refusal(dead.recordRouteSnapshot(attempt("lost-open")));
+    // The sweep (src/gateway/clusterBridge.ts, sweepOrphans): the live nodes' writers are spared, every
+    // other one is marked, then what no live node owns resolves — here the request with no attempt.
+    await sweeper.writersReapedExcept!(["live-a"]);
+    await sweeper.markRequestEnded("lost-open");
+    expect(await rows("lost-open")).toEqual({ settlements: [], reservation: "released" });
+    await proxy.restore();
+    expect(await late).toBe("refused");
+    expect(await rows("lost-open")).toEqual({ settlements: [], reservation: "released" });
+    // The live node writes on, unmarked (the test's "dead" process lives on, and learned from its refusal).
+    expect((await reserve(live, "still-live")).ok).toBe(true);
+    expect(await marks("sweeper-a", "live-a", "dead-a")).toEqual({ "sweeper-a": [0, 0], "live-a": [0, 0], "dead-a": [1, 1] });
+  }, 30_000);
+
+  test("a writer marked since it last learned is not marked again; one that learned (it lived) is", async () => {
+    const sweeper = await node("sweeper-b", false);
+    const alive = await node("alive-b", false);
+    await node("gone-b", false);
+    const others = ["sweeper-a", "live-a", "dead-a"];
+    // (The writers of the tests above were marked by the sweep above; they did not learn since.)
+    expect(await sweeper.writersReapedExcept!(others)).toBe(2);
+    expect(await marks("gone-b", "alive-b")).toEqual({ "gone-b": [1, 0], "alive-b": [1, 0] });
+    // alive-b was not dead (split from Redis past the sweep): refused once, it learns and writes again…
+    expect(await refusal(reserve(alive, "b-stale"))).toBe("refused");
+    expect((await reserve(alive, "b-after")).ok).toBe(true);
+    expect(await marks("alive-b")).toEqual({ "alive-b": [1, 1] });
+    // …so a later sweep that finds it not alive marks it again; gone-b, refused until it learns (which
+    // only a live process does), is not marked twice.
+    expect(await sweeper.writersReapedExcept!(others)).toBe(1);
+    expect(await refusal(reserve(alive, "b-late"))).toBe("refused");
+    expect(await marks("gone-b", "alive-b")).toEqual({ "gone-b": [1, 0], "alive-b": [2, 2] });
+  }, 30_000);
+
+  test("a cold start marks every other writer before it resumes: the previous process's held opening is refused", async () => {
+    const previous = await node("previous-c");
+    expect((await reserve(previous, "cold-open")).ok).toBe(true);
+    await proxy.cut("blackhole");
+    const late = refusal(previous.recordRouteSnapshot(attempt("cold-open")));
+    // The whole cluster stopped; the new first node resumes every pending row and ends every request.
+    const first = await node("first-c", false);
+    await recoverPending(first, () => 1_000, () => {});
+    expect(await rows("cold-open")).toEqual({ settlements: [], reservation: "released" });
+    await proxy.restore();
+    expect(await late).toBe("refused");
+    expect(await rows("cold-open")).toEqual({ settlements: [], reservation: "released" });
+    expect((await marks("previous-c", "first-c"))["first-c"]).toEqual([0, 0]);
+    expect((await marks("previous-c"))["previous-c"]![0]).toBeGreaterThan(0);
   }, 30_000);
 });

@@ -18,6 +18,9 @@ export async function recoverPending(
 ): Promise<{ resumed: number; interrupted: number }> {
   let resumed = 0;
   let interrupted = 0;
+  // Every other writer is marked reaped first (no other node is alive; docs/scale-out.md, "Fencing"): a
+  // previous process's opening or reservation in flight is committed and read below, a later one refused.
+  await store.writersReapedExcept?.([], now());
   // Every pending attempt is this process's from now on (a stalled process that wakes cannot write one).
   await store.claimPending?.();
   const pending = await store.listSettlements({ label: "pending" });

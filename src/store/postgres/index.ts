@@ -111,6 +111,9 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
   });
   try {
     await migratePostgres(sql);
+    // The writer is known to the database before it writes (migration 13): whoever finds it not alive
+    // can mark it without Redis naming it (docs/scale-out.md, "Fencing").
+    if (options.writer !== undefined) await sql`SELECT gateway_writer_started(${clock()})`;
   } catch (error) {
     await sql.close().catch(() => {});
     throw error;

@@ -62,6 +62,7 @@ export type PgLedgerStore = Pick<
   | "claimAttempt"
   | "claimPending"
   | "writerReaped"
+  | "writersReapedExcept"
 >;
 
 const isCount = (n: number) => Number.isSafeInteger(n) && n >= 0;
@@ -216,8 +217,9 @@ export function pgLedgerStore(sql: SQL, clock: () => number, onBatchFailed: Batc
       return await write();
     } catch (error) {
       if (isAdoptedElsewhere(error)) {
-        const [row] = await sql`SELECT reaped FROM gateway_writers WHERE writer = current_setting('gateway.writer', true)`.catch(() => []);
-        if (row !== undefined) epoch = Math.max(epoch, num((row as Row).reaped));
+        // Recorded as learned (migration 13): a sweep marks a writer again only once it learned the last mark.
+        const [row] = await sql`SELECT gateway_writer_learned() AS reaped`.catch(() => []);
+        if (row !== undefined && (row as Row).reaped !== null) epoch = Math.max(epoch, num((row as Row).reaped));
       }
       throw error;
     }
@@ -402,6 +404,11 @@ export function pgLedgerStore(sql: SQL, clock: () => number, onBatchFailed: Batc
     // Waits for the writer's openings and reservations in flight (their lock), then refuses the rest.
     async writerReaped(writer, now_ms = clock()) {
       await sql`SELECT gateway_writer_reaped(${writer}, ${now_ms})`;
+    },
+
+    async writersReapedExcept(live, now_ms = clock()) {
+      const [row] = await sql`SELECT gateway_writers_reaped_except(${sql.array([...live], "TEXT")}::text[], ${now_ms}) AS marked`;
+      return num((row as Row).marked);
     },
 
     async listSettlements(filter = {}) {

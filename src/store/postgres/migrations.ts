@@ -779,4 +779,52 @@ export const postgresMigrations: readonly string[] = [
       RETURN QUERY SELECT * FROM gateway_reserves(p_calls);
     END $$;
   `,
+  // Every writer known to the database (docs/decisions.md, "A dead node's late write"): each cluster
+  // node incarnation registers its writer once when its store opens (reaped 0), so a sweep after Redis
+  // lost its data and a cold start of the whole cluster can mark every writer that is not alive without
+  // Redis naming it. `learned` is the most reaps the writer has read back (a refusal teaches it; the
+  // epoch it carries is never more): a writer marked since it last learned has every write refused until
+  // it learns again, which only a live process does — so it needs no second mark, and a dead writer is
+  // marked once. Rows are kept: one small row per process start, and a pruned mark would let a late write in.
+  `
+  ALTER TABLE gateway_writers DROP CONSTRAINT gateway_writers_reaped_check,
+    ADD CONSTRAINT gateway_writers_reaped_check CHECK (reaped >= 0),
+    ALTER COLUMN reaped_at_ms DROP NOT NULL,
+    ADD COLUMN learned INTEGER,
+    ADD COLUMN registered_at_ms BIGINT;
+  -- Writers reaped before this version may have learned since (they read the count, recording nothing).
+  UPDATE gateway_writers SET learned = reaped;
+  ALTER TABLE gateway_writers ALTER COLUMN learned SET DEFAULT 0, ALTER COLUMN learned SET NOT NULL,
+    ADD CONSTRAINT gateway_writers_learned_check CHECK (learned BETWEEN 0 AND reaped);
+
+  -- The session's writer, registered once (a store opening): nothing to do for a writer-less session.
+  CREATE FUNCTION gateway_writer_started(p_now BIGINT) RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE v_writer TEXT := NULLIF(current_setting('gateway.writer', true), '');
+    BEGIN
+      IF v_writer IS NULL THEN RETURN; END IF;
+      INSERT INTO gateway_writers (writer, reaped, learned, registered_at_ms) VALUES (v_writer, 0, 0, p_now)
+        ON CONFLICT (writer) DO NOTHING;
+    END $$;
+
+  -- The session's writer reads the reaps it was marked with, and records that it did. Returns the count.
+  CREATE FUNCTION gateway_writer_learned() RETURNS INTEGER LANGUAGE sql AS $$
+    UPDATE gateway_writers SET learned = reaped WHERE writer = NULLIF(current_setting('gateway.writer', true), '')
+      RETURNING reaped;
+  $$;
+
+  -- Marks reaped every writer that may still write (marked no more often than it learned) other than the
+  -- session's own and p_live's, in one order (two markers never wait on each other in a cycle); each
+  -- mark waits for that writer's openings and reservations in flight. Returns how many were marked.
+  CREATE FUNCTION gateway_writers_reaped_except(p_live TEXT[], p_now BIGINT) RETURNS INTEGER LANGUAGE plpgsql AS $$
+    DECLARE v_self TEXT := NULLIF(current_setting('gateway.writer', true), ''); v_writer TEXT; v_marked INTEGER := 0;
+    BEGIN
+      FOR v_writer IN SELECT writer FROM gateway_writers
+          WHERE learned = reaped AND writer <> ALL (p_live) AND writer IS DISTINCT FROM v_self
+          ORDER BY writer COLLATE "C" LOOP
+        PERFORM gateway_writer_reaped(v_writer, p_now);
+        v_marked := v_marked + 1;
+      END LOOP;
+      RETURN v_marked;
+    END $$;
+  `,
 ];
