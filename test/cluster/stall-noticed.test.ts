@@ -6,33 +6,21 @@
 import { describe, expect, test } from "bun:test";
 import { ClusterNode } from "../../src/cluster/node.ts";
 import { encodeMessage, type SharedSessionView } from "../../src/cluster/messages.ts";
-import type { ClusterRedis, RedisResult } from "../../src/cluster/redis.ts";
 import { silentLog } from "../../src/log.ts";
 import { waitFor } from "../support/harness.ts";
+import { redisStandIn } from "../support/redisStandIn.ts";
 
 const LEASE_MS = 1000;
 
-/** A Redis stand-in that acknowledges every renewal and hands the test each subscription's listener. */
+/** A Redis stand-in that acknowledges every renewal. */
 function answeringRedis() {
-  const listeners = new Map<string, (message: string) => void>();
   let renewals = 0;
-  const redis: ClusterRedis = {
-    channel: (name) => name,
-    up: true,
-    async call<T>(command: string, args: (string | number)[]): Promise<RedisResult<T>> {
-      if (command === "SET" && String(args[0]).startsWith("gw:node:")) renewals++;
-      if (command === "SET") return { ok: true, value: "OK" as T };
-      if (command === "GET") return { ok: true, value: "epoch" as T };
-      return { ok: true, value: [] as T };
-    },
-    fire() {},
-    async subscribe(channel, listener) {
-      listeners.set(channel, listener);
-    },
-    onChange() {},
-    commandDeadline: () => null,
-    close() {},
-  };
+  const { redis, listeners } = redisStandIn((command, args) => {
+    if (command === "SET" && String(args[0]).startsWith("gw:node:")) renewals++;
+    if (command === "SET") return { ok: true, value: "OK" };
+    if (command === "GET") return { ok: true, value: "epoch" };
+    return { ok: true, value: [] };
+  });
   return { redis, listeners, renewals: () => renewals };
 }
 
