@@ -369,7 +369,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     monotonicNow,
     settlements,
     remote: bridge?.remote,
-    fenced: node ? () => node.fenced : undefined,
+    fenced: node ? () => node.noticeStall() : undefined,
     failureStatus: (code) => errorTable[code].status,
     routing,
     sticky,

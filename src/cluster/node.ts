@@ -16,6 +16,8 @@ export interface ClusterNodeOptions {
   leaseMs: number;
   log: Log;
   now?: () => number;
+  /** Monotonic ms for the lease's timing (default performance.now). */
+  monotonic?: () => number;
   /** Where this node's link server listens (links.ts); null: every message goes over pub/sub. */
   link?: { host: string; port: number; announce?: string } | null;
   /** This process's incarnation (default a new random one): also its store connections' writer (fencing). */
@@ -106,6 +108,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   readonly incarnation: string;
   private readonly log: Log;
   private readonly now: () => number;
+  private readonly monotonic: () => number;
   private handlers: ClusterHandlers<V> | null = null;
   /** Other nodes' sessions: node → (session id → view), with when the node's last broadcast expires and the incarnation that sent it. */
   private readonly mirror = new Map<string, { expiresAt: number; incarnation: string | undefined; heard: number; views: Map<string, V> }>();
@@ -137,6 +140,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     this.leaseMs = options.leaseMs;
     this.log = options.log;
     this.now = options.now ?? Date.now;
+    this.monotonic = options.monotonic ?? (() => performance.now());
     this.linkListen = options.link ?? null;
     this.incarnation = options.incarnation ?? crypto.randomUUID();
   }
@@ -144,7 +148,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
   /** Joins: subscribes, takes the membership lease, reads every live node's registry. */
   async start(handlers: ClusterHandlers<V>): Promise<void> {
     this.handlers = handlers;
-    this.leaseSentAt = performance.now();
+    this.leaseSentAt = this.monotonic();
     const r = this.redis;
     // First, in this order on the connection: what a previous process under this id left unsettled
     // becomes this one's to resolve (`predecessorOwned`), then the membership lease.
@@ -154,7 +158,10 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
         nodeId: this.nodeId,
         ...this.linkListen,
         log: this.log,
-        deliver: (header, frame) => handlers.message(header, frame),
+        deliver: (header, frame) => {
+          this.noticeStall();
+          handlers.message(header, frame);
+        },
         lost: (peer) => {
           if (this.stopped || this.dead.has(peer)) return;
           this.log.warn("cluster_link_lost", { peer });
@@ -182,6 +189,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
       if (!decoded) return;
       if (decoded.header.t === "linked") return this.links?.markerArrived(decoded.header.link);
       if (decoded.header.t === "unlinked") return this.links?.droppedByPeer(decoded.header.from, decoded.header.links);
+      this.noticeStall();
       this.safely("cluster_message_failed", () => handlers.message(decoded.header, decoded.frame));
     });
     await r.subscribe(r.channel(REGISTRY_CHANNEL), (text) => this.safely("registry_message_failed", () => this.applyRegistry(JSON.parse(text) as RegistryMessage<V>)));
@@ -310,7 +318,7 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     const text = JSON.stringify(full);
     const r = this.redis;
     // The lease names the process holding it (alive(): a claim of an earlier process is not its).
-    const sentAt = performance.now();
+    const sentAt = this.monotonic();
     void r.call("SET", [memberKey(this.nodeId), this.incarnation, "PX", Math.max(1, Math.floor(this.leaseMs * 0.7))]).then((result) => {
       if (result.ok) this.leaseRenewed(sentAt);
     });
@@ -332,14 +340,25 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
    * fenced itself already when it woke, and the refused write was about work it let go then.
    */
   adoptedElsewhere(): void {
+    this.noticeStall();
+  }
+
+  /**
+   * Checks this node's own lease before it acts on what just arrived, and returns whether it is fenced.
+   * After a stall (a stopped process, a long pause) the sockets may be read before the fence timer runs,
+   * and frames of attempts a survivor already resolved must not reach their buyers (docs/scale-out.md,
+   * "Fencing"). One clock read.
+   */
+  noticeStall(): boolean {
     if (!this.stopped) this.checkFence();
+    return this.isFenced;
   }
 
   private checkFence(): void {
-    if (this.isFenced || performance.now() - this.leaseSentAt <= this.leaseMs * FENCE_AFTER) return;
+    if (this.isFenced || this.monotonic() - this.leaseSentAt <= this.leaseMs * FENCE_AFTER) return;
     this.isFenced = true;
     const ended = this.handlers!.fenced();
-    this.log.warn("cluster_node_fenced", { node_id: this.nodeId, lease_renewed_ms_ago: Math.round(performance.now() - this.leaseSentAt), requests_ended: ended });
+    this.log.warn("cluster_node_fenced", { node_id: this.nodeId, lease_renewed_ms_ago: Math.round(this.monotonic() - this.leaseSentAt), requests_ended: ended });
   }
 
   /**

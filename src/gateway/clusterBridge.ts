@@ -223,6 +223,7 @@ export function clusterBridge(deps: ClusterBridgeDeps): ClusterBridge {
   }
 
   const endpoint: EndpointCluster = {
+    noticeStall: () => void node.noticeStall(),
     forwardedFrame(session, providerId, frame, raw) {
       if (!("request_id" in frame)) return false;
       const key = attemptKey(frame.request_id, frame.attempt_n);

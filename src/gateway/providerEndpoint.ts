@@ -43,6 +43,8 @@ export interface ProviderEndpointDeps {
 
 /** What the endpoint asks of the cluster for frames that are not about this node's own attempts. */
 export interface EndpointCluster {
+  /** Checks this node's own lease before a provider frame is acted on: a stalled node fences itself first (docs/scale-out.md, "Fencing"). */
+  noticeStall(): void;
   /** A frame about another node's attempt on this session: true when it was taken (forwarded or adopted). */
   forwardedFrame(session: SessionHandle, providerId: string, frame: ProviderFrame, raw: Uint8Array): boolean;
   /** A receipt for an attempt this node does not have open: true when the cluster takes it. */
@@ -307,6 +309,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
     message(ws, data) {
       const session = ws.data.session;
       if (!session) return;
+      deps.cluster?.noticeStall();
       // The per-token path first, without the general decoder's result object (what it would return).
       const chunk = typeof data === "string" ? undefined : decodeChunkFrame(data as Uint8Array);
       if (chunk !== undefined) return handleFrame(ws, session, chunk, data as Uint8Array);

@@ -7,33 +7,21 @@
 // from that node is stale and ignored; a later verdict still counts.
 import { describe, expect, test } from "bun:test";
 import { ClusterNode } from "../../src/cluster/node.ts";
-import type { ClusterRedis, RedisResult } from "../../src/cluster/redis.ts";
 import type { SharedSessionView } from "../../src/cluster/messages.ts";
 import { silentLog } from "../../src/log.ts";
 import { waitFor } from "../support/harness.ts";
+import { redisStandIn } from "../support/redisStandIn.ts";
 
 /** A Redis stand-in: the member-set script's answers are held until the test releases them. */
 function scriptedRedis() {
-  const listeners = new Map<string, (message: string) => void>();
   const held: ((dead: string[]) => void)[] = [];
-  const redis: ClusterRedis = {
-    channel: (name) => name,
-    up: true,
-    async call<T>(command: string, args: (string | number)[]): Promise<RedisResult<T>> {
-      if (command === "EVAL" && args.includes("gw:nodes") && String(args[0]).includes("EXISTS', 'gw:node:")) {
-        return new Promise((resolve) => held.push((dead) => resolve({ ok: true, value: dead as T })));
-      }
-      if (command === "SET") return { ok: true, value: "OK" as T };
-      return { ok: true, value: [] as T };
-    },
-    fire() {},
-    async subscribe(channel, listener) {
-      listeners.set(channel, listener);
-    },
-    onChange() {},
-    commandDeadline: () => null,
-    close() {},
-  };
+  const { redis, listeners } = redisStandIn((command, args) => {
+    if (command === "EVAL" && args.includes("gw:nodes") && String(args[0]).includes("EXISTS', 'gw:node:")) {
+      return new Promise((resolve) => held.push((dead) => resolve({ ok: true, value: dead })));
+    }
+    if (command === "SET") return { ok: true, value: "OK" };
+    return { ok: true, value: [] };
+  });
   const broadcast = (node: string, incarnation: string) =>
     listeners.get("registry")!(JSON.stringify({ node, incarnation, full: true, views: [], gone: [] }));
   return { redis, held, broadcast };

@@ -246,6 +246,34 @@ describe.each(VARIANTS)("%s", (_, logic) => {
     });
   });
 
+  // A cluster node woken from a stall past half its lease: its sockets may be read before its fence
+  // timer runs, and a survivor may have resolved the attempt meanwhile (docs/scale-out.md, "Fencing").
+  describe("a cluster node that notices its stall on a provider frame", () => {
+    test("streaming: the frame is not relayed; the stream ends in-band, never with a success", async () => {
+      let stalled = false;
+      const h = await start({ providers: ["p1", "p2"], stalled: () => stalled });
+      h.chunk(0, 1, "before");
+      stalled = true;
+      h.chunk(1, 1, "after");
+      h.end();
+      expect(h.of("relay").map((r) => r.content)).toEqual(["before"]);
+      expect(h.of("failMidStream").map((f) => f.failure.code)).toEqual(["provider_disconnected"]);
+      expect(h.of("succeed")).toHaveLength(0);
+      expect(h.jobs()).toHaveLength(1);
+    });
+
+    test("non-streaming: the answer is not delivered and nothing fails over", async () => {
+      let stalled = false;
+      const h = await start({ providers: ["p1", "p2"], streaming: false, stalled: () => stalled });
+      h.chunk(0, 2, "ab");
+      stalled = true;
+      h.end();
+      expect(h.of("succeed")).toHaveLength(0);
+      expect(h.of("fail")).toHaveLength(1);
+      expect(h.jobs()).toHaveLength(1);
+    });
+  });
+
   describe("buyer abort", () => {
     const noFinish = (h: RequestEdge) => {
       for (const finish of ["succeed", "fail", "failMidStream"] as const) expect(h.of(finish)).toHaveLength(0);

@@ -9,7 +9,7 @@ import type { AdmissionVerdict } from "../../actors/providerSession.ts";
 import type { RequestLogic, RequestSnapshot } from "../../actors/request.ts";
 import type { ChatResponder, NormalizedChat, RequestFailure } from "../../src/chat/contract.ts";
 import type { ChunkMeter } from "../../src/gateway/chunkMeter.ts";
-import { providerWebSocketHandler, type SocketData } from "../../src/gateway/providerEndpoint.ts";
+import { providerWebSocketHandler, type EndpointCluster, type SocketData } from "../../src/gateway/providerEndpoint.ts";
 import { attemptKey, Registry } from "../../src/gateway/registry.ts";
 import { createRequestRunner, type RequestRunnerDeps } from "../../src/gateway/requests.ts";
 import type { Settlements } from "../../src/gateway/settlements.ts";
@@ -67,6 +67,8 @@ export interface EdgeOptions {
   holdCommits?: boolean;
   /** The request actor's logic (the statechart variant runs through the same edge). */
   requestLogic?: RequestRunnerDeps["requestLogic"];
+  /** A cluster node's side: the endpoint asks whether the node stalled past its lease before each frame (true: it fences). */
+  stalled?: () => boolean;
 }
 
 /** A provider's side of its socket to the gateway's real endpoint handler. */
@@ -104,7 +106,24 @@ export async function startRequestEdge(o: EdgeOptions) {
     receiptArrived: () => "unknown_attempt" as const,
   } as unknown as Settlements;
 
+  /** The runner's fence, once it exists: a stalled node ends every request in flight. */
+  let fence = () => {};
+  let fenced = false;
+  const cluster: EndpointCluster | undefined = o.stalled
+    ? {
+        noticeStall: () => {
+          if (fenced || !o.stalled!()) return;
+          fenced = true;
+          fence();
+        },
+        forwardedFrame: () => false,
+        receipt: () => false,
+        sessionLost() {},
+        sessionChanged() {},
+      }
+    : undefined;
   const handler: WebSocketHandler<SocketData> = providerWebSocketHandler({
+    ...(cluster ? { cluster } : {}),
     registry,
     admit: async (): Promise<AdmissionVerdict> => ({ admitted: true, tier: "pinned" }),
     newSessionId: (() => {
@@ -191,6 +210,7 @@ export async function startRequestEdge(o: EdgeOptions) {
     failureStatus: () => 503,
     ...(o.requestLogic ? { requestLogic: o.requestLogic } : {}),
   });
+  fence = () => void runner.fence();
 
   const responder: ChatResponder = {
     response: new Promise(() => {}),
