@@ -80,11 +80,17 @@ interface Quiet {
   silentChecks: number;
   /** When (monotonic ms) a check last found something heard. */
   heardBy: number;
+  /** When (monotonic ms) the last ping or pong arrived: one a check interval while the link works. */
+  beatAt: number;
 }
 
 /** Checks per silence window: a link is dropped after this many checks in a row heard nothing. */
 const SILENCE_CHECKS = 5;
-const freshQuiet = (): Quiet => ({ heard: false, silentChecks: 0, heardBy: performance.now() });
+const freshQuiet = (): Quiet => ({ heard: false, silentChecks: 0, heardBy: performance.now(), beatAt: performance.now() });
+const beat = (quiet: Quiet) => {
+  quiet.heard = true;
+  quiet.beatAt = performance.now();
+};
 
 export class NodeLinks {
   readonly token = randomBytes(24).toString("hex");
@@ -130,7 +136,7 @@ export class NodeLinks {
         perMessageDeflate: false,
         open: (ws) => this.inboundOpened(ws),
         message: (ws, data) => this.inboundMessage(ws, data),
-        ping: (ws) => void (ws.data.quiet.heard = true),
+        ping: (ws) => beat(ws.data.quiet),
         close: (ws) => this.inboundClosed(ws),
       },
     });
@@ -198,7 +204,7 @@ export class NodeLinks {
       this.options.sendOpenedMarker(peer, linkId);
       this.options.log.info("cluster_link_open", { peer });
     };
-    socket.addEventListener("pong", () => void (link.quiet.heard = true));
+    socket.addEventListener("pong", () => beat(link.quiet));
     socket.onclose = () => {
       link.open = false;
       if (this.outbound.get(peer) !== link || this.closed || link.dropped) return;
@@ -233,7 +239,7 @@ export class NodeLinks {
    */
   private checkSilence(silenceMs: number): void {
     const now = performance.now();
-    const silent = (quiet: Quiet) => {
+    this.dropSilentWhere((quiet) => {
       if (quiet.heard) {
         quiet.heard = false;
         quiet.silentChecks = 0;
@@ -241,13 +247,29 @@ export class NodeLinks {
         return false;
       }
       return ++quiet.silentChecks >= SILENCE_CHECKS && now - quiet.heardBy >= silenceMs;
-    };
+    }, true);
+  }
+
+  /**
+   * This process was stalled (its node fenced itself on waking): a link whose last ping or pong is a
+   * whole window old was dropped meanwhile by its peer's own checks (a live link beats every check
+   * interval), so what is sent on it now would be lost. Such links are dropped at once, without
+   * waiting for this process's checks to run.
+   */
+  dropStale(): void {
+    const silenceMs = this.options.silenceMs ?? 0;
+    if (silenceMs <= 0 || this.closed) return;
+    const now = performance.now();
+    this.dropSilentWhere((quiet) => now - quiet.beatAt >= silenceMs, false);
+  }
+
+  private dropSilentWhere(silent: (quiet: Quiet) => boolean, pingOthers: boolean): void {
     const found = new Map<string, Set<string>>();
     const add = (peer: string, linkId: string) => found.set(peer, (found.get(peer) ?? new Set()).add(linkId));
     for (const [peer, link] of this.outbound) {
       if (link.dropped || link.retry) continue;
       if (silent(link.quiet)) add(peer, link.linkId);
-      else if (link.open) link.socket.ping();
+      else if (pingOthers && link.open) link.socket.ping();
     }
     for (const link of this.inbound.values()) if (silent(link.quiet)) add(link.peer, link.linkId);
     for (const [peer, linkIds] of found) this.dropSilent(peer, linkIds, "timeout");

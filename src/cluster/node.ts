@@ -358,6 +358,8 @@ export class ClusterNode<V extends SharedSessionView = SharedSessionView> {
     if (this.isFenced || this.monotonic() - this.leaseSentAt <= this.leaseMs * FENCE_AFTER) return;
     this.isFenced = true;
     const ended = this.handlers!.fenced();
+    // Links its peers dropped while this process stood still: what it sends next goes over pub/sub.
+    this.links?.dropStale();
     this.log.warn("cluster_node_fenced", { node_id: this.nodeId, lease_renewed_ms_ago: Math.round(this.monotonic() - this.leaseSentAt), requests_ended: ended });
   }
 

@@ -35,7 +35,7 @@ test.skipIf(CLUSTER_RUNS === 0 || clusterMissing !== null)(`cluster crash chaos:
       const result = await oneClusterRun(run, 22_100 + run, false, engines);
       if (result.violations.length > 0) console.error(JSON.stringify(result));
       expect(result.violations).toEqual([]);
-      expect(result.killed.some((k) => k.startsWith("node:") || k.startsWith("split:") || k.startsWith("links:"))).toBe(true);
+      expect(result.killed.some((k) => k.startsWith("node:") || k.startsWith("split:") || k.startsWith("links:") || k.startsWith("stall:"))).toBe(true);
     }
   } finally {
     engines.stop();

@@ -22,7 +22,11 @@
 //             again at once or a moment later;
 //   - links:  no kill: the node links between two live nodes cut, and only those (each node's link
 //             server behind a proxy it announces, which cuts by the dialing node: reset, or held
-//             silent) for 1.5–3 leases while both reach the engines and buyers are served across them.
+//             silent) for 1.5–3 leases while both reach the engines and buyers are served across them;
+//   - stall:  no kill: one live node's process stopped (SIGSTOP) for 1–3 leases — mostly one holding a
+//             provider's socket — while buyers are served across the cluster, then woken (SIGCONT):
+//             the others take it for dead meanwhile, and it must fence itself on waking before it
+//             relays or writes anything of what they resolved; it serves again without a restart.
 // On kill runs also a provider or a CLI in the middle of `credits grant` on some. Then more load,
 // every settlement resolves, and the run checks the embedded run's invariants against PostgreSQL
 // (`gateway ledger audit --database-url …`), plus: no request hangs, no concurrency slot is left once
@@ -63,7 +67,7 @@ const PENDING_DEADLINE_MS = 2000;
 /** The free tier's concurrency limit (the default): what the split's slot check counts against. */
 const FREE_LIMIT = 2;
 
-export const CLUSTER_MODES = ["kill", "double", "two", "pg", "redis", "split", "splitkill", "links"] as const;
+export const CLUSTER_MODES = ["kill", "double", "two", "pg", "redis", "split", "splitkill", "links", "stall"] as const;
 export type ClusterMode = (typeof CLUSTER_MODES)[number];
 
 export interface ClusterRunOptions {
@@ -419,6 +423,31 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       return await finish(0);
     }
 
+    if (mode === "stall") {
+      const holding = nodes.findIndex((n) => current.some((p) => providerNode(providers[p]!) === n.ws));
+      victimIndex = holding >= 0 && random() < 0.7 ? holding : Math.floor(random() * NODES);
+      victim = nodes[victimIndex]!;
+      const stallMs = Math.round(LEASE_MS * (1 + random() * 2));
+      victim.proc.kill("SIGSTOP");
+      killed.push(`stall:${victim.name}:${stallMs}`);
+      await Bun.sleep(stallMs);
+      victim.proc.kill("SIGCONT");
+      const wokenAt = performance.now();
+      // The woken node serves again without a restart (its providers may have moved to a survivor).
+      let recoverMs = -1;
+      while (performance.now() - wokenAt < 60_000) {
+        if (await oneRequest(victim.base, created.api_key, false, received, random, null)) {
+          recoverMs = Math.round(performance.now() - wokenAt);
+          break;
+        }
+        await Bun.sleep(50);
+      }
+      if (recoverMs < 0) violations.push(`the stalled node ${victim.name} did not serve within 60 s of waking`);
+      downMs = stallMs;
+      listeningMs = 0;
+      return await finish(recoverMs);
+    }
+
     // The crash: a random node every run; on some runs also a provider, or a CLI in the middle of a grant.
     const extra = random();
     if (extra < 0.2) {
@@ -662,7 +691,10 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       }
     }
   } finally {
-    for (const n of nodes) await killHard(n.proc);
+    for (const n of nodes) {
+      if (n.proc.exitCode === null) n.proc.kill("SIGCONT");
+      await killHard(n.proc);
+    }
     for (const p of providers) await killHard(p.proc);
     for (const p of proxies) await p.stop();
     monitor?.close();

@@ -198,4 +198,20 @@ describe("a link held silent", () => {
     expect(told.lost.length).toBe(1);
     expect(a.links.send("b", frameMsg("a", 9))).toBe(false); // a's link is gone either way
   }, 60_000);
+
+  test("after this process stood still past the window, dropStale drops it at once (its peer's checks have)", async () => {
+    const { a } = await linkedThroughProxy({ a: SILENCE_MS, b: 60_000 });
+    // Heard a moment ago: not stale.
+    a.links.dropStale();
+    expect(a.lost).toEqual([]);
+    // The process stands still (SIGSTOP, a long pause): no check runs, nothing is read.
+    Bun.sleepSync(SILENCE_MS * 1.5);
+    // Woken, before any timer of its own has run: the link still looks open ...
+    expect(a.links.send("b", frameMsg("a", 2))).toBe(true);
+    // ... until the node, fencing itself on waking, drops what went stale (src/cluster/node.ts).
+    a.links.dropStale();
+    expect(a.lost.map(([peer]) => peer)).toEqual(["b"]);
+    expect(a.dropped).toEqual([a.markers[0]!]);
+    expect(a.links.send("b", frameMsg("a", 3))).toBe(false);
+  }, 60_000);
 });
