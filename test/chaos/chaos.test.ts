@@ -1,11 +1,11 @@
 // CI's share of the crash chaos (test/chaos/chaos.ts): CHAOS_RUNS runs (.ci/run sets 5), each killing
 // the gateway (and on some runs a provider or a CLI mid-grant) with SIGKILL under mixed load,
 // restarting it and checking the ledger audit, acknowledged postings, double charges and charges
-// beyond what buyers read; and CLUSTER_CHAOS_RUNS runs of its cluster variant (.ci/run sets 2;
+// beyond what buyers read; and CLUSTER_CHAOS_RUNS runs of its cluster variant (.ci/run sets 3;
 // test/chaos/cluster.ts: three nodes on PostgreSQL and Redis, each run's fault drawn from its seed:
 // a node killed once or twice, two nodes, an engine failing around a kill, a node split from its
-// engines (a node killed meanwhile, or not), or two nodes' links cut; seeds 22100 and 22101 draw a
-// split with a kill and two deaths). Skipped, visibly, when
+// engines (a node killed meanwhile, or not), two nodes' links cut, or a node stopped (SIGSTOP) past its
+// lease; seeds 22100, 22101 and 22102 draw the links cut, PostgreSQL stopped around a kill, and a stall). Skipped, visibly, when
 // unset: a plain `bun test` on the shared development machine (eight suites at once) cannot afford
 // real process restarts. `bun run chaos --runs 50` and `bun run chaos --cluster --runs 10` are the
 // full runs reported in docs/reliability.md.

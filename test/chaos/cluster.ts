@@ -427,6 +427,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       const holding = nodes.findIndex((n) => current.some((p) => providerNode(providers[p]!) === n.ws));
       victimIndex = holding >= 0 && random() < 0.7 ? holding : Math.floor(random() * NODES);
       victim = nodes[victimIndex]!;
+      heldBy = current.filter((p) => providerNode(providers[p]!) === victim.ws);
       const stallMs = Math.round(LEASE_MS * (1 + random() * 2));
       victim.proc.kill("SIGSTOP");
       killed.push(`stall:${victim.name}:${stallMs}`);
