@@ -199,11 +199,15 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       handle.timing.inputTokens = outcome.usage.prompt_tokens;
       // The last byte (`[DONE]`, or the whole non-streaming body) waits for the attempt's delivered
       // record, released just before, to be committed (a WAL append): a crash after the buyer has the
-      // response can no longer leave its provider unpaid (docs/receipts.md, "Crashes").
-      settlements.afterCommit((committed) => {
-        if (!committed) log.error("delivered_record_not_committed", { request_id: context.requestId });
-        handle.responder.succeed(outcome);
-      }, context.requestId);
+      // response can no longer leave its provider unpaid (docs/receipts.md, "Crashes"). A stream's
+      // record is written once its deltas have left the process: `[DONE]` waits for that too.
+      const succeed = () =>
+        settlements.afterCommit((committed) => {
+          if (!committed) log.error("delivered_record_not_committed", { request_id: context.requestId });
+          handle.responder.succeed(outcome);
+        }, context.requestId);
+      if (handle.chat.stream) settlements.afterOutputSent(succeed);
+      else succeed();
       // Sticky routing: the conversation goes on with the provider that answered it.
       if (handle.sticky && handle.servedBy && deps.sticky) {
         deps.sticky.set(handle.sticky.key, handle.accountId ?? "", handle.servedBy, deps.now()).catch((error: unknown) => {
@@ -255,7 +259,8 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       if (!live) return;
       const key = live.key;
       registry.releaseAttempt(key);
-      settlements.released(context.requestId, live.attemptN);
+      // A stream's deltas may still be inside the process: its record waits for them to leave.
+      settlements.released(context.requestId, live.attemptN, handle?.chat.stream === true);
       // Invariant: `current` is cleared after every release, so each attempt is counted once here.
       const outcome = attemptOutcome(event, context);
       if (handle) {

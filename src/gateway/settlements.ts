@@ -12,6 +12,7 @@ import { canonicalize, DeliveredPrefixBuilder, jobRouteOf, sha256Hex } from "../
 import { inlineJudge, type ReceiptJudge } from "../receipts/judge.ts";
 import type { Log } from "../log.ts";
 import { isAdoptedElsewhere, type AsyncStore as Store } from "../store/asyncStore.ts";
+import { afterOutputSentQueue, type AfterOutputSent } from "../http/outputSent.ts";
 import { durableWrites } from "./settlement/durableWrites.ts";
 import type { JobRoute } from "../wire/frames.ts";
 import { actorHost } from "./actorHost.ts";
@@ -51,6 +52,8 @@ export interface SettlementDeps {
   ownership?: { opened(key: string, ttlMs: number): void; settled(key: string): void; requestEnded(requestId: string): void };
   /** The store refused a write of an attempt because another node adopted it (cluster fencing). */
   adoptedElsewhere?: (ids: { request_id: string; attempt_n?: number }) => void;
+  /** When the response bytes written so far have left the process (default: src/http/outputSent.ts). */
+  afterOutputSent?: AfterOutputSent;
 }
 
 export interface OpenAttemptInput {
@@ -112,7 +115,8 @@ export function createSettlements(deps: SettlementDeps) {
         if (written !== null) deps.store.afterLazyCommit((committed) => committed && deps.ownership?.requestEnded(requestId), requestId);
       });
   };
-  const parts: DeliveryDeps & OutcomeDeps & PricingSources = { ...deps, judge: deps.judge ?? inlineJudge, open, writes };
+  const afterOutputSent = deps.afterOutputSent ?? afterOutputSentQueue();
+  const parts: DeliveryDeps & OutcomeDeps & PricingSources = { ...deps, judge: deps.judge ?? inlineJudge, open, writes, afterOutputSent };
   const scopeOf = accountScopes(deps.gatewaySecret);
 
   // Every settlement actor runs in this host's system (its clock and inspector); nothing subscribes to
@@ -221,6 +225,7 @@ export function createSettlements(deps: SettlementDeps) {
         delivered: null,
         deadlineAtMs: null,
         unwrittenEnd: null,
+        heldWrites: null,
         earlyReceipt: null,
         crossedEnd: false,
         judged: null,
@@ -244,7 +249,10 @@ export function createSettlements(deps: SettlementDeps) {
       if (att) att.hedgeLost = true;
     },
     endReceived: (providerId: string, frame: Parameters<typeof endReceived>[2]) => endReceived(parts, providerId, frame),
-    released: (requestId: string, attemptN: number) => released(parts, requestId, attemptN),
+    /** With `outputInFlight` (a stream), its record is written once the bytes it covers have left the process. */
+    released: (requestId: string, attemptN: number, outputInFlight = false) => released(parts, requestId, attemptN, outputInFlight),
+    /** Runs `run` once the response bytes written so far have left the process, after the records they held back. */
+    afterOutputSent,
     receiptArrived: (providerId: string, requestId: string, attemptN: number, envelope: string) => {
       const arrival = receiptArrived(parts, providerId, requestId, attemptN, envelope);
       // A store that answers later (PostgreSQL) counts the closed attempt's receipt when it knows.

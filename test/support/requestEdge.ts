@@ -101,6 +101,8 @@ export async function startRequestEdge(o: EdgeOptions) {
     cancelSent: (_r: string, attemptN: number, reason: string) => void effects.push({ kind: "cancelSent", attemptN, reason }),
     requestEnded: () => {},
     afterCommit: (effect: (committed: boolean) => void) => void endOfTurn.push(() => effect(true)),
+    // The turn's output leaves with its end, before the commits queued after this.
+    afterOutputSent: (run: () => void) => void endOfTurn.push(run),
     accepted: () => true,
     endReceived: () => false,
     receiptArrived: () => "unknown_attempt" as const,

@@ -54,6 +54,11 @@ export interface OpenAttempt {
    * the signature), the settlement writes it; otherwise `released` does, as the verdict comes later.
    */
   unwrittenEnd: NonNullable<SettleInput["ended"]> | null;
+  /**
+   * Writes of the delivered record (and of an outcome carrying it) held until the stream bytes the
+   * record covers have left the process (src/http/outputSent.ts); null when none are held.
+   */
+  heldWrites: (() => void)[] | null;
   /** A receipt that arrived before the attempt was released: judged at release. */
   earlyReceipt: string | null;
   /**

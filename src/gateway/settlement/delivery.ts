@@ -3,6 +3,7 @@
 import { attemptTerminalState } from "../../ledger/charges.ts";
 import { deliveredNothing, DeliveredPrefixBuilder, judgeAcceptedMeasurement } from "../../receipts/index.ts";
 import type { DeliveredRecord } from "../../store/index.ts";
+import type { AfterOutputSent } from "../../http/outputSent.ts";
 import type { ChunkFrame, EndFrame } from "../../wire/frames.ts";
 import { attemptKey } from "../registry.ts";
 import type { OpenAttempts } from "./attempt.ts";
@@ -11,6 +12,8 @@ import { writeDeliveredRecord } from "./outcome.ts";
 
 export interface DeliveryDeps extends JudgingDeps {
   pendingDeadlineMs: number;
+  /** Runs its argument once the response bytes written so far have left the process. */
+  afterOutputSent: AfterOutputSent;
 }
 
 /**
@@ -78,9 +81,12 @@ export function endReceived(deps: JudgingDeps, providerId: string, frame: EndFra
 
 /**
  * The gateway is done with the attempt: nothing more reaches the buyer from it. Fixes the delivered
- * record, persists it with the pending deadline, and lets the actor move on.
+ * record, persists it with the pending deadline, and lets the actor move on. With `outputInFlight` (a
+ * stream: its last deltas may still be inside the process), the record, and an outcome that would
+ * carry it, are written only once those bytes have left: a record never covers a delta a kill -9
+ * kept from the buyer (docs/receipts.md, "Crashes").
  */
-export function released(deps: DeliveryDeps, requestId: string, attemptN: number): void {
+export function released(deps: DeliveryDeps, requestId: string, attemptN: number, outputInFlight = false): void {
   const att = deps.open.get(attemptKey(requestId, attemptN));
   if (!att || att.delivered) return;
   const terminal = attemptTerminalState(att.end?.terminal_state ?? null, att.cancelReason);
@@ -108,6 +114,17 @@ export function released(deps: DeliveryDeps, requestId: string, attemptN: number
     att.earlyReceipt = null;
     verdictDue = judgeReceipt(deps, att, envelope);
   }
+  if (!outputInFlight) {
+    att.actor.send({ type: "attempt.ended", deliveredNothing: deliveredNothing(prefix), verdictDue });
+    writeDeliveredRecord(deps, att);
+    return;
+  }
+  const held: (() => void)[] = [];
+  att.heldWrites = held;
   att.actor.send({ type: "attempt.ended", deliveredNothing: deliveredNothing(prefix), verdictDue });
-  writeDeliveredRecord(deps, att);
+  deps.afterOutputSent(() => {
+    att.heldWrites = null;
+    for (const write of held) write();
+    writeDeliveredRecord(deps, att);
+  });
 }

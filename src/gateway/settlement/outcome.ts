@@ -58,6 +58,11 @@ export function writeDeliveredRecord(deps: Pick<OutcomeDeps, "store" | "writes">
  * and `endRequest` writes the end on its own when the outcome is not written.
  */
 export function writeOutcome(deps: OutcomeDeps, att: OpenAttempt, label: FinalLabel, reason: string | null, endRequest: (() => void) | null = null): void {
+  // The outcome charges for the delivered record: it waits, as the record does, for the bytes to leave.
+  if (att.heldWrites !== null) {
+    att.heldWrites.push(() => writeOutcome(deps, att, label, reason, endRequest));
+    return;
+  }
   const settledAt = deps.now();
   const billed = chargedUsage(deps.mode, label, att);
   const write = (arrivalId: number | null) => {

@@ -104,6 +104,7 @@ function resumedAttempt(row: SettlementRow, snapshot: RouteSnapshot, digest: str
     },
     deadlineAtMs: row.pending_deadline_at_ms ?? nowMs,
     unwrittenEnd: null,
+    heldWrites: null,
     earlyReceipt: null,
     crossedEnd: false,
     judged: null,
