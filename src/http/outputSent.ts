@@ -5,12 +5,15 @@
 // record) waits for this, so a kill -9 never leaves it covering bytes the buyer never got
 // (docs/receipts.md, "Crashes").
 
-/** Queues `run` until the bytes written by this turn have been handed to their sockets. */
+/**
+ * Queues `run` until the bytes written by this turn have been handed to their sockets — all but what
+ * a socket with a full send buffer holds back in the process (docs/receipts.md, "Crashes").
+ */
 export type AfterOutputSent = (run: () => void) => void;
 
 /**
- * One queue per process. The runs of a turn share one pair of immediates: the first seals the turn's
- * batch, the second (a turn later) runs it; a run queued after the seal starts the next batch.
+ * The runs of a turn share one pair of immediates, in the order they were queued: the first seals
+ * the turn's batch, the second (a turn later) runs it; a run queued after the seal starts the next batch.
  */
 export function afterOutputSentQueue(): AfterOutputSent {
   let batch: (() => void)[] | null = null;

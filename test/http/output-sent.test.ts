@@ -101,4 +101,21 @@ describe.skipIf(!linux)("a direct stream's write leaves the process after the tu
       expect(seen.afterOutputSent).toBeGreaterThanOrEqual(LAST_DELTA.length);
     });
   }
+
+  test("written in a turn after an earlier turn's batch was sealed: the run waits for its own turn's writes", async () => {
+    await drained();
+    const before = delivered();
+    const afterOutputSent = afterOutputSentQueue();
+    const seen = await new Promise<number>((resolve) => {
+      trigger = () => {
+        trigger = null;
+        sink!.write(LAST_DELTA);
+        afterOutputSent(() => resolve(delivered() - before));
+      };
+      // An earlier turn's batch, still waiting for its second immediate when the message arrives.
+      afterOutputSent(() => {});
+      setImmediate(() => ws.send("go"));
+    });
+    expect(seen).toBeGreaterThanOrEqual(LAST_DELTA.length);
+  });
 });
