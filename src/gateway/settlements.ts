@@ -12,7 +12,7 @@ import { canonicalize, DeliveredPrefixBuilder, jobRouteOf, sha256Hex } from "../
 import { inlineJudge, type ReceiptJudge } from "../receipts/judge.ts";
 import type { Log } from "../log.ts";
 import { isAdoptedElsewhere, type AsyncStore as Store } from "../store/asyncStore.ts";
-import { afterOutputSentQueue, type AfterOutputSent } from "../http/outputSent.ts";
+import { afterOutputSentQueue, type AfterOutputSent } from "./outputSent.ts";
 import { durableWrites } from "./settlement/durableWrites.ts";
 import type { JobRoute } from "../wire/frames.ts";
 import { actorHost } from "./actorHost.ts";
@@ -52,7 +52,7 @@ export interface SettlementDeps {
   ownership?: { opened(key: string, ttlMs: number): void; settled(key: string): void; requestEnded(requestId: string): void };
   /** The store refused a write of an attempt because another node adopted it (cluster fencing). */
   adoptedElsewhere?: (ids: { request_id: string; attempt_n?: number }) => void;
-  /** When the response bytes written so far have left the process (default: src/http/outputSent.ts). */
+  /** When the response bytes written so far have left the process (default: src/gateway/outputSent.ts). */
   afterOutputSent?: AfterOutputSent;
 }
 

@@ -56,7 +56,7 @@ export interface OpenAttempt {
   unwrittenEnd: NonNullable<SettleInput["ended"]> | null;
   /**
    * Writes of the delivered record (and of an outcome carrying it) held until the stream bytes the
-   * record covers have left the process (src/http/outputSent.ts); null when none are held.
+   * record covers have left the process (src/gateway/outputSent.ts); null when none are held.
    */
   heldWrites: (() => void)[] | null;
   /** A receipt that arrived before the attempt was released: judged at release. */

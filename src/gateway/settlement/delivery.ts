@@ -3,7 +3,7 @@
 import { attemptTerminalState } from "../../ledger/charges.ts";
 import { deliveredNothing, DeliveredPrefixBuilder, judgeAcceptedMeasurement } from "../../receipts/index.ts";
 import type { DeliveredRecord } from "../../store/index.ts";
-import type { AfterOutputSent } from "../../http/outputSent.ts";
+import type { AfterOutputSent } from "../outputSent.ts";
 import type { ChunkFrame, EndFrame } from "../../wire/frames.ts";
 import { attemptKey } from "../registry.ts";
 import type { OpenAttempts } from "./attempt.ts";

@@ -1,7 +1,7 @@
 // When the response bytes written so far have left the process. Bun hands a direct stream's writes
 // to the socket only after the turn's immediates have run — an immediate queued in the same turn
 // still runs before they leave, an immediate queued from an immediate runs after (pinned by
-// test/http/output-sent.test.ts). A write that records what reached a buyer (an attempt's delivered
+// test/gateway/output-sent.test.ts). A write that records what reached a buyer (an attempt's delivered
 // record) waits for this, so a kill -9 never leaves it covering bytes the buyer never got
 // (docs/receipts.md, "Crashes").
 

@@ -1,11 +1,11 @@
-// Pins the Bun behaviour src/http/outputSent.ts relies on: a direct stream's write leaves the process
+// Pins the Bun behaviour src/gateway/outputSent.ts relies on: a direct stream's write leaves the process
 // only after the turn's immediates have run, so a delivered record committed at the end of the turn
 // (an immediate) could cover bytes still inside the process. Each case writes from one kind of turn,
 // then asks the kernel (the client socket's receive queue, /proc/net/tcp) what the client has.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import net from "node:net";
-import { afterOutputSentQueue } from "../../src/http/outputSent.ts";
+import { afterOutputSentQueue } from "../../src/gateway/outputSent.ts";
 
 const linux = process.platform === "linux";
 
