@@ -5,8 +5,11 @@
 // restored, as on a dropped path; without, at once, which frees what the closed connection held) and
 // holds new ones unanswered (packets dropped: the peer sees only timeouts); `cut("replies")` is a
 // one-way blackhole: what the peer sends arrives, what comes back is held (a command runs, its answer
-// is lost on the way). `restore()` lets bytes flow again, on the held connections too (TCP resends
-// what waited).
+// is lost on the way). `cut("dialer-silent")` and `cut("listener-silent")` hold one direction only, as a
+// one-way packet loss or a half-broken NAT does: what the dialing side (resp. the listening side) sends
+// is held, the other way flows; a new connection forms only once restored (one of its handshake's
+// packets is lost), and with `holdCloses` a close sent the silent way is held too. `restore()` lets
+// bytes flow again, on the held connections too (TCP resends what waited).
 // Started with `tagHeader`, it reads each connection's first HTTP request head before it connects
 // upstream and tags the connection with that header's value (a node link's `x-gateway-node`): a cut
 // or restore given `sources` then acts on those connections only (a partition between two nodes).
@@ -14,7 +17,7 @@
 // spawnSync would otherwise stall every byte through it, a split nobody asked for.
 import { createServer, connect, type Server, type Socket } from "node:net";
 
-export type CutStyle = "reset" | "blackhole" | "replies";
+export type CutStyle = "reset" | "blackhole" | "replies" | "dialer-silent" | "listener-silent";
 
 export interface TcpProxy {
   port: number;
@@ -79,7 +82,11 @@ async function serve(targetPort: number, tagHeader: string, holdCloses: boolean)
   let state: "open" | CutStyle = "open";
   const bySource = new Map<string, CutStyle>();
   const styleOf = (pair: Pair): "open" | CutStyle => (pair.tag !== null ? bySource.get(pair.tag) : undefined) ?? state;
-  const held = (pair: Pair) => holdCloses && styleOf(pair) === "blackhole";
+  /** A close from `side` waits for the restore: it travels a way held silent. */
+  const held = (pair: Pair, side: "client" | "upstream") => {
+    const style = styleOf(pair);
+    return holdCloses && (style === "blackhole" || style === (side === "client" ? "dialer-silent" : "listener-silent"));
+  };
 
   const close = (pair: Pair) => {
     pairs.delete(pair);
@@ -91,7 +98,7 @@ async function serve(targetPort: number, tagHeader: string, holdCloses: boolean)
     if (!pair.upstream) {
       const upstream = connect(targetPort, "127.0.0.1");
       upstream.on("error", () => {});
-      upstream.on("close", () => (held(pair) ? (pair.closedWhileHeld = true) : close(pair)));
+      upstream.on("close", () => (held(pair, "upstream") ? (pair.closedWhileHeld = true) : close(pair)));
       pair.upstream = upstream;
       if (pair.head) upstream.write(pair.head);
       pair.head = null;
@@ -105,6 +112,10 @@ async function serve(targetPort: number, tagHeader: string, holdCloses: boolean)
     pair.upstream?.unpipe();
     pair.upstream?.pause();
   };
+  const holdRequests = (pair: Pair) => {
+    pair.client.unpipe();
+    pair.client.pause();
+  };
   const hold = (pair: Pair) => {
     pair.client.unpipe();
     pair.upstream?.unpipe();
@@ -115,7 +126,7 @@ async function serve(targetPort: number, tagHeader: string, holdCloses: boolean)
   const place = (pair: Pair) => {
     const style = styleOf(pair);
     if (style === "reset") return close(pair);
-    if (style === "blackhole") return pair.client.pause();
+    if (style === "blackhole" || style === "dialer-silent" || style === "listener-silent") return pair.client.pause();
     join(pair);
     if (style === "replies") holdReplies(pair);
   };
@@ -128,7 +139,7 @@ async function serve(targetPort: number, tagHeader: string, holdCloses: boolean)
     }
     const pair: Pair = { client, upstream: null, tag: null, head: null, closedWhileHeld: false };
     pairs.add(pair);
-    client.on("close", () => (held(pair) ? (pair.closedWhileHeld = true) : close(pair)));
+    client.on("close", () => (held(pair, "client") ? (pair.closedWhileHeld = true) : close(pair)));
     if (!tagHeader) return place(pair);
     let head = Buffer.alloc(0);
     const reading = (bytes: Buffer) => {
@@ -156,7 +167,8 @@ async function serve(targetPort: number, tagHeader: string, holdCloses: boolean)
       if (sources.length > 0 && (pair.tag === null || !sources.includes(pair.tag))) continue;
       if (tagHeader && pair.tag === null) continue;
       if (style === "reset") close(pair);
-      else if (style === "replies") holdReplies(pair);
+      else if (style === "replies" || style === "listener-silent") holdReplies(pair);
+      else if (style === "dialer-silent") holdRequests(pair);
       else hold(pair);
     }
   };
