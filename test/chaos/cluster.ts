@@ -23,6 +23,11 @@
 //   - links:  no kill: the node links between two live nodes cut, and only those (each node's link
 //             server behind a proxy it announces, which cuts by the dialing node: reset, or held
 //             silent) for 1.5–3 leases while both reach the engines and buyers are served across them;
+//   - oneway: no kill: the node links between two live nodes silent in one direction only (a one-way
+//             packet loss, a half-broken NAT: no FIN, no RST, B's bytes to A just stop while A's reach
+//             B) for 1–3 leases — B mostly one holding a provider's socket, so its answers go the
+//             silent way — then restored, or reset and made again; no request may wait on an answer
+//             sent into the silence for longer than the link's silence is noticed in;
 //   - stall:  no kill: one live node's process stopped (SIGSTOP) for 1–3 leases — mostly one holding a
 //             provider's socket — while buyers are served across the cluster, then woken (SIGCONT):
 //             the others take it for dead meanwhile, and it must fence itself on waking before it
@@ -67,8 +72,10 @@ const PENDING_DEADLINE_MS = 2000;
 /** The free tier's concurrency limit (the default): what the split's slot check counts against. */
 const FREE_LIMIT = 2;
 
-export const CLUSTER_MODES = ["kill", "double", "two", "pg", "redis", "split", "splitkill", "links", "stall"] as const;
+export const CLUSTER_MODES = ["kill", "double", "two", "pg", "redis", "split", "splitkill", "links", "stall", "oneway"] as const;
 export type ClusterMode = (typeof CLUSTER_MODES)[number];
+/** The modes a run without --mode draws from its seed: those before `oneway`, so that a seed draws what it drew before (CI's 22100–22102, the seeds in docs/reliability.md). */
+const DRAWN_MODES = CLUSTER_MODES.slice(0, CLUSTER_MODES.indexOf("oneway"));
 
 export interface ClusterRunOptions {
   /** Nodes in the cluster (3 unless given; at least 3). */
@@ -192,7 +199,7 @@ function mostOpenAtOnce(streams: TimedStream[], until: number): number {
 export async function oneClusterRun(run: number, seed: number, keep: boolean, engines: Engines, options: ClusterRunOptions = {}): Promise<RunResult> {
   const random = rng(seed).next;
   const NODES = Math.max(3, options.nodes ?? 3);
-  const mode: ClusterMode = options.mode ?? CLUSTER_MODES[Math.floor(random() * CLUSTER_MODES.length)]!;
+  const mode: ClusterMode = options.mode ?? DRAWN_MODES[Math.floor(random() * DRAWN_MODES.length)]!;
   const dataDir = mkdtempSync(join(tmpdir(), "gw-cchaos-"));
   const databaseUrl = await engines.postgres.freshDatabase();
   let redis: TestRedis | null = null;
@@ -229,7 +236,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
     const ports = await Promise.all(Array.from({ length: NODES }, () => freePort()));
     // Links runs: each node's link server behind a proxy of its own, which the node announces; the
     // proxy tells the dialing node by its link's header, so a cut can part two nodes only.
-    const linkPorts = mode === "links" ? await Promise.all(Array.from({ length: NODES }, () => freePort())) : [];
+    const linkPorts = mode === "links" || mode === "oneway" ? await Promise.all(Array.from({ length: NODES }, () => freePort())) : [];
     const linkProxies = await Promise.all(linkPorts.map((port) => startTcpProxy(port, { tagHeader: "x-gateway-node", holdCloses: true })));
     proxies.push(...linkProxies);
     const nodeArgs = (i: number) => {
@@ -286,7 +293,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
 
     const received: Received = new Map();
     const refused = new Map<string, number>();
-    const retries: Retries = { unanswered: [], sent: 0, replayed: 0, timedOut: 0, refused };
+    const retries: Retries = { unanswered: [], sent: 0, replayed: 0, timedOut: 0, refused, longestMs: 0 };
     // The load balancer's view: a node whose connection failed gets no traffic until it is back.
     const down = new Set<number>();
     const pick = (home: number) => {
@@ -298,7 +305,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
     const buyer = async (i: number, home: number) => {
       while (load) {
         requests++;
-        const own: Retries = { unanswered: [], sent: 0, replayed: 0, timedOut: 0, refused };
+        const own: Retries = { unanswered: [], sent: 0, replayed: 0, timedOut: 0, refused, longestMs: 0 };
         const at = pick(home);
         const ok = await oneRequest(nodes[at]!.base, created.api_key, i % 2 === 0, received, random, own);
         for (const u of own.unanswered) {
@@ -309,6 +316,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
         retries.sent += own.sent;
         retries.replayed += own.replayed;
         retries.timedOut += own.timedOut;
+        retries.longestMs = Math.max(retries.longestMs!, own.longestMs!);
         // A refusal (an engine down, no provider yet) comes back at once: a short pause, as an SDK's backoff.
         if (!ok) await Bun.sleep(20);
       }
@@ -335,7 +343,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
     let grantDuringKill: Promise<void> | null = null;
     const limited: TimedStream[] = [];
     let splitFigures: { cutMs: number; probeStatuses: number[]; heldEnded: (string | null)[] } | null = null;
-    let linkFigures: { style: CutStyle; cutMs: number; linksOpened: number; linksClosed: number; linksSilent: number; linksLost: number; otherLinksLost: number } | null = null;
+    let linkFigures: { style: string; cutMs: number; linksOpened: number; linksClosed: number; linksSilent: number; linksLost: number; otherLinksLost: number } | null = null;
 
     if (split) {
       // The split: the free account's two slow streams on the split node, then its engines cut off.
@@ -418,6 +426,37 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       const pair = new Set([victim.name, nodes[other]!.name]);
       const otherLinksLost = nodes.reduce((n, node) => n + node.events.filter((e) => e.event === "cluster_link_lost" && pair.has(node.name) !== pair.has(String(e.peer))).length, 0);
       linkFigures = { style, cutMs, linksOpened: logged("cluster_link_open"), linksClosed: logged("cluster_link_closed"), linksSilent: logged("cluster_link_silent"), linksLost: logged("cluster_link_lost"), otherLinksLost };
+      downMs = cutMs;
+      listeningMs = 0;
+      return await finish(0);
+    }
+
+    if (mode === "oneway") {
+      // B's bytes to A stop, A's to B flow: on B's outbound links A's proxy holds what B sends
+      // (dialer-silent), on A's outbound links B's proxy holds what B answers (listener-silent, its
+      // pongs). B is mostly a node holding a provider's socket, so its frames to A's buyers go the silent way.
+      const holding = nodes.findIndex((n) => current.some((p) => providerNode(providers[p]!) === n.ws));
+      const anyNode = Math.floor(random() * NODES);
+      victimIndex = holding >= 0 && random() < 0.8 ? holding : anyNode;
+      victim = nodes[victimIndex]!;
+      const hearing = (victimIndex + 1 + Math.floor(random() * (NODES - 1))) % NODES;
+      const cutMs = Math.round(LEASE_MS * (1 + random() * 2));
+      const ending = random() < 0.5 ? "restore" : "reset";
+      await linkProxies[hearing]!.cut("dialer-silent", [victim.name]);
+      await linkProxies[victimIndex]!.cut("listener-silent", [nodes[hearing]!.name]);
+      killed.push(`oneway:${victim.name}->${nodes[hearing]!.name}:${ending}`);
+      await Bun.sleep(cutMs);
+      // Restored (what waited flows), or both ways reset first (the links are made again).
+      if (ending === "reset") {
+        await linkProxies[hearing]!.cut("reset", [victim.name]);
+        await linkProxies[victimIndex]!.cut("reset", [nodes[hearing]!.name]);
+      }
+      await linkProxies[hearing]!.restore();
+      await linkProxies[victimIndex]!.restore();
+      const logged = (event: string) => nodes.reduce((n, node) => n + node.events.filter((e) => e.event === event).length, 0);
+      const pair = new Set([victim.name, nodes[hearing]!.name]);
+      const otherLinksLost = nodes.reduce((n, node) => n + node.events.filter((e) => e.event === "cluster_link_lost" && pair.has(node.name) !== pair.has(String(e.peer))).length, 0);
+      linkFigures = { style: ending, cutMs, linksOpened: logged("cluster_link_open"), linksClosed: logged("cluster_link_closed"), linksSilent: logged("cluster_link_silent"), linksLost: logged("cluster_link_lost"), otherLinksLost };
       downMs = cutMs;
       listeningMs = 0;
       return await finish(0);
@@ -629,6 +668,9 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
         const slotsLeft = Number(await counter.send("EVAL", [COUNTED, "1", `gw:slots:${created.account_id}`]).finally(() => counter.close()));
         if (slotsLeft > 0) violations.push(`${slotsLeft} concurrency slots still held once the load stopped`);
         if (retries.timedOut > 0) violations.push(`${retries.timedOut} requests had not ended 15 s after they were sent`);
+        // A one-way silence is noticed within 1.2 leases of the link's last byte: a request that waited
+        // much longer waited on an answer sent into the silence (up to the first-byte timeout).
+        if (mode === "oneway" && retries.longestMs! > LEASE_MS * 4) violations.push(`a request took ${retries.longestMs} ms (more than 4 leases) across a one-way silent link`);
         // The account's limit held across the split: never more of its streams open at once than it allows.
         const most = mostOpenAtOnce(limited, performance.now());
         if (most > FREE_LIMIT) violations.push(`a free-tier account (limit ${FREE_LIMIT}) had ${most} streams open at once`);
@@ -681,6 +723,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
             downMs,
             providersBackMs,
             slotsFreedMs,
+            longestMs: retries.longestMs!,
             refused: Object.fromEntries(refused),
             ...(splitFigures ? { split: splitFigures } : {}),
             ...(linkFigures ? { links: linkFigures } : {}),

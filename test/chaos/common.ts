@@ -75,6 +75,8 @@ export interface Retries {
   replayed: number;
   /** Requests that had not ended 15 s after they were sent (a silent hang: never expected). */
   timedOut: number;
+  /** When given: the longest a request took, from its send to its end (ms). */
+  longestMs?: number;
   /** When given: each refusal (a status other than 200) counted as `STATUS code[ retryable]`. */
   refused?: Map<string, number>;
 }
@@ -96,8 +98,12 @@ export async function oneRequest(
   const body = again?.body ?? JSON.stringify({ model: MODEL, messages: [{ role: "user", content: `chaos ${random()}` }], max_tokens: 4 + Math.floor(random() * 30), stream });
   let response: Response;
   const signal = AbortSignal.timeout(15_000);
+  const sentAt = performance.now();
   const hung = () => {
     if (signal.aborted && retries) retries.timedOut++;
+  };
+  const took = () => {
+    if (retries?.longestMs !== undefined) retries.longestMs = Math.max(retries.longestMs, Math.round(performance.now() - sentAt));
   };
   try {
     response = await fetch(`${base}/v1/chat/completions`, {
@@ -108,6 +114,7 @@ export async function oneRequest(
     });
   } catch {
     hung();
+    took();
     // The gateway died before answering: an SDK retries such a request (once).
     if (again === null) retries?.unanswered.push({ body, stream });
     return false;
@@ -131,12 +138,14 @@ export async function oneRequest(
         const key = `${response.status} ${what}`;
         retries.refused.set(key, (retries.refused.get(key) ?? 0) + 1);
       }
+      took();
       return false;
     }
     const utf8 = new TextEncoder();
     if (!stream) {
       const body = (await response.json()) as { choices: { message: { content: string | null } }[] };
       received.set(id, utf8.encode(body.choices[0]?.message.content ?? "").byteLength);
+      took();
       return true;
     }
     received.set(id, 0);
@@ -153,9 +162,11 @@ export async function oneRequest(
         if (delta) received.set(id, (received.get(id) ?? 0) + utf8.encode(delta).byteLength);
       }
     }
+    took();
     return true;
   } catch {
     hung();
+    took();
     return false; // the gateway died under the response: expected (an SDK does not retry once it has one)
   }
 }
@@ -248,6 +259,8 @@ export interface ClusterFigures {
   providersBackMs: number | null;
   /** Kill → no slot taken before the kill still counted by Redis (released by survivors, expired for the dead node). */
   slotsFreedMs: number | null;
+  /** The longest a buyer's request took, send to end (ms). */
+  longestMs?: number;
 }
 
 export function failedRun(run: number, seed: number, error: unknown): RunResult {
