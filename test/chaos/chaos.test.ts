@@ -5,7 +5,8 @@
 // test/chaos/cluster.ts: three nodes on PostgreSQL and Redis, each run's fault drawn from its seed:
 // a node killed once or twice, two nodes, an engine failing around a kill, a node split from its
 // engines (a node killed meanwhile, or not), two nodes' links cut, or a node stopped (SIGSTOP) past its
-// lease; seeds 22100, 22101 and 22102 draw the links cut, PostgreSQL stopped around a kill, and a stall). Skipped, visibly, when
+// lease; seeds 22100, 22101 and 22102 draw the links cut, PostgreSQL stopped around a kill, and a stall;
+// then one run of the `oneway` mode, a link silent one way, seed 22103, which no seed draws). Skipped, visibly, when
 // unset: a plain `bun test` on the shared development machine (eight suites at once) cannot afford
 // real process restarts. `bun run chaos --runs 50` and `bun run chaos --cluster --runs 10` are the
 // full runs reported in docs/reliability.md.
@@ -37,6 +38,11 @@ test.skipIf(CLUSTER_RUNS === 0 || clusterMissing !== null)(`cluster crash chaos:
       expect(result.violations).toEqual([]);
       expect(result.killed.some((k) => k.startsWith("node:") || k.startsWith("split:") || k.startsWith("links:") || k.startsWith("stall:"))).toBe(true);
     }
+    // About 15 s a run: the one-way silence has a run of its own.
+    const oneway = await oneClusterRun(CLUSTER_RUNS, 22_103, false, engines, { mode: "oneway" });
+    if (oneway.violations.length > 0) console.error(JSON.stringify(oneway));
+    expect(oneway.violations).toEqual([]);
+    expect(oneway.killed.some((k) => k.startsWith("oneway:"))).toBe(true);
   } finally {
     engines.stop();
   }

@@ -343,7 +343,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
     let grantDuringKill: Promise<void> | null = null;
     const limited: TimedStream[] = [];
     let splitFigures: { cutMs: number; probeStatuses: number[]; heldEnded: (string | null)[] } | null = null;
-    let linkFigures: { style: string; cutMs: number; linksOpened: number; linksClosed: number; linksSilent: number; linksLost: number; otherLinksLost: number } | null = null;
+    let linkFigures: { style: string; cutMs: number; reopenedMs?: number | null; linksOpened: number; linksClosed: number; linksSilent: number; linksLost: number; otherLinksLost: number } | null = null;
 
     if (split) {
       // The split: the free account's two slow streams on the split node, then its engines cut off.
@@ -439,6 +439,7 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       const anyNode = Math.floor(random() * NODES);
       victimIndex = holding >= 0 && random() < 0.8 ? holding : anyNode;
       victim = nodes[victimIndex]!;
+      heldBy = current.filter((p) => providerNode(providers[p]!) === victim.ws);
       const hearing = (victimIndex + 1 + Math.floor(random() * (NODES - 1))) % NODES;
       const cutMs = Math.round(LEASE_MS * (1 + random() * 2));
       const ending = random() < 0.5 ? "restore" : "reset";
@@ -453,10 +454,19 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       }
       await linkProxies[hearing]!.restore();
       await linkProxies[victimIndex]!.restore();
+      const restoredAt = performance.now();
+      // Both links between the two are made again once both ways flow (a dropped link retries every second).
+      const linkUp = (from: Node, to: Node) =>
+        from.events.filter((e) => e.peer === to.name && ["cluster_link_open", "cluster_link_closed", "cluster_link_silent", "cluster_link_unreachable"].includes(String(e.event))).at(-1)?.event === "cluster_link_open";
+      const reopened = await waitFor(() => linkUp(victim, nodes[hearing]!) && linkUp(nodes[hearing]!, victim), 15_000, "the links made again").then(
+        () => Math.round(performance.now() - restoredAt),
+        () => null,
+      );
+      if (reopened === null) violations.push(`the links between ${victim.name} and ${nodes[hearing]!.name} were not made again within 15 s of the restore`);
       const logged = (event: string) => nodes.reduce((n, node) => n + node.events.filter((e) => e.event === event).length, 0);
       const pair = new Set([victim.name, nodes[hearing]!.name]);
       const otherLinksLost = nodes.reduce((n, node) => n + node.events.filter((e) => e.event === "cluster_link_lost" && pair.has(node.name) !== pair.has(String(e.peer))).length, 0);
-      linkFigures = { style: ending, cutMs, linksOpened: logged("cluster_link_open"), linksClosed: logged("cluster_link_closed"), linksSilent: logged("cluster_link_silent"), linksLost: logged("cluster_link_lost"), otherLinksLost };
+      linkFigures = { style: ending, cutMs, reopenedMs: reopened, linksOpened: logged("cluster_link_open"), linksClosed: logged("cluster_link_closed"), linksSilent: logged("cluster_link_silent"), linksLost: logged("cluster_link_lost"), otherLinksLost };
       downMs = cutMs;
       listeningMs = 0;
       return await finish(0);
