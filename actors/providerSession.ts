@@ -49,6 +49,8 @@ export type ProviderSessionEvent =
   | { type: "attempts.counted"; inFlight: number }
   | { type: "gateway.drain" }
   | { type: "gateway.replaced" }
+  /** This gateway's process may have stood still (its cluster node fenced itself): heartbeats it could not read meanwhile were not missed. */
+  | { type: "gateway.stalled" }
   | { type: "socket.closed"; code: number };
 
 /**
@@ -187,6 +189,8 @@ export const providerSessionMachine = setup({
       on: {
         // Re-entering restarts the heartbeat timer.
         "provider.heartbeat": { target: "admitted", reenter: true, actions: "recordHeartbeat" },
+        // The silence was this process's own: the provider gets a whole window from now.
+        "gateway.stalled": { target: "admitted", reenter: true },
         "provider.outOfTurn": { target: "closing", actions: { type: "recordClose", params: { code: 1008, reason: "out_of_turn" } } },
         // Only when the count moves the session between ready and busy, at the end of a turn
         // (src/gateway/registry.ts): routing reads the live count; an event per attempt, or per

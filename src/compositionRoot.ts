@@ -306,7 +306,12 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
         requestEnded: (id) => settlements.requestEnded(id),
         changed: applyChange,
         // Called only once the node runs (a lease later at the earliest), after the runner below exists.
-        fenced: () => runner.fence(),
+        // A fence on waking from a stall: the providers' heartbeats could not be read meanwhile, so their
+        // watchdog windows start again (docs/scale-out.md, "Fencing").
+        fenced: () => {
+          for (const session of registry.sessions.values()) session.actor.send({ type: "gateway.stalled" });
+          return runner.fence();
+        },
         unresolved: async () => ({
           attempts: (await store.listSettlements({ label: "pending" })).map((row) => `${row.request_id}#${row.attempt_n}`),
           requests: await store.unendedHeldReservations(),

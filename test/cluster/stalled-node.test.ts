@@ -98,4 +98,35 @@ describe.skipIf(clusterMissing !== null)("a node stalled longer than its members
       }
     }, 20_000, "n1 serving again");
   }, 120_000);
+
+  test("keeps its providers' sessions on waking: its own stall is not their silence", async () => {
+    const n3 = cluster.nodes[2]!;
+    const provider = cluster.provider({ id: "kept-prov", gateways: [n3], models: [MODEL] });
+    await waitFor(() => n3.events.some((e) => e.event === "provider_admitted" && e.provider_id === "kept-prov"), 30_000, "the provider admitted on n3");
+    const welcomes = () => provider.events.filter((e) => e.event === "welcome").length;
+    await waitFor(() => welcomes() === 1, 10_000, "the provider welcomed");
+    // n3 stopped for two leases, past the heartbeat window (3 × 500 ms). The provider is stopped first
+    // and woken only once n3 fenced itself: no heartbeat waits in the socket when n3 wakes (one read
+    // before the overdue watchdog would hide the stall at random), as none can from a provider whose
+    // heartbeats were lost on the way.
+    provider.proc.kill("SIGSTOP");
+    n3.proc.kill("SIGSTOP");
+    await Bun.sleep(2 * LEASE_MS);
+    n3.proc.kill("SIGCONT");
+    await waitFor(() => n3.events.some((e) => e.event === "cluster_node_fenced"), 10_000, "n3 fenced on waking");
+    provider.proc.kill("SIGCONT");
+    // Many turns after its overdue timers ran: it renewed its lease and serves again.
+    const client = new OpenAI({ apiKey, baseURL: n3.baseURL, maxRetries: 0, timeout: 10_000 });
+    await waitFor(async () => {
+      try {
+        await client.chat.completions.create({ model: MODEL, max_tokens: 3, messages: [{ role: "user", content: "back" }] });
+        return true;
+      } catch {
+        return false;
+      }
+    }, 20_000, "n3 serving again");
+    const closed = n3.events.filter((e) => e.event === "provider_session_closed" && e.provider_id === "kept-prov");
+    expect(closed.map((e) => e.reason)).toEqual([]);
+    expect(welcomes()).toBe(1);
+  }, 120_000);
 });
