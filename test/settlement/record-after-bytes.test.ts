@@ -8,29 +8,20 @@
 // Embedded only: it probes the SQLite group commit (a cluster node's record waits on the same gate).
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { readFileSync, rmSync } from "node:fs";
+import { rmSync } from "node:fs";
 import net from "node:net";
 import { join } from "node:path";
 import { loadConfig } from "../../src/config/index.ts";
 import { silentLog } from "../../src/log.ts";
 import { PROVIDER_CONNECT_PATH, startGateway, type RunningGateway } from "../../src/compositionRoot.ts";
 import { TEST_MODE, tempDir, waitFor, waitForReadyProviders, type TestGateway } from "../support/harness.ts";
+import { receiveQueue } from "../support/receiveQueue.ts";
 import { ScriptedProvider, type Script } from "../support/scriptedProvider.ts";
 
 const probed = TEST_MODE === "embedded" && process.platform === "linux";
 let gateway: RunningGateway;
 let dataDir: string;
 let provider: ScriptedProvider;
-
-/** Bytes waiting in the receive queue of the loopback socket whose local port is `port`. */
-function receiveQueue(port: number): number {
-  const hex = port.toString(16).toUpperCase().padStart(4, "0");
-  for (const line of readFileSync("/proc/net/tcp", "utf8").split("\n").slice(1)) {
-    const fields = line.trim().split(/\s+/);
-    if (fields[1]?.endsWith(`:${hex}`)) return Number.parseInt(fields[4]!.split(":")[1]!, 16);
-  }
-  return 0;
-}
 
 const deliveredRecords = () => {
   const db = new Database(join(dataDir, "gateway.db"), { readonly: true });
