@@ -7,7 +7,7 @@
 
 /**
  * Queues `run` until the bytes written by this turn have been handed to their sockets — all but what
- * a socket with a full send buffer holds back in the process (docs/receipts.md, "Crashes").
+ * a socket with a full send buffer holds back in the process (a responder's `unsent()` tells that).
  */
 export type AfterOutputSent = (run: () => void) => void;
 
