@@ -56,6 +56,12 @@ export interface ChatResponder<Failure = RequestFailure> {
    * settles, never rejecting, once it is, and the request's writes that charge wait for it.
    */
   prepare?(outcome: ChatOutcome): void | Promise<void>;
+  /**
+   * A stream's output that the buyer's socket has not taken yet (a slow reader's, held in the
+   * process): settles once the socket has, or once the stream's stall bound has passed; null when
+   * nothing waits.
+   */
+  unsent?(): Promise<void> | null;
   succeed(outcome: ChatOutcome): void;
   fail(failure: Failure): void;
   failMidStream(failure: Failure): void;

@@ -7,7 +7,7 @@
 
 /**
  * Queues `run` until the bytes written by this turn have been handed to their sockets — all but what
- * a socket with a full send buffer holds back in the process (docs/receipts.md, "Crashes").
+ * a socket with a full send buffer holds back in the process (a responder's `unsent()` tells that).
  */
 export type AfterOutputSent = (run: () => void) => void;
 
@@ -40,4 +40,24 @@ export function afterOutputSentQueue(): AfterOutputSent {
       });
     });
   };
+}
+
+/**
+ * What waits for one stream's output to leave (its attempt's record, then `[DONE]`): run in the order
+ * they came once the gate opens, and at once after. Synchronous, so a test's simulated turn sees it.
+ */
+export class OutputGate {
+  private waiting: (() => void)[] | null = [];
+
+  whenOpen(run: () => void): void {
+    if (this.waiting === null) run();
+    else this.waiting.push(run);
+  }
+
+  open(): void {
+    const waiting = this.waiting;
+    if (waiting === null) return;
+    this.waiting = null;
+    for (const run of waiting) run();
+  }
 }

@@ -6,6 +6,7 @@ import type { Payer } from "../ledger/charges.ts";
 import type { AdmittedPricing } from "./settlement/pricing.ts";
 import type { ChunkFrame, EndFrame } from "../wire/frames.ts";
 import type { ChunkMeter } from "./chunkMeter.ts";
+import type { OutputGate } from "./outputSent.ts";
 import type { RequestTiming } from "./requestReport.ts";
 
 export interface RequestSpec {
@@ -59,4 +60,9 @@ export interface RequestHandle extends RequestSpec {
   hedgeCancel: (() => void) | null;
   /** The provider whose first chunk the buyer got (sticky routing pins the conversation to it). */
   servedBy: string | null;
+  /**
+   * A stream's output written up to its last attempt's release, leaving the process: that attempt's
+   * delivered record and `[DONE]` wait for it (docs/receipts.md, "Crashes").
+   */
+  outputLeft: OutputGate | null;
 }

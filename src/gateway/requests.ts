@@ -5,11 +5,12 @@
 // changes its state. Failures reach the responder as codes (src/chat/contract.ts); http/ maps them.
 import { createActor, type ActorOptions, type AnyActorLogic, type InspectionEvent } from "xstate";
 import { requestLogic, streamIdleCheckMs, type RequestContext, type RequestEvent, type RequestLogic } from "../../actors/request.ts";
-import type { ChatOutcome, FailureCode, NormalizedChat, RequestFailure } from "../chat/contract.ts";
+import type { ChatOutcome, ChatResponder, FailureCode, NormalizedChat, RequestFailure } from "../chat/contract.ts";
 import { cancelAbandonsOutput } from "../ledger/charges.ts";
 import { encodeFrame } from "../wire/codec.ts";
 import type { ChunkFrame } from "../wire/frames.ts";
 import { ChunkMeter } from "./chunkMeter.ts";
+import { OutputGate } from "./outputSent.ts";
 import { dispatchAttempt, unavailableMessages } from "./dispatch.ts";
 import type { DispatchDeps, RemoteProviders } from "./dispatchDeps.ts";
 import { actorHost } from "./actorHost.ts";
@@ -81,6 +82,21 @@ const PROVIDER_DISCONNECTED: RequestFailure = {
   code: "provider_disconnected",
   message: "The provider disconnected after the stream started. Retrying sends a new, separately billed request.",
 };
+
+/**
+ * Opens once the stream output written so far has left the process: after the turn's writes are
+ * handed to the socket (src/gateway/outputSent.ts), and after a slow reader's socket has taken what
+ * the process held back for it.
+ */
+function leaving(settlements: Settlements, responder: ChatResponder): OutputGate {
+  const gate = new OutputGate();
+  settlements.afterOutputSent(() => {
+    const unsent = responder.unsent?.() ?? null;
+    if (unsent === null) gate.open();
+    else void unsent.then(() => gate.open());
+  });
+  return gate;
+}
 
 /** Writes one accepted chunk to the buyer and the attempt's delivered prefix, and times it (O(1) per chunk). */
 function relay(clock: () => number, handle: RequestHandle, frame: ChunkFrame): void {
@@ -206,7 +222,7 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
           if (!committed) log.error("delivered_record_not_committed", { request_id: context.requestId });
           handle.responder.succeed(outcome);
         }, context.requestId);
-      if (handle.chat.stream) settlements.afterOutputSent(succeed);
+      if (handle.outputLeft !== null) handle.outputLeft.whenOpen(succeed);
       else succeed();
       // Sticky routing: the conversation goes on with the provider that answered it.
       if (handle.sticky && handle.servedBy && deps.sticky) {
@@ -260,7 +276,9 @@ function requestActions(deps: RequestRunnerDeps & DispatchDeps, handles: Map<str
       const key = live.key;
       registry.releaseAttempt(key);
       // A stream's deltas may still be inside the process: its record waits for them to leave.
-      settlements.released(context.requestId, live.attemptN, handle?.chat.stream === true);
+      const outputLeft = handle?.chat.stream === true ? leaving(settlements, handle.responder) : null;
+      if (handle) handle.outputLeft = outputLeft;
+      settlements.released(context.requestId, live.attemptN, outputLeft);
       // Invariant: `current` is cleared after every release, so each attempt is counted once here.
       const outcome = attemptOutcome(event, context);
       if (handle) {
@@ -331,7 +349,7 @@ export function createRequestRunner(runnerDeps: RequestRunnerDeps) {
       parent: host,
     });
     const timing = newTiming(spec.arrivedAt ?? clock());
-    const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing, meter: new ChunkMeter(spec.chat.params.max_tokens), toPrefix: noPrefix, dispatch: { stopped: true }, sent: null, servedBy: null, hedge: null, hedgeTimer: null, hedgeCancel: null };
+    const handle: RequestHandle = { ...spec, actor, startedAtMs: deps.now(), lastEnd: null, timing, meter: new ChunkMeter(spec.chat.params.max_tokens), toPrefix: noPrefix, dispatch: { stopped: true }, sent: null, servedBy: null, hedge: null, hedgeTimer: null, hedgeCancel: null, outputLeft: null };
     handles.set(spec.requestId, handle);
     // Every request earns the hedge budget its share (docs/routing.md, Hedging).
     deps.routing?.requestStarted();

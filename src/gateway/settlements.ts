@@ -12,7 +12,7 @@ import { canonicalize, DeliveredPrefixBuilder, jobRouteOf, sha256Hex } from "../
 import { inlineJudge, type ReceiptJudge } from "../receipts/judge.ts";
 import type { Log } from "../log.ts";
 import { isAdoptedElsewhere, type AsyncStore as Store } from "../store/asyncStore.ts";
-import { afterOutputSentQueue, type AfterOutputSent } from "./outputSent.ts";
+import { afterOutputSentQueue, type AfterOutputSent, type OutputGate } from "./outputSent.ts";
 import { durableWrites } from "./settlement/durableWrites.ts";
 import type { JobRoute } from "../wire/frames.ts";
 import { actorHost } from "./actorHost.ts";
@@ -116,7 +116,7 @@ export function createSettlements(deps: SettlementDeps) {
       });
   };
   const afterOutputSent = deps.afterOutputSent ?? afterOutputSentQueue();
-  const parts: DeliveryDeps & OutcomeDeps & PricingSources = { ...deps, judge: deps.judge ?? inlineJudge, open, writes, afterOutputSent };
+  const parts: DeliveryDeps & OutcomeDeps & PricingSources = { ...deps, judge: deps.judge ?? inlineJudge, open, writes };
   const scopeOf = accountScopes(deps.gatewaySecret);
 
   // Every settlement actor runs in this host's system (its clock and inspector); nothing subscribes to
@@ -249,9 +249,9 @@ export function createSettlements(deps: SettlementDeps) {
       if (att) att.hedgeLost = true;
     },
     endReceived: (providerId: string, frame: Parameters<typeof endReceived>[2]) => endReceived(parts, providerId, frame),
-    /** With `outputInFlight` (a stream), its record is written once the bytes it covers have left the process. */
-    released: (requestId: string, attemptN: number, outputInFlight = false) => released(parts, requestId, attemptN, outputInFlight),
-    /** Runs `run` once the response bytes written so far have left the process, after the records they held back. */
+    /** With `outputLeft` (a stream's), its record is written once that gate opens: the bytes it covers have left the process. */
+    released: (requestId: string, attemptN: number, outputLeft: OutputGate | null = null) => released(parts, requestId, attemptN, outputLeft),
+    /** Runs `run` once the response bytes written by this turn have been handed to their sockets. */
     afterOutputSent,
     receiptArrived: (providerId: string, requestId: string, attemptN: number, envelope: string) => {
       const arrival = receiptArrived(parts, providerId, requestId, attemptN, envelope);

@@ -56,6 +56,8 @@ export interface LazyEventStream {
   write(text: string): void;
   /** Sends `template.prefix + hole + template.suffix` (whole events), as `write` would. */
   writeFilled(template: BodyTemplate, hole: string): void;
+  /** What the socket has not taken yet: see ChatResponder.unsent. */
+  unsent(): Promise<void> | null;
   end(): void;
   /** Answers with a whole response instead (only before the first write; no-op after). */
   settle(response: Response): void;
@@ -86,7 +88,7 @@ class EventStream implements LazyEventStream, Bun.DirectUnderlyingSource<string>
   private sink: ReadableStreamDirectController | null = null;
   private pending = "";
   /** Bytes written since the sink last had room (it answers a write with a promise while full). */
-  private unsent = 0;
+  private unsentBytes = 0;
   private blockedSince: number | null = null;
   private lastBlockedWrite: Promise<unknown> | null = null;
 
@@ -125,6 +127,29 @@ class EventStream implements LazyEventStream, Bun.DirectUnderlyingSource<string>
     this.resolve(whole);
   }
 
+  unsent(): Promise<void> | null {
+    const blocked = this.lastBlockedWrite;
+    const flow = this.target.flow;
+    if (blocked === null || flow === undefined) return null;
+    // A buyer that does not read is given up at the stall bound: its output counts as sent then, as it
+    // does when the bound ends the stream (the buyer-gone path).
+    const left = Math.max(0, flow.stallMs - (flow.now() - (this.blockedSince ?? flow.now())));
+    return new Promise<void>((resolve) => {
+      const bound = setTimeout(resolve, left);
+      bound.unref?.();
+      void blocked.then(
+        () => {
+          clearTimeout(bound);
+          resolve();
+        },
+        () => {
+          clearTimeout(bound);
+          resolve();
+        },
+      );
+    });
+  }
+
   /** The direct stream's pull: Bun hands over the response's sink. */
   pull(controller: ReadableStreamDirectController): void {
     this.sink = controller;
@@ -157,7 +182,7 @@ class EventStream implements LazyEventStream, Bun.DirectUnderlyingSource<string>
     const flow = this.target.flow;
     if (flow === undefined) return;
     if (typeof wrote === "number") {
-      this.unsent = 0;
+      this.unsentBytes = 0;
       this.blockedSince = null;
       this.lastBlockedWrite = null;
       return;
@@ -167,20 +192,20 @@ class EventStream implements LazyEventStream, Bun.DirectUnderlyingSource<string>
 
   /** The sink is full: counts what waits in it and gives the buyer up past the bounds. */
   private noteBlocked(flow: StreamFlow, text: string, wrote: Promise<number>): void {
-    this.unsent += Buffer.byteLength(text, "utf8");
+    this.unsentBytes += Buffer.byteLength(text, "utf8");
     const now = flow.now();
     this.blockedSince ??= now;
     this.lastBlockedWrite = wrote;
     wrote.then(
       () => {
         if (this.lastBlockedWrite !== wrote) return;
-        this.unsent = 0;
+        this.unsentBytes = 0;
         this.blockedSince = null;
         this.lastBlockedWrite = null;
       },
       () => {},
     );
-    const why = this.unsent > flow.maxBufferedBytes ? "buffer_full" : now - this.blockedSince > flow.stallMs ? "stalled" : null;
+    const why = this.unsentBytes > flow.maxBufferedBytes ? "buffer_full" : now - this.blockedSince > flow.stallMs ? "stalled" : null;
     if (why === null) return;
     this.ended = true;
     flow.onStalled(why);

@@ -457,6 +457,10 @@ class EndObserved implements ChatResponder {
     if (whole !== undefined) return this.tracker?.result(whole);
   }
 
+  unsent(): Promise<void> | null {
+    return this.r.unsent?.() ?? null;
+  }
+
   succeed(outcome: ChatOutcome): void {
     this.r.succeed(outcome);
     this.end(true);

@@ -3,21 +3,11 @@
 // (an immediate) could cover bytes still inside the process. Each case writes from one kind of turn,
 // then asks the kernel (the client socket's receive queue, /proc/net/tcp) what the client has.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
 import net from "node:net";
 import { afterOutputSentQueue } from "../../src/gateway/outputSent.ts";
+import { receiveQueue } from "../support/receiveQueue.ts";
 
 const linux = process.platform === "linux";
-
-/** Bytes waiting in the receive queue of the loopback socket whose local port is `port`. */
-function receiveQueue(port: number): number {
-  const hex = port.toString(16).toUpperCase().padStart(4, "0");
-  for (const line of readFileSync("/proc/net/tcp", "utf8").split("\n").slice(1)) {
-    const fields = line.trim().split(/\s+/);
-    if (fields[1]?.endsWith(`:${hex}`)) return Number.parseInt(fields[4]!.split(":")[1]!, 16);
-  }
-  throw new Error(`no socket on local port ${port}`);
-}
 
 let server: ReturnType<typeof Bun.serve>;
 let sink: ReadableStreamDirectController | null = null;

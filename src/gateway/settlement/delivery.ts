@@ -3,8 +3,8 @@
 import { attemptTerminalState } from "../../ledger/charges.ts";
 import { deliveredNothing, DeliveredPrefixBuilder, judgeAcceptedMeasurement } from "../../receipts/index.ts";
 import type { DeliveredRecord } from "../../store/index.ts";
-import type { AfterOutputSent } from "../outputSent.ts";
 import type { ChunkFrame, EndFrame } from "../../wire/frames.ts";
+import type { OutputGate } from "../outputSent.ts";
 import { attemptKey } from "../registry.ts";
 import type { OpenAttempts } from "./attempt.ts";
 import { judgeReceipt, receiptArrived, type JudgingDeps } from "./judging.ts";
@@ -12,8 +12,6 @@ import { writeDeliveredRecord } from "./outcome.ts";
 
 export interface DeliveryDeps extends JudgingDeps {
   pendingDeadlineMs: number;
-  /** Runs its argument once the response bytes written so far have left the process. */
-  afterOutputSent: AfterOutputSent;
 }
 
 /**
@@ -81,12 +79,12 @@ export function endReceived(deps: JudgingDeps, providerId: string, frame: EndFra
 
 /**
  * The gateway is done with the attempt: nothing more reaches the buyer from it. Fixes the delivered
- * record, persists it with the pending deadline, and lets the actor move on. With `outputInFlight` (a
- * stream: its last deltas may still be inside the process), the record, and an outcome that would
- * carry it, are written only once those bytes have left: a record never covers a delta a kill -9
- * kept from the buyer (docs/receipts.md, "Crashes").
+ * record, persists it with the pending deadline, and lets the actor move on. With `outputLeft` (a
+ * stream's: its last deltas may still be inside the process), the record, and an outcome that would
+ * carry it, are written only once that gate opens, the bytes having left: a record never covers a delta
+ * a kill -9 kept from the buyer (docs/receipts.md, "Crashes").
  */
-export function released(deps: DeliveryDeps, requestId: string, attemptN: number, outputInFlight = false): void {
+export function released(deps: DeliveryDeps, requestId: string, attemptN: number, outputLeft: OutputGate | null = null): void {
   const att = deps.open.get(attemptKey(requestId, attemptN));
   if (!att || att.delivered) return;
   const terminal = attemptTerminalState(att.end?.terminal_state ?? null, att.cancelReason);
@@ -114,7 +112,7 @@ export function released(deps: DeliveryDeps, requestId: string, attemptN: number
     att.earlyReceipt = null;
     verdictDue = judgeReceipt(deps, att, envelope);
   }
-  if (!outputInFlight) {
+  if (outputLeft === null) {
     att.actor.send({ type: "attempt.ended", deliveredNothing: deliveredNothing(prefix), verdictDue });
     writeDeliveredRecord(deps, att);
     return;
@@ -122,7 +120,7 @@ export function released(deps: DeliveryDeps, requestId: string, attemptN: number
   const held: (() => void)[] = [];
   att.heldWrites = held;
   att.actor.send({ type: "attempt.ended", deliveredNothing: deliveredNothing(prefix), verdictDue });
-  deps.afterOutputSent(() => {
+  outputLeft.whenOpen(() => {
     att.heldWrites = null;
     for (const write of held) write();
     writeDeliveredRecord(deps, att);

@@ -89,6 +89,10 @@ class ChatStreamResponder implements FacadeResponder {
 
   discard(): void {}
 
+  unsent(): Promise<void> | null {
+    return this.out.unsent();
+  }
+
   succeed({ finishReason, usage }: ChatOutcome): void {
     this.out.write(this.delta({}, finishReason));
     if (this.o.includeUsage) this.out.write(`${this.head}[],"usage":${JSON.stringify(usageObject(usage))}}\n\n`);

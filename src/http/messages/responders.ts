@@ -78,6 +78,7 @@ export function messagesStreamResponder(o: MessagesResponderOptions): FacadeResp
 
   return {
     response: out.response,
+    unsent: () => out.unsent(),
     relay(frame) {
       begin();
       if (frame.content !== undefined && frame.content !== "") {

@@ -144,6 +144,7 @@ export function responsesStreamResponder(o: ResponsesResponderOptions): FacadeRe
 
   return {
     response: out.response,
+    unsent: () => out.unsent(),
     relay(frame) {
       begin();
       if (frame.content !== undefined && frame.content !== "") {
