@@ -66,6 +66,10 @@ async function twoLiveRequests(streamMarker: string, jsonMarker: string) {
   const res = await post(streamMarker, true);
   expect(res.status).toBe(200);
   const reader = await readUntilFirstDelta(res);
+  // The provider's log comes over its stdout, which can lag the stream's first delta: the count starts
+  // once the stream's own job is in it.
+  const streamId = res.headers.get("x-request-id");
+  await waitFor(() => jobs().some((e) => e.request_id === streamId), 10_000, "the stream's job in the provider's log");
   const jobsBefore = jobs().length;
   const jsonAbort = new AbortController();
   const pending = post(jsonMarker, false, jsonAbort.signal).catch((e: unknown) => e);
@@ -74,12 +78,18 @@ async function twoLiveRequests(streamMarker: string, jsonMarker: string) {
   try {
     await waitFor(() => gw.gateway.registry.attempts.size === 2 && jobs().length === jobsBefore + 1, 10_000, "both jobs at the provider");
   } catch (error) {
-    // Seen once in a loaded full suite (2026-11-28) and never alone: say what state it stopped in.
+    // Seen in loaded full suites (2026-11-28) and never alone: say what state it stopped in.
     const second = await Promise.race([
       pending.then(async (r) => (r instanceof Response ? `answered ${r.status}: ${await r.text()}` : `failed: ${String(r)}`)),
       Bun.sleep(0).then(() => "still waiting"),
     ]);
-    throw new Error(`${(error as Error).message}: ${gw.gateway.registry.attempts.size} attempts live, ${jobs().length - jobsBefore} new jobs at the provider, the non-streaming request ${second}`);
+    // Which attempts the new jobs were, and what else the provider said of them (a failover, or one job twice).
+    const said = provider.events
+      .filter((e) => ["job_received", "job_declined", "frame_ignored", "closed", "welcome", "drain_received", "watchdog_timeout"].includes(String(e.event)))
+      .map((e) => `${String(e.event)} ${String(e.request_id ?? "")}#${String(e.attempt_n ?? "")} ${String(e.why ?? e.code ?? e.reason ?? "")}`);
+    throw new Error(
+      `${(error as Error).message}: ${gw.gateway.registry.attempts.size} attempts live, ${jobs().length - jobsBefore} new jobs at the provider, the non-streaming request ${second}; the provider said: ${said.join("; ")}`,
+    );
   }
   return { reader, jsonAbort, pending };
 }
