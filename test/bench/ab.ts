@@ -30,6 +30,8 @@ interface Split {
   ttft_p99?: number;
   gap_p99?: number;
   transit_p99?: number;
+  transit_last_p50?: number;
+  transit_last_p99?: number;
   cpu_s: { gateway: number; gateway_main: number | null; providers: number; mock: number; driver: number };
 }
 interface Row {
@@ -78,7 +80,7 @@ try {
       };
       side.rows.push(row);
       console.log(
-        `${`${side.rev} (${side.sha})`.padEnd(24)} round ${round}: ${perReq ? "req/s" : "deltas/s"} ${row.rps}, p99 ${row.p99} ms, errors ${s.errors}${perReq ? "" : `, stalled ${s.stalled}, max gap ${s.max_gap} ms, TTFT p99 ${s.ttft_p99} ms, gap p99 ${s.gap_p99} ms, transit p99 ${s.transit_p99} ms`}, CPU µs per ${perReq ? "request" : "run"}: gateway ${row.gateway} (main thread ${row.main}), providers ${row.providers}`,
+        `${`${side.rev} (${side.sha})`.padEnd(24)} round ${round}: ${perReq ? "req/s" : "deltas/s"} ${row.rps}, p99 ${row.p99} ms, errors ${s.errors}${perReq ? "" : `, stalled ${s.stalled}, max gap ${s.max_gap} ms, TTFT p99 ${s.ttft_p99} ms, gap p99 ${s.gap_p99} ms, transit p99 ${s.transit_p99} ms, last delta's transit p50 / p99 ${s.transit_last_p50} / ${s.transit_last_p99} ms`}, CPU µs per ${perReq ? "request" : "run"}: gateway ${row.gateway} (main thread ${row.main}), providers ${row.providers}`,
       );
     }
   }

@@ -77,7 +77,7 @@ try {
   const wall = (performance.now() - t0) / 1000;
   const after = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, times(pid)]));
   const r = JSON.parse(out);
-  const summary = { mode, concurrency, wall: +wall.toFixed(2), rps: r.rps, p50: r.latency_ms?.p50, p99: r.latency_ms?.p99, errors: r.errors, stalled: r.stalled_streams, delivered: r.delivered_ratio, max_gap: r.max_gap_ms, ttft_p99: r.ttft_ms?.p99, frames_per_s: r.frames_per_s, events: r.events, gap_p99: r.gap_ms?.p99, transit_p99: r.transit_ms?.p99 };
+  const summary = { mode, concurrency, wall: +wall.toFixed(2), rps: r.rps, p50: r.latency_ms?.p50, p99: r.latency_ms?.p99, errors: r.errors, stalled: r.stalled_streams, delivered: r.delivered_ratio, max_gap: r.max_gap_ms, ttft_p99: r.ttft_ms?.p99, frames_per_s: r.frames_per_s, events: r.events, gap_p99: r.gap_ms?.p99, transit_p99: r.transit_ms?.p99, transit_last_p50: r.transit_last_ms?.p50, transit_last_p99: r.transit_last_ms?.p99 };
   const used = (k: string) => after[k]!.user - before[k]!.user + after[k]!.sys - before[k]!.sys;
   const threadsOver = (pid: number, before: typeof threadsBefore) =>
     [...threadCpu(pid)].map(([t, { name, cpu: s }]) => ({ name, cpu: s - (before.get(t)?.cpu ?? 0) }));
