@@ -137,16 +137,11 @@ class EventStream implements LazyEventStream, Bun.DirectUnderlyingSource<string>
     return new Promise<void>((resolve) => {
       const bound = setTimeout(resolve, left);
       bound.unref?.();
-      void blocked.then(
-        () => {
-          clearTimeout(bound);
-          resolve();
-        },
-        () => {
-          clearTimeout(bound);
-          resolve();
-        },
-      );
+      const done = () => {
+        clearTimeout(bound);
+        resolve();
+      };
+      void blocked.then(done, done);
     });
   }
 

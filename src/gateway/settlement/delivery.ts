@@ -112,14 +112,11 @@ export function released(deps: DeliveryDeps, requestId: string, attemptN: number
     att.earlyReceipt = null;
     verdictDue = judgeReceipt(deps, att, envelope);
   }
-  if (outputLeft === null) {
-    att.actor.send({ type: "attempt.ended", deliveredNothing: deliveredNothing(prefix), verdictDue });
-    writeDeliveredRecord(deps, att);
-    return;
-  }
-  const held: (() => void)[] = [];
+  // Held before the actor hears of the end: it may settle at once, and its outcome must wait too.
+  const held: (() => void)[] | null = outputLeft === null ? null : [];
   att.heldWrites = held;
   att.actor.send({ type: "attempt.ended", deliveredNothing: deliveredNothing(prefix), verdictDue });
+  if (outputLeft === null || held === null) return writeDeliveredRecord(deps, att);
   outputLeft.whenOpen(() => {
     att.heldWrites = null;
     for (const write of held) write();
