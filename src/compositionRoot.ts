@@ -525,8 +525,10 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
         await node.stop();
         node.redis.close();
       }
-      replayFile?.close();
+      // The store first: closing it commits its open group, and what waited for that commit (a
+      // stream's end, which keeps its answer for retries) still writes to the replay file.
       await store.close();
+      replayFile?.close();
     },
   };
 }

@@ -50,6 +50,13 @@ describe("the whole-system simulation", () => {
     });
   }
 
+  test("regression: a gateway stopped while a stream's end waits for its commit closes its store before the replay file", async () => {
+    // Found by this simulation (seeds 100288, 100396): a crash's stop() closed the replay file, then the
+    // store, whose closing commit ran the stream's end, which wrote to the closed replay file and threw
+    // out of stop() — the store was left open.
+    for (const seed of [100288, 100396]) expect((await runSeed({ seed })).violations).toEqual([]);
+  });
+
   test("regression: without the fail-stop a failed commit leaves attempts pending and reservations held", async () => {
     // Found by this simulation: a failed group commit that held a settlement left its attempt pending
     // with no actor to settle it. The first seed showing it without the fail-stop must be clean with it.
