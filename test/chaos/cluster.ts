@@ -561,12 +561,21 @@ export async function oneClusterRun(run: number, seed: number, keep: boolean, en
       violations.push("slots taken before the kill still counted 30 s after it");
       return null;
     })();
-    const survivor = nodes[(victimIndex + 1) % NODES]!;
+    // A survivor: the first node after the victim that runs now (in `two` runs the next one may be the
+    // second node killed; asking it measured that node's restart, not the providers' move).
+    const survivor = () => {
+      for (let k = 1; k < NODES; k++) {
+        const n = nodes[(victimIndex + k) % NODES]!;
+        if (n.proc.exitCode === null && n.proc.signalCode === null) return n;
+      }
+      return null;
+    };
     providersBack = (async () => {
       if (heldBy.length === 0) return null;
       while (performance.now() - killedAt < 60_000) {
         const moved = heldBy.every((p, k) => providers[p]!.events.slice(eventsBefore[k]).some((e) => e.event === "welcome"));
-        if (moved && (await admitted(survivor)) >= 2 && (await oneRequest(survivor.base, created.api_key, false, received, random, null))) {
+        const at = moved ? survivor() : null;
+        if (at && (await admitted(at)) >= 2 && (await oneRequest(at.base, created.api_key, false, received, random, null))) {
           return Math.round(performance.now() - killedAt);
         }
         await Bun.sleep(20);
