@@ -49,8 +49,6 @@ export type ProviderSessionEvent =
   | { type: "attempts.counted"; inFlight: number }
   | { type: "gateway.drain" }
   | { type: "gateway.replaced" }
-  /** This gateway's process may have stood still (its cluster node fenced itself): heartbeats it could not read meanwhile were not missed. */
-  | { type: "gateway.stalled" }
   | { type: "socket.closed"; code: number };
 
 /**
@@ -78,6 +76,8 @@ export const providerSessionMachine = setup({
     draining: ({ context }) => context.drainRequested || context.reportedState === "draining",
     asleep: ({ context }) => context.reportedState === "asleep",
     noFreeSlot: ({ context }) => freeSlots(context) === 0,
+    // Provided at the edge: whether this process stood still within the heartbeat window just ended.
+    gatewayStoodStill: () => false,
   },
   actions: {
     // Effects, provided at the edge.
@@ -181,16 +181,16 @@ export const providerSessionMachine = setup({
     admitted: {
       initial: "sorting",
       after: {
-        heartbeatTimeout: {
-          target: "closing",
-          actions: { type: "recordClose", params: { code: 4012, reason: "heartbeat_timeout" } },
-        },
+        heartbeatTimeout: [
+          // The silence was this process's own (heartbeats sent meanwhile wait unread in the socket):
+          // the provider gets a whole window from now, whichever of this timer and the socket runs first.
+          { guard: "gatewayStoodStill", target: "admitted", reenter: true },
+          { target: "closing", actions: { type: "recordClose", params: { code: 4012, reason: "heartbeat_timeout" } } },
+        ],
       },
       on: {
         // Re-entering restarts the heartbeat timer.
         "provider.heartbeat": { target: "admitted", reenter: true, actions: "recordHeartbeat" },
-        // The silence was this process's own: the provider gets a whole window from now.
-        "gateway.stalled": { target: "admitted", reenter: true },
         "provider.outOfTurn": { target: "closing", actions: { type: "recordClose", params: { code: 1008, reason: "out_of_turn" } } },
         // Only when the count moves the session between ready and busy, at the end of a turn
         // (src/gateway/registry.ts): routing reads the live count; an event per attempt, or per

@@ -7,6 +7,7 @@ import { gatewayMachine } from "../actors/gateway.ts";
 import type { GatewayConfig } from "./config/index.ts";
 import { admitProvider } from "./gateway/admission.ts";
 import { providerWebSocketHandler, type SocketData } from "./gateway/providerEndpoint.ts";
+import { watchStalls } from "./gateway/stallWatch.ts";
 import { createRoutingState, routingSettingsFrom, type RoutingState } from "./gateway/routingState.ts";
 import { createMemoryStickyMap } from "./store/sticky.ts";
 import { Registry } from "./gateway/registry.ts";
@@ -306,12 +307,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
         requestEnded: (id) => settlements.requestEnded(id),
         changed: applyChange,
         // Called only once the node runs (a lease later at the earliest), after the runner below exists.
-        // A fence on waking from a stall: the providers' heartbeats could not be read meanwhile, so their
-        // watchdog windows start again (docs/scale-out.md, "Fencing").
-        fenced: () => {
-          for (const session of registry.sessions.values()) session.actor.send({ type: "gateway.stalled" });
-          return runner.fence();
-        },
+        fenced: () => runner.fence(),
         unresolved: async () => ({
           attempts: (await store.listSettlements({ label: "pending" })).map((row) => `${row.request_id}#${row.attempt_n}`),
           requests: await store.unendedHeldReservations(),
@@ -428,6 +424,15 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
       .filter(Boolean),
   });
 
+  // A stall of this process (SIGSTOP, a paused VM) is not its providers' silence: a heartbeat window
+  // it spent standing still starts again (docs/protocol.md, "Gateway side").
+  const stalls = watchStalls({
+    thresholdMs: config.heartbeatIntervalMs,
+    monotonic: monotonicNow,
+    setInterval: timers ? (run, ms) => timers.setInterval(run, ms) : (run, ms) => setInterval(run, ms),
+    clearInterval: timers ? (handle) => timers.clearInterval(handle) : (handle) => clearInterval(handle as ReturnType<typeof setInterval>),
+    stalled: (ms) => log.warn("gateway_stalled", { stalled_ms: ms }),
+  });
   const websocket = providerWebSocketHandler({
     registry,
     admit: (input) =>
@@ -457,6 +462,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
     inspect: ports.inspect,
     log,
     clock: timers,
+    stoodStill: (withinMs) => stalls.stoodStillWithin(withinMs),
     cluster: bridge?.endpoint,
   });
 
@@ -518,6 +524,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
       server.stop(true);
       for (const session of registry.sessions.values()) session.close(1001, "gateway_stopping");
       supervisor.stop();
+      stalls.stop();
       stopCatalogPoll();
       settlements.stop();
       slots?.stop();

@@ -285,9 +285,11 @@ export class NodeLinks {
   private dropSilent(peer: string, linkIds: Set<string>, by: "timeout" | "peer"): void {
     const dropped: string[] = [];
     const out = this.outbound.get(peer);
+    let outbound = false;
     if (out && linkIds.has(out.linkId) && !out.dropped && !out.retry) {
       out.dropped = true;
       out.open = false;
+      outbound = out.opened;
       if (out.opened) dropped.push(out.linkId);
       try {
         out.socket.terminate();
@@ -308,7 +310,8 @@ export class NodeLinks {
       } catch {}
     }
     if (dropped.length === 0 || this.closed) return;
-    this.options.log.warn("cluster_link_silent", { peer, links: dropped.length, by });
+    // `outbound`: this node's own link to the peer was one of them (it makes that one again).
+    this.options.log.warn("cluster_link_silent", { peer, links: dropped.length, outbound, by });
     if (by === "timeout") {
       this.options.sendDroppedMarker(peer, dropped);
       // And ahead of what follows on a link to it still open: a job sent there next must not reach

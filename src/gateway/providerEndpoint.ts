@@ -39,6 +39,8 @@ export interface ProviderEndpointDeps {
   maxChunkBytesPerToken: number;
   /** The clock of the session actors' timers (the simulation's, test/sim/); default the real one. */
   clock?: ActorOptions<AnyActorLogic>["clock"];
+  /** Whether this process stood still within the last `withinMs` (src/gateway/stallWatch.ts); default never. */
+  stoodStill?: (withinMs: number) => boolean;
 }
 
 /** What the endpoint asks of the cluster for frames that are not about this node's own attempts. */
@@ -193,6 +195,7 @@ export function providerWebSocketHandler(deps: ProviderEndpointDeps): WebSocketH
             deps.onClosed(session, wasAdmitted);
           },
         },
+        guards: { gatewayStoodStill: ({ context }) => deps.stoodStill?.(3 * context.heartbeatIntervalMs) ?? false },
         delays: { heartbeatTimeout: ({ context }) => 3 * context.heartbeatIntervalMs },
       }),
       { input: { sessionId, nonce, heartbeatIntervalMs: deps.heartbeatIntervalMs }, inspect: deps.inspect, ...(deps.clock ? { clock: deps.clock } : {}) },

@@ -7,13 +7,17 @@
 // stack is work every figure must pay, and how much is the gateway's own.
 //   bun test/bench/floor.ts server DATA_DIR     HTTP + WebSocket server (prints floor_listening)
 //   bun test/bench/floor.ts client WS_URL UPSTREAM
-// Every SQLite write is one group commit per event-loop turn (BEGIN IMMEDIATE … COMMIT, WAL,
-// synchronous=FULL), as the gateway's; a job leaves only after its reservation's commit, and a
-// settlement is applied only after its receipt's signature checks out.
+// Every SQLite write is one group commit per event-loop turn (BEGIN IMMEDIATE … COMMIT, WAL), as the
+// gateway's, with its durability tiers (docs/decisions.md, "Durability tiers"): every COMMIT is a WAL
+// append (synchronous=NORMAL, safe against a process crash) and a job leaves only after its
+// reservation's; a group that settles is then made power-loss durable by an `fdatasync` of the WAL on
+// the thread pool, off the buyer's path. A settlement is applied only after its receipt's signature
+// checks out.
 import { Database } from "bun:sqlite";
 import { createHash, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from "node:crypto";
 import { join } from "node:path";
 import { Packr } from "msgpackr";
+import { walSyncer } from "../../src/store/walSync.ts";
 import { ClientSessions, listenForClients, RelayedResponses } from "./relay.ts";
 
 export const FLOOR_API_KEY = "floor-bench-key";
@@ -55,7 +59,7 @@ interface Settlement {
 
 function server(dataDir: string) {
   const db = new Database(join(dataDir, "floor.db"), { create: true });
-  db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;");
+  db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;");
   db.exec(`
     CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, balance INTEGER NOT NULL, held INTEGER NOT NULL);
     CREATE TABLE IF NOT EXISTS reservations (request_id INTEGER PRIMARY KEY, account_id TEXT NOT NULL,
@@ -83,6 +87,7 @@ function server(dataDir: string) {
   let settlements: Settlement[] = [];
   let flushScheduled = false;
   let nextId = 1;
+  const wal = walSyncer(join(dataDir, "floor.db-wal"));
 
   const schedule = () => {
     if (flushScheduled) return;
@@ -119,6 +124,8 @@ function server(dataDir: string) {
       }
     }
     q.commit.run();
+    // Postings need power-loss durability; nothing waits on it here (no effect follows a settlement).
+    if (settled.length > 0) wal.sync(() => {});
     for (const a of refused) {
       reserved.delete(a.id);
       responses.settle(a.id, Response.json({ error: { message: "insufficient balance", type: "insufficient_balance" } }, { status: 402 }));

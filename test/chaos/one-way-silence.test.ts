@@ -107,3 +107,21 @@ test("listener-silent: the dialer's bytes reach the listener, the listener's wai
   expect(accepted.text).toBe("hello flows!");
   expect(dialer.text).toBe("held!");
 });
+
+test("a cut of the open connections only (a NAT that lost one mapping): the old one stays silent, a new one forms and flows", async () => {
+  const { listener, proxy, dialer, accepted } = await setup();
+  await proxy.cut("dialer-silent", undefined, { open: true });
+  dialer.socket.write(" held");
+  accepted.socket.write("flows");
+  await waitFor(() => dialer.text === "flows", 5000, "the listener's bytes at the dialer");
+  const fresh = await dial(proxy.port);
+  cleanup.push(() => fresh.socket.destroy());
+  fresh.socket.write("fresh");
+  await waitFor(() => listener.accepted[1]?.text === "fresh", 5000, "the new connection formed, its bytes through");
+  listener.accepted[1]!.socket.write("back");
+  await waitFor(() => fresh.text === "back", 5000, "the new connection's other way");
+  expect(accepted.text).toBe("hello");
+
+  await proxy.restore();
+  await waitFor(() => accepted.text === "hello held", 5000, "the held bytes delivered");
+});

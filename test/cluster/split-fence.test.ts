@@ -4,11 +4,13 @@
 // account's next requests. Found by the cluster crash chaos (split mode): a free-tier account (2 at
 // once) had 4 streams open, 2 on the cut-off node and 2 on a survivor. The rule (docs/scale-out.md,
 // "Fencing"): a node whose membership went unrenewed for half a lease ends its requests — streams
-// in-band — before anyone may take it for dead or stop counting its slots.
+// in-band — before anyone may take it for dead or stop counting its slots. Its fence is not a stall of
+// its process: the heartbeats its providers sent were read, and a silent one is closed on time.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { syntheticPlan } from "../../src/provider/synthetic.ts";
 import { clusterMissing, startCluster, type TestCluster } from "../support/cluster.ts";
+import { waitFor } from "../support/harness.ts";
 import { startTcpProxy, type TcpProxy } from "../support/tcpProxy.ts";
 
 const LEASE_MS = 2000;
@@ -110,5 +112,29 @@ describe.skipIf(clusterMissing !== null)("a node split from Redis", () => {
       }
     }
     expect(cluster.cli(["ledger", "audit"]).exitCode).toBe(0);
+  }, 120_000);
+
+  test("its fence does not restart its providers' heartbeat windows: a silent provider is closed on time", async () => {
+    // A node of its own, behind its own Redis proxy, with 2 s heartbeats (a 6 s window): a window
+    // restarted at the fence would close the session 6 s after it or later.
+    const WINDOW_MS = 3 * 2000;
+    const redisProxy = await startTcpProxy(cluster.redis.port);
+    try {
+      const n3 = await cluster.startNode("n3", ["--redis-url", `redis://127.0.0.1:${redisProxy.port}`, "--heartbeat-interval-ms", "2000"]);
+      const provider = cluster.provider({ id: "split-silent", gateways: [n3], models: [HELD] });
+      await waitFor(() => n3.events.some((e) => e.event === "provider_admitted" && e.provider_id === "split-silent"), 30_000, "the provider admitted on n3");
+      // The provider falls silent; a second later (inside its window) n3 loses Redis and fences itself.
+      provider.proc.kill("SIGSTOP");
+      await Bun.sleep(1000);
+      await redisProxy.cut("reset");
+      const fenced = await n3.waitForEvent("cluster_node_fenced", () => true, 10_000);
+      const closed = await n3.waitForEvent("provider_session_closed", (e) => e.provider_id === "split-silent", 2 * WINDOW_MS);
+      expect(closed.reason).toBe("heartbeat_timeout");
+      // Closed a window after the provider's last heartbeat, which came before the fence.
+      expect(Date.parse(String(closed.ts)) - Date.parse(String(fenced.ts))).toBeLessThan(WINDOW_MS);
+      provider.proc.kill("SIGCONT");
+    } finally {
+      await redisProxy.stop();
+    }
   }, 120_000);
 });

@@ -9,7 +9,8 @@
 // one-way packet loss or a half-broken NAT does: what the dialing side (resp. the listening side) sends
 // is held, the other way flows; a new connection forms only once restored (one of its handshake's
 // packets is lost), and with `holdCloses` a close sent the silent way is held too. `restore()` lets
-// bytes flow again, on the held connections too (TCP resends what waited).
+// bytes flow again, on the held connections too (TCP resends what waited). A cut given `{ open: true }`
+// acts on the connections open now only, as a NAT that lost one mapping: new ones form and flow.
 // Started with `tagHeader`, it reads each connection's first HTTP request head before it connects
 // upstream and tags the connection with that header's value (a node link's `x-gateway-node`): a cut
 // or restore given `sources` then acts on those connections only (a partition between two nodes).
@@ -21,8 +22,11 @@ export type CutStyle = "reset" | "blackhole" | "replies" | "dialer-silent" | "li
 
 export interface TcpProxy {
   port: number;
-  /** Cuts every connection, or (with `sources`, given `tagHeader`) those tagged with one of them. */
-  cut(style: CutStyle, sources?: string[]): Promise<void>;
+  /**
+   * Cuts every connection, or (with `sources`, given `tagHeader`) those tagged with one of them; with
+   * `open`, only those open now (new ones form and flow), until restored.
+   */
+  cut(style: CutStyle, sources?: string[], options?: { open?: boolean }): Promise<void>;
   /** Restores every connection, or those of `sources` only. */
   restore(sources?: string[]): Promise<void>;
   stop(): Promise<void>;
@@ -56,7 +60,7 @@ export async function startTcpProxy(targetPort: number, options: { tagHeader?: s
   const port = Number(await line());
   return {
     port,
-    cut: (style, sources) => command(`cut ${style} ${sources?.join(",") ?? ""}`),
+    cut: (style, sources, options) => command(`cut ${style} ${sources?.join(",") ?? ""} ${options?.open ? "open" : ""}`),
     restore: (sources) => command(`restore ${sources?.join(",") ?? ""}`),
     async stop() {
       proc.kill("SIGKILL");
@@ -74,6 +78,8 @@ interface Pair {
   head: Buffer | null;
   /** One side closed while the pair was held silent (with holdCloses): the other learns it on restore. */
   closedWhileHeld: boolean;
+  /** A cut of this connection alone (`open`), which new connections do not inherit. */
+  cut: CutStyle | null;
 }
 
 /** The proxy itself (in the child process). */
@@ -81,7 +87,7 @@ async function serve(targetPort: number, tagHeader: string, holdCloses: boolean)
   const pairs = new Set<Pair>();
   let state: "open" | CutStyle = "open";
   const bySource = new Map<string, CutStyle>();
-  const styleOf = (pair: Pair): "open" | CutStyle => (pair.tag !== null ? bySource.get(pair.tag) : undefined) ?? state;
+  const styleOf = (pair: Pair): "open" | CutStyle => pair.cut ?? (pair.tag !== null ? bySource.get(pair.tag) : undefined) ?? state;
   /** A close from `side` waits for the restore: it travels a way held silent. */
   const held = (pair: Pair, side: "client" | "upstream") => {
     const style = styleOf(pair);
@@ -137,7 +143,7 @@ async function serve(targetPort: number, tagHeader: string, holdCloses: boolean)
       client.destroy();
       return;
     }
-    const pair: Pair = { client, upstream: null, tag: null, head: null, closedWhileHeld: false };
+    const pair: Pair = { client, upstream: null, tag: null, head: null, closedWhileHeld: false, cut: null };
     pairs.add(pair);
     client.on("close", () => (held(pair, "client") ? (pair.closedWhileHeld = true) : close(pair)));
     if (!tagHeader) return place(pair);
@@ -159,13 +165,15 @@ async function serve(targetPort: number, tagHeader: string, holdCloses: boolean)
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   console.log((server.address() as { port: number }).port);
 
-  const cut = (style: CutStyle, sources: string[]) => {
-    if (sources.length > 0) for (const source of sources) bySource.set(source, style);
-    else state = style;
+  const cut = (style: CutStyle, sources: string[], openOnly: boolean) => {
+    // A cut of the open connections only is not inherited by new ones.
+    if (!openOnly && sources.length > 0) for (const source of sources) bySource.set(source, style);
+    else if (!openOnly) state = style;
     for (const pair of [...pairs]) {
       // Not yet tagged: placed as the cut says once its head is read.
       if (sources.length > 0 && (pair.tag === null || !sources.includes(pair.tag))) continue;
       if (tagHeader && pair.tag === null) continue;
+      if (openOnly) pair.cut = style;
       if (style === "reset") close(pair);
       else if (style === "replies" || style === "listener-silent") holdReplies(pair);
       else if (style === "dialer-silent") holdRequests(pair);
@@ -180,6 +188,7 @@ async function serve(targetPort: number, tagHeader: string, holdCloses: boolean)
     }
     for (const pair of [...pairs]) {
       if (tagHeader && pair.tag === null) continue;
+      if (sources.length === 0 || (pair.tag !== null && sources.includes(pair.tag))) pair.cut = null;
       if (styleOf(pair) !== "open") continue;
       // Unpiped first: a one-way cut left the other way piped, and a second pipe would copy each byte twice.
       pair.client.unpipe();
@@ -192,10 +201,10 @@ async function serve(targetPort: number, tagHeader: string, holdCloses: boolean)
     pending += bytes.toString();
     let nl: number;
     while ((nl = pending.indexOf("\n")) >= 0) {
-      const [verb, arg, list] = pending.slice(0, nl).split(" ");
+      const [verb, arg, list, scope] = pending.slice(0, nl).split(" ");
       pending = pending.slice(nl + 1);
       const sources = (verb === "cut" ? list : arg)?.split(",").filter(Boolean) ?? [];
-      if (verb === "cut") cut(arg as CutStyle, sources);
+      if (verb === "cut") cut(arg as CutStyle, sources, scope === "open");
       else if (verb === "restore") restore(sources);
       console.log("ok");
     }
