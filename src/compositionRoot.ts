@@ -429,8 +429,7 @@ export async function startGateway(config: GatewayConfig, ports: GatewayPorts = 
   const stalls = watchStalls({
     thresholdMs: config.heartbeatIntervalMs,
     monotonic: monotonicNow,
-    setInterval: timers ? (run, ms) => timers.setInterval(run, ms) : (run, ms) => setInterval(run, ms),
-    clearInterval: timers ? (handle) => timers.clearInterval(handle) : (handle) => clearInterval(handle as ReturnType<typeof setInterval>),
+    ...(timers ? { timers } : {}),
     stalled: (ms) => log.warn("gateway_stalled", { stalled_ms: ms }),
   });
   const websocket = providerWebSocketHandler({

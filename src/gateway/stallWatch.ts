@@ -17,8 +17,8 @@ export interface StallWatchOptions {
   thresholdMs: number;
   /** Monotonic ms. */
   monotonic: () => number;
-  setInterval(run: () => void, ms: number): unknown;
-  clearInterval(handle: unknown): void;
+  /** The tick's timer (the simulation's, test/sim/); default the real one. */
+  timers?: { setInterval(run: () => void, ms: number): unknown; clearInterval(handle: unknown): void };
   /** A stall just ended (told once, at the first tick after it). */
   stalled?(ms: number): void;
 }
@@ -26,9 +26,10 @@ export interface StallWatchOptions {
 /** Ticks four times a threshold: a gap of a whole threshold is then three ticks missed, not timer jitter. */
 export function watchStalls(options: StallWatchOptions): StallWatch {
   const { thresholdMs, monotonic } = options;
+  const timers = options.timers ?? { setInterval: (run, ms) => setInterval(run, ms), clearInterval: (h) => clearInterval(h as ReturnType<typeof setInterval>) };
   let lastTick = monotonic();
   let lastStallEnd = -Infinity;
-  const handle = options.setInterval(() => {
+  const handle = timers.setInterval(() => {
     const now = monotonic();
     if (now - lastTick >= thresholdMs) {
       lastStallEnd = now;
@@ -42,6 +43,6 @@ export function watchStalls(options: StallWatchOptions): StallWatch {
       const now = monotonic();
       return now - lastTick >= thresholdMs || now - lastStallEnd < withinMs;
     },
-    stop: () => options.clearInterval(handle),
+    stop: () => timers.clearInterval(handle),
   };
 }

@@ -405,8 +405,7 @@ async function stallWatchedSession() {
   const stalls = watchStalls({
     thresholdMs: INTERVAL_MS,
     monotonic: () => at,
-    setInterval: (run) => (tickFn = run),
-    clearInterval: () => (tickFn = null),
+    timers: { setInterval: (run) => (tickFn = run), clearInterval: () => (tickFn = null) },
   });
   const clock = new SimulatedClock();
   const closes: string[] = [];
