@@ -167,8 +167,10 @@ async function serve(targetPort: number, tagHeader: string, holdCloses: boolean)
 
   const cut = (style: CutStyle, sources: string[], openOnly: boolean) => {
     // A cut of the open connections only is not inherited by new ones.
-    if (!openOnly && sources.length > 0) for (const source of sources) bySource.set(source, style);
-    else if (!openOnly) state = style;
+    if (!openOnly) {
+      if (sources.length > 0) for (const source of sources) bySource.set(source, style);
+      else state = style;
+    }
     for (const pair of [...pairs]) {
       // Not yet tagged: placed as the cut says once its head is read.
       if (sources.length > 0 && (pair.tag === null || !sources.includes(pair.tag))) continue;
