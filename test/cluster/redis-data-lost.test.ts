@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { SQL } from "bun";
 import OpenAI from "openai";
 import { waitFor } from "../support/harness.ts";
-import { clusterMissing, startCluster, type TestCluster } from "../support/cluster.ts";
+import { clusterMissing, servingAgain, startCluster, type TestCluster } from "../support/cluster.ts";
 
 const MODEL = "lost-model";
 const LEASE_MS = 2000;
@@ -61,13 +61,6 @@ describe.skipIf(clusterMissing !== null)("Redis loses its data as a node dies", 
     expect(cluster.cli(["ledger", "audit"]).exitCode).toBe(0);
     // n1 serves on.
     const onN1 = new OpenAI({ apiKey, baseURL: n1.baseURL, maxRetries: 0 });
-    await waitFor(async () => {
-      try {
-        await onN1.chat.completions.create({ model: MODEL, max_tokens: 3, messages: [{ role: "user", content: "still here" }] });
-        return true;
-      } catch {
-        return false;
-      }
-    }, 20_000, "n1 serving");
+    await servingAgain(onN1, MODEL, "n1 serving");
   }, 120_000);
 });

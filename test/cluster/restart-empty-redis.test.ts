@@ -9,7 +9,7 @@ import { SQL } from "bun";
 import OpenAI from "openai";
 import { syntheticPlan } from "../../src/provider/synthetic.ts";
 import { waitFor } from "../support/harness.ts";
-import { clusterMissing, startCluster, type TestCluster } from "../support/cluster.ts";
+import { clusterMissing, servingAgain, startCluster, type TestCluster } from "../support/cluster.ts";
 import { startTcpProxy, type TcpProxy } from "../support/tcpProxy.ts";
 
 const MODEL = "empty-redis-model";
@@ -79,14 +79,7 @@ describe.skipIf(clusterMissing !== null)("a node restarting into an empty Redis 
     // Both nodes serve on.
     for (const node of [restarted, n2]) {
       const c = new OpenAI({ apiKey, baseURL: node.baseURL, maxRetries: 0 });
-      await waitFor(async () => {
-        try {
-          await c.chat.completions.create({ model: MODEL, max_tokens: 3, messages: [{ role: "user", content: "still here" }] });
-          return true;
-        } catch {
-          return false;
-        }
-      }, 20_000, `${node.name} serving`);
+      await servingAgain(c, MODEL, `${node.name} serving`);
     }
     void n1;
   }, 120_000);

@@ -7,22 +7,10 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { SQL } from "bun";
 import OpenAI from "openai";
 import { waitFor } from "../support/harness.ts";
-import { clusterMissing, startCluster, type TestCluster } from "../support/cluster.ts";
+import { clusterMissing, servingAgain, startCluster, type TestCluster } from "../support/cluster.ts";
 
 const MODEL = "stall-model";
 const LEASE_MS = 2000;
-
-/** Waits until the node behind `client` answers a completion again. */
-function servingAgain(client: OpenAI, name: string): Promise<void> {
-  return waitFor(async () => {
-    try {
-      await client.chat.completions.create({ model: MODEL, max_tokens: 3, messages: [{ role: "user", content: "back" }] });
-      return true;
-    } catch {
-      return false;
-    }
-  }, 20_000, `${name} serving again`);
-}
 
 describe.skipIf(clusterMissing !== null)("a node stalled longer than its membership", () => {
   let cluster: TestCluster;
@@ -101,7 +89,7 @@ describe.skipIf(clusterMissing !== null)("a node stalled longer than its members
     expect(answered.status).toBe(503);
     expect(cluster.cli(["ledger", "audit"]).exitCode).toBe(0);
     // And n1 serves again.
-    await servingAgain(client, "n1");
+    await servingAgain(client, MODEL, "n1 serving again");
   }, 120_000);
 
   test("keeps its providers' sessions on waking: its own stall is not their silence", async () => {
@@ -121,7 +109,7 @@ describe.skipIf(clusterMissing !== null)("a node stalled longer than its members
     await waitFor(() => n3.events.some((e) => e.event === "cluster_node_fenced"), 10_000, "n3 fenced on waking");
     provider.proc.kill("SIGCONT");
     // Many turns after its overdue timers ran: it renewed its lease and serves again.
-    await servingAgain(new OpenAI({ apiKey, baseURL: n3.baseURL, maxRetries: 0, timeout: 10_000 }), "n3");
+    await servingAgain(new OpenAI({ apiKey, baseURL: n3.baseURL, maxRetries: 0, timeout: 10_000 }), MODEL, "n3 serving again");
     const closed = n3.events.filter((e) => e.event === "provider_session_closed" && e.provider_id === "kept-prov");
     expect(closed.map((e) => e.reason)).toEqual([]);
     expect(welcomes()).toBe(1);

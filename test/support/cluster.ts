@@ -3,6 +3,7 @@
 // processes on both, and real provider runtimes that may list several gateways. Everything on
 // loopback with random ports; SIGKILL is a real kill -9.
 import { rmSync } from "node:fs";
+import type OpenAI from "openai";
 import { join } from "node:path";
 import { listeningAddress, MAIN, modelHash, spawnLogging, tempDir, waitFor, type GatewayProcess, type ProviderProcess } from "./harness.ts";
 import { postgresMissing, sharedPostgres } from "./postgres.ts";
@@ -42,6 +43,18 @@ export interface ClusterOptions {
   extraArgs?: string[];
   /** Runs each node under `bun --cpu-prof` writing Markdown profiles here; close() then stops nodes with SIGTERM so the profile is written. */
   cpuProfileDir?: string;
+}
+
+/** Waits until the node behind `client` answers a short completion of `model` again (after a fault). */
+export function servingAgain(client: OpenAI, model: string, what: string): Promise<void> {
+  return waitFor(async () => {
+    try {
+      await client.chat.completions.create({ model, max_tokens: 3, messages: [{ role: "user", content: "serving?" }] });
+      return true;
+    } catch {
+      return false;
+    }
+  }, 20_000, what);
 }
 
 export async function startCluster(options: ClusterOptions): Promise<TestCluster> {
